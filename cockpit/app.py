@@ -1,0 +1,85 @@
+"""``create_app()``: the Litestar application (JSON API + server-rendered cockpit)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.config.compression import CompressionConfig
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.di import Provide
+from litestar.openapi.config import OpenAPIConfig
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+from litestar.types import ControllerRouterHandler
+
+from cockpit.api.health import HealthController
+from cockpit.middleware import request_id_middleware
+from cockpit.pages.home import HomeController
+from cockpit.problems import problem_handler
+from cockpit.state import AppContext, provide_db_session
+from engine.config import PROJECT_ROOT, Settings, get_settings
+from engine.database import resolve_database_url
+from engine.db import make_engine, make_sessionmaker
+from engine.migrate import head_revision
+
+HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
+
+
+def create_app(
+    settings: Settings | None = None,
+    database_url: str | None = None,
+    extra_route_handlers: Sequence[ControllerRouterHandler] = (),
+) -> Litestar:
+    """Build the application; ``extra_route_handlers`` lets tests mount probes beside the real routes."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        url = database_url or resolve_database_url(settings)
+        db = make_engine(url)
+        app.state["ctx"] = AppContext(
+            settings=settings,
+            database_url=url,
+            db=db,
+            sessions=make_sessionmaker(db),
+            head_revision=head_revision(),
+        )
+        try:
+            yield
+        finally:
+            await db.dispose()
+
+    def configure_templates(engine: JinjaTemplateEngine) -> None:
+        engine.engine.globals["htmx_version"] = HTMX_VERSION
+        engine.engine.globals["product_name"] = "Lifecycle Cockpit"
+
+    template_config = TemplateConfig(
+        directory=PROJECT_ROOT / "templates",
+        engine=JinjaTemplateEngine,
+        engine_callback=configure_templates,
+    )
+
+    return Litestar(
+        route_handlers=[
+            HealthController,
+            HomeController,
+            create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"], include_in_schema=False),
+            *extra_route_handlers,
+        ],
+        dependencies={"db_session": Provide(provide_db_session)},
+        lifespan=[lifespan],
+        middleware=[request_id_middleware],
+        exception_handlers={Exception: problem_handler},
+        template_config=template_config,
+        openapi_config=OpenAPIConfig(
+            title="Lifecycle Cockpit API",
+            version="1",
+            path="/schema",
+            description="Durable lifecycle workflows for identity administration.",
+        ),
+        compression_config=CompressionConfig(backend="gzip", minimum_size=1024),
+        logging_config=None,
+        debug=False,
+    )

@@ -1,0 +1,139 @@
+"""RFC 9457 problem details: the one error shape of the API.
+
+Every error the API answers — ours, Litestar's 404/405/validation errors, and unexpected
+exceptions (500, without a stack trace) — goes through :func:`problem_handler`. Page routes
+get an HTML error page with the same status instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
+from litestar.response import Template
+
+log = logging.getLogger("cockpit.errors")
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+_DEFAULT_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_failed",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+@dataclass
+class FieldError:
+    path: str
+    code: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "code": self.code, "message": self.message}
+
+
+class ProblemError(Exception):
+    """Raise to answer with a problem document (the product's base API exception)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str | None = None,
+        detail: str | None = None,
+        *,
+        errors: list[FieldError] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.code = code or _DEFAULT_CODES.get(status, "error")
+        self.detail = detail or HTTPStatus(status).phrase
+        self.errors = errors or []
+        self.headers = headers or {}
+        super().__init__(self.detail)
+
+
+@dataclass
+class Problem:
+    status: int
+    code: str
+    detail: str
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": f"https://cockpit.invalid/problems/{self.code}",
+            "title": HTTPStatus(self.status).phrase,
+            "status": self.status,
+            "code": self.code,
+            "detail": self.detail,
+        }
+        if self.errors:
+            out["errors"] = self.errors
+        return out
+
+
+def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    for item in extra:
+        if not isinstance(item, dict):
+            continue
+        key = str(item.get("key") or "")
+        source = item.get("source")
+        path = "/" + key.replace(".", "/") if key else ""
+        if source and source != "body":
+            path = f"{source}:{key}"
+        out.append({"path": path, "code": "invalid", "message": str(item.get("message") or "invalid value")})
+    return out
+
+
+def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
+    if isinstance(exc, ProblemError):
+        return Problem(exc.status, exc.code, exc.detail, [e.as_dict() for e in exc.errors]), exc.headers
+    if isinstance(exc, ValidationException):
+        return Problem(422, "validation_failed", "The request is not valid.", _validation_errors(exc)), {}
+    if isinstance(exc, NotAuthorizedException):
+        return Problem(401, "unauthorized", exc.detail or "Credentials are missing or invalid."), dict(exc.headers or {})
+    if isinstance(exc, PermissionDeniedException):
+        return Problem(403, "forbidden", exc.detail or "Forbidden."), {}
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        detail = exc.detail if exc.detail and status < 500 else HTTPStatus(status).phrase
+        return Problem(status, _DEFAULT_CODES.get(status, "error"), detail), dict(exc.headers or {})
+    return Problem(500, "internal_error", "An unexpected error occurred; it has been logged."), {}
+
+
+def wants_html(request: Request[Any, Any, Any]) -> bool:
+    path = request.url.path
+    if path.startswith("/api/") or path in {"/healthz", "/readyz", "/metrics"} or path.startswith("/schema"):
+        return False
+    return "text/html" in (request.headers.get("accept") or "") or request.headers.get("hx-request") == "true"
+
+
+def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    problem, headers = to_problem(exc)
+    if problem.status >= 500:
+        log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
+    if wants_html(request):
+        return Template(
+            template_name="pages/error.html",
+            context={"problem": problem.body(), "request": request},
+            status_code=problem.status,
+            headers=headers,
+            media_type=MediaType.HTML,
+        )  # type: ignore[return-value]
+    return Response(content=problem.body(), status_code=problem.status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)

@@ -1,0 +1,47 @@
+"""The Procrastinate app owned by the engine, and its tasks.
+
+The engine's own tables are the source of truth; Procrastinate drives the passes (periodic
+tasks, and jobs deferred to wake a worker at once). The app is built without a connection;
+the worker process gives it one with ``replace_connector``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from procrastinate import App, JobContext, PsycopgConnector
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine.db import transaction
+from engine.workers import record_heartbeat
+
+log = logging.getLogger("cockpit.worker")
+
+app = App(connector=PsycopgConnector(), import_paths=["engine.queue"])
+
+
+@dataclass
+class WorkerRuntime:
+    """What a task needs from the worker process that runs it."""
+
+    worker_id: str
+    sessions: async_sessionmaker[AsyncSession]
+    settings: Any
+
+
+def runtime_of(context: JobContext) -> WorkerRuntime:
+    runtime = context.additional_context.get("runtime")
+    if not isinstance(runtime, WorkerRuntime):
+        raise RuntimeError("task run outside a cockpit worker")
+    return runtime
+
+
+@app.periodic(cron="*/5 * * * * *", periodic_id="heartbeat")
+@app.task(name="workers.heartbeat", queue="maintenance", pass_context=True)
+async def heartbeat(context: JobContext, timestamp: int) -> None:
+    """Record that this worker is alive (readiness wants one within 30 s)."""
+    runtime = runtime_of(context)
+    async with transaction(runtime.sessions) as session:
+        await record_heartbeat(session, runtime.worker_id)

@@ -1,0 +1,85 @@
+"""Run the product's own processes for acceptance and browser tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from engine.config import PROJECT_ROOT
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cockpit_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COCKPIT_")}
+    env.update(
+        {
+            "COCKPIT_DATABASE_URL": database_url,
+            "COCKPIT_HOME": str(home),
+            "COCKPIT_SECRET_KEY": "test-secret-key-0123456789abcdef0123456789",
+            "COCKPIT_LOG_LEVEL": "INFO",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def start(args: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    log = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "cockpit.cli", *args],
+        env=dict(env),
+        cwd=PROJECT_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_http(url: str, *, timeout: float = 30.0, status: int = 200) -> float:
+    """Poll until ``url`` answers ``status``; return the seconds it took."""
+    started = time.monotonic()
+    last: object = None
+    while time.monotonic() - started < timeout:
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == status:
+                return time.monotonic() - started
+            last = response.status_code
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer {status} within {timeout}s (last: {last})")
+
+
+def stop(process: subprocess.Popen[bytes], *, timeout: float = 20.0) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def descendants_alive(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
+    except psutil.NoSuchProcess:
+        return []

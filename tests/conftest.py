@@ -1,0 +1,23 @@
+"""The app under test, with a client speaking real HTTP semantics over ASGI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from cockpit.app import create_app
+from engine.config import Settings
+
+
+@pytest.fixture
+def app(settings: Settings, database_url: str) -> Litestar:
+    return create_app(settings, database_url=database_url)
+
+
+@pytest.fixture
+async def client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
