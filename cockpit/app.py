@@ -7,9 +7,9 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.config.compression import CompressionConfig
-from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler

@@ -136,7 +136,8 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         children.append(subprocess.Popen([*base, "serve", "--no-migrate"], env=env, start_new_session=True))
         for _ in range(max(1, args.workers)):
             children.append(subprocess.Popen([*base, "worker", "--no-migrate"], env=env, start_new_session=True))
-        public = f"http://{'localhost' if host in {'127.0.0.1', '0.0.0.0', '::'} else host}:{port}/"
+        shown_host = "localhost" if host in {"127.0.0.1", "0.0.0.0", "::"} else host  # noqa: S104
+        public = f"http://{shown_host}:{port}/"
         print(f"Lifecycle Cockpit is starting at {public}", flush=True)
         for line in messages:
             print(line, flush=True)

