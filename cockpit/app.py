@@ -15,6 +15,8 @@ from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
 from cockpit.api.health import HealthController
+from cockpit.api.users import ServicePrincipalsController, UsersController
+from cockpit.auth import provide_principal, realm_guard
 from cockpit.middleware import request_id_middleware
 from cockpit.pages.home import HomeController
 from cockpit.problems import problem_handler
@@ -25,6 +27,13 @@ from engine.db import make_engine, make_sessionmaker
 from engine.migrate import head_revision
 
 HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
+
+
+# Every JSON API controller of a realm; the authorization matrix test enumerates their routes.
+API_CONTROLLERS: list[type] = [
+    UsersController,
+    ServicePrincipalsController,
+]
 
 
 def create_app(
@@ -65,10 +74,12 @@ def create_app(
         route_handlers=[
             HealthController,
             HomeController,
+            *API_CONTROLLERS,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"], include_in_schema=False),
             *extra_route_handlers,
         ],
-        dependencies={"db_session": Provide(provide_db_session)},
+        dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
+        guards=[realm_guard],
         lifespan=[lifespan],
         middleware=[request_id_middleware],
         exception_handlers={Exception: problem_handler},

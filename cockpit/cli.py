@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from cockpit.admin_cli import AdminError
 from engine.config import ConfigError, Settings, get_settings
 from engine.database import DatabaseUnavailable, libpq_conninfo, redact, resolve_database_url
 from engine.logs import configure_logging
@@ -193,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     db_url = sub.add_parser("db-url", help='print the database URL, for psql "$(cockpit db-url)"')
     db_url.set_defaults(func=cmd_db_url)
 
+    from cockpit.admin_cli import add_admin_commands
+
+    add_admin_commands(sub)
     return parser
 
 
@@ -204,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(settings.log_level, settings.log_format)
         code: int = args.func(settings, args)
         return code
-    except (CliError, ConfigError, DatabaseUnavailable) as exc:
+    except (CliError, ConfigError, DatabaseUnavailable, AdminError) as exc:
         print(f"cockpit: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

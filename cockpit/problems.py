@@ -8,13 +8,17 @@ get an HTML error page with the same status instead.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
-from litestar.response import Template
+from litestar.response import Redirect, Template
+
+from engine.errors import EngineError, TooManyRequests
 
 log = logging.getLogger("cockpit.errors")
 
@@ -86,22 +90,53 @@ class Problem:
         return out
 
 
+_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"unknown field `(?P<name>[^`]+)`")
+
+
+def _pointer(where: str) -> str:
+    """msgspec's ``$.a.b[2]`` as a JSON pointer ``/a/b/2``."""
+    parts = re.findall(r"\.([^.\[]+)|\[(\d+)\]", where)
+    return "".join("/" + (name or index).replace("~", "~0").replace("/", "~1") for name, index in parts)
+
+
 def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     extra = exc.extra if isinstance(exc.extra, list) else []
     for item in extra:
         if not isinstance(item, dict):
             continue
-        key = str(item.get("key") or "")
+        raw = str(item.get("message") or "invalid value")
         source = item.get("source")
-        path = "/" + key.replace(".", "/") if key else ""
+        key = str(item.get("key") or "")
         if source and source != "body":
-            path = f"{source}:{key}"
-        out.append({"path": path, "code": "invalid", "message": str(item.get("message") or "invalid value")})
+            out.append({"path": f"{source}:{key}", "code": "invalid", "message": raw})
+            continue
+        match = _AT.match(raw)
+        message = match.group("message") if match else raw
+        path = _pointer(match.group("where") or "") if match else ""
+        code = "invalid"
+        unknown = _UNKNOWN.search(message)
+        if unknown:
+            path, code, message = f"{path}/{unknown.group('name')}", "unknown_member", "is not a known member"
+        elif message.startswith("Object missing required field"):
+            name = message.split("`")[1] if "`" in message else ""
+            path, code, message = f"{path}/{name}", "required", "is required"
+        elif message.startswith("Expected"):
+            code = "wrong_type"
+        out.append({"path": path, "code": code, "message": message})
+    if not out:
+        out.append({"path": "", "code": "invalid", "message": exc.detail or "The request body is not valid JSON."})
     return out
 
 
 def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
+    if isinstance(exc, EngineError):
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooManyRequests) else {}
+        if exc.status == 401:
+            headers["WWW-Authenticate"] = "Bearer"
+        issues = [{"path": i.path, "code": i.code, "message": i.message} for i in exc.issues]
+        return Problem(exc.status, exc.code, exc.detail, issues), headers
     if isinstance(exc, ProblemError):
         return Problem(exc.status, exc.code, exc.detail, [e.as_dict() for e in exc.errors]), exc.headers
     if isinstance(exc, ValidationException):
@@ -126,11 +161,30 @@ def wants_html(request: Request[Any, Any, Any]) -> bool:
     return "text/html" in (request.headers.get("accept") or "") or request.headers.get("hx-request") == "true"
 
 
+def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirect | None:
+    """Pages send people where they can fix it: sign in, or add a second factor."""
+    slug = request.path_params.get("realm") if request.scope.get("path_params") else None
+    if not slug or not request.url.path.startswith(f"/realms/{slug}/"):
+        return None
+    if problem.status == 401:
+        target = f"/realms/{slug}/sign-in?next={quote(request.url.path)}"
+    elif problem.code == "mfa_required":
+        target = f"/realms/{slug}/mfa?next={quote(request.url.path)}"
+    else:
+        return None
+    if request.headers.get("hx-request") == "true":
+        return Redirect(target, status_code=200, headers={"HX-Redirect": target})
+    return Redirect(target, status_code=303)
+
+
 def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     problem, headers = to_problem(exc)
     if problem.status >= 500:
         log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
     if wants_html(request):
+        redirect = _page_redirect(request, problem)
+        if redirect is not None:
+            return redirect  # type: ignore[return-value]
         return Template(
             template_name="pages/error.html",
             context={"problem": problem.body(), "request": request},

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Request
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine.config import Settings
@@ -32,3 +34,10 @@ async def provide_db_session(state: State) -> AsyncIterator[AsyncSession]:
     ctx = context_of(state)
     async with ctx.sessions() as session, session.begin():
         yield session
+
+
+DbSession = NamedDependency[AsyncSession]
+"""Handler parameter ``db_session: DbSession``: the request's session (one transaction)."""
+
+AnyRequest = Request[Any, Any, Any]
+"""Handler parameter ``request: AnyRequest``."""

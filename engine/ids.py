@@ -31,7 +31,7 @@ PREFIXES = frozenset(
         "obx",
         "aud",
         "ses",
-        "pat",
+        "tok",
         "sil",
     }
 )

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.app import create_app
 from engine.config import Settings
+from tests.factories import RealmHandle, make_realm
 
 
 @pytest.fixture
@@ -21,3 +23,14 @@ def app(settings: Settings, database_url: str) -> Litestar:
 async def client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
+
+
+@pytest.fixture
+async def realm(sessions: async_sessionmaker[AsyncSession]) -> RealmHandle:
+    """A realm with its built-in roles, an administrator and an admin token."""
+    return await make_realm(sessions)
+
+
+@pytest.fixture
+async def other_realm(sessions: async_sessionmaker[AsyncSession]) -> RealmHandle:
+    return await make_realm(sessions)

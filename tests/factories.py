@@ -19,3 +19,128 @@ async def make_worker_heartbeat(session: AsyncSession, *, age_seconds: float = 0
         )
     await session.commit()
     return worker_id
+
+
+# --- Directory ------------------------------------------------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from typing import Any  # noqa: E402
+
+from sqlalchemy.ext.asyncio import async_sessionmaker  # noqa: E402
+
+from engine import identity  # noqa: E402
+from engine.audit import Actor  # noqa: E402
+from engine.ids import new_id  # noqa: E402
+from engine.models import Membership, Organization, Role, RoleAssignment, User  # noqa: E402
+
+
+@dataclass
+class RealmHandle:
+    """A realm made for a test, with its first administrator and an admin token for them."""
+
+    id: str
+    slug: str
+    admin: User
+    admin_token: str
+    sessions: async_sessionmaker[AsyncSession]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return f"/api/v1/realms/{self.slug}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return bearer(self.admin_token)
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(type="user", id=self.admin.id, realm_id=self.id)
+
+    async def user(
+        self,
+        email: str | None = None,
+        *,
+        display_name: str | None = None,
+        password: str | None = None,
+        guest: bool = False,
+    ) -> User:
+        email = email or f"{new_id('usr')[-8:]}@example.com"
+        async with self.sessions() as session, session.begin():
+            return await identity.create_user(
+                session,
+                self.actor,
+                email=email,
+                display_name=display_name or email.split("@")[0],
+                password=password,
+                guest=guest,
+            )
+
+    async def token(self, user: User, audience: str = "admin", expires_in: timedelta | None = None) -> str:
+        async with self.sessions() as session, session.begin():
+            token, _ = await identity.mint_token(
+                session, self.actor, audience=audience, user=user, expires_in=expires_in
+            )
+            return token
+
+    async def role(
+        self, name: str, permissions: list[str], *, boundary: str = "realm", requires_approval: bool = False
+    ) -> Role:
+        async with self.sessions() as session, session.begin():
+            role = Role(
+                id=new_id("rol"),
+                realm_id=self.id,
+                name=name,
+                permissions=permissions,
+                boundary=boundary,
+                requires_approval=requires_approval,
+            )
+            session.add(role)
+            return role
+
+    async def builtin_role(self, name: str) -> Role:
+        async with self.sessions() as session:
+            return await identity.builtin_role(session, self.id, name)
+
+    async def assign(
+        self, user: User, role: Role, *, organization_id: str | None = None, expires_in: timedelta | None = None
+    ) -> RoleAssignment:
+        async with self.sessions() as session, session.begin():
+            assignment = RoleAssignment(
+                id=new_id("ras"),
+                realm_id=self.id,
+                role_id=role.id,
+                user_id=user.id,
+                organization_id=organization_id,
+                expires_at=identity.now() + expires_in if expires_in else None,
+                granted_by=self.admin.id,
+            )
+            session.add(assignment)
+            return assignment
+
+    async def organization(self, name: str | None = None) -> Organization:
+        async with self.sessions() as session, session.begin():
+            org = Organization(id=new_id("org"), realm_id=self.id, name=name or f"Org {new_id('org')[-6:]}")
+            session.add(org)
+            return org
+
+    async def member(self, org: Organization, user: User) -> Membership:
+        async with self.sessions() as session, session.begin():
+            membership = Membership(id=new_id("mem"), realm_id=self.id, organization_id=org.id, user_id=user.id)
+            session.add(membership)
+            return membership
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def make_realm(sessions: async_sessionmaker[AsyncSession], slug: str | None = None) -> RealmHandle:
+    slug = slug or "r" + new_id("rlm")[-10:]
+    async with sessions() as session, session.begin():
+        realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
+        token, _ = await identity.mint_token(
+            session, Actor(type="system", id=None, realm_id=realm.id), audience="admin", user=admin
+        )
+    return RealmHandle(id=realm.id, slug=slug, admin=admin, admin_token=token, sessions=sessions)

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from engine.config import PROJECT_ROOT
+from engine.migrate import head_revision
 from testing.processes import cockpit_env, descendants_alive, free_port, wait_http
 
 
@@ -114,7 +115,7 @@ def test_migrate_is_idempotent_and_db_url_works_with_psql(database_url: str, tmp
     import psycopg
 
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (head_revision(),)
 
 
 @pytest.mark.parametrize("command", [[], ["up"], ["serve"], ["worker"], ["migrate"], ["db-url"]])

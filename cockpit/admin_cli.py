@@ -1,0 +1,135 @@
+"""``cockpit admin …``: non-interactive operator commands for automation and tests.
+
+``token`` and ``sign-in-link`` print only what was asked for on stdout, so scripts can capture it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from engine import identity
+from engine.audit import Actor
+from engine.config import Settings
+from engine.database import resolve_database_url
+from engine.db import make_engine, make_sessionmaker, transaction
+from engine.errors import EngineError
+from engine.models import Realm, ServicePrincipal
+
+
+class AdminError(Exception):
+    pass
+
+
+def public_base_url(settings: Settings) -> str:
+    host = "localhost" if settings.host in {"127.0.0.1", "0.0.0.0", "::"} else settings.host  # noqa: S104
+    return f"http://{host}:{settings.port}"
+
+
+async def _with_db(settings: Settings, work: Any) -> Any:
+    url = resolve_database_url(settings)
+    from engine.migrate import upgrade
+
+    upgrade(url)
+    engine = make_engine(url, pool_size=2)
+    try:
+        async with transaction(make_sessionmaker(engine)) as session:
+            return await work(session)
+    except EngineError as exc:
+        raise AdminError(exc.detail) from exc
+    finally:
+        await engine.dispose()
+
+
+async def _realm(session: Any, slug: str) -> Realm:
+    realm = await identity.realm_by_slug(session, slug)
+    if realm is None:
+        raise AdminError(f"no realm {slug!r}")
+    return realm
+
+
+def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
+    async def work(session: Any) -> tuple[Realm, Any]:
+        return await identity.create_realm(
+            session, args.slug, admin_email=args.admin_email, admin_display_name=args.admin_name
+        )
+
+    realm, admin = asyncio.run(_with_db(settings, work))
+    print(f"realm {realm.slug} ({realm.id}) created; administrator {admin.email} ({admin.id}) holds realm-admin")
+    return 0
+
+
+def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
+    async def work(session: Any) -> str:
+        realm = await _realm(session, args.realm)
+        user = await identity.user_by_email(session, realm.id, args.email)
+        if user is None:
+            raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
+        token = await identity.create_sign_in_link(session, user)
+        return f"{public_base_url(settings)}/realms/{realm.slug}/sign-in/link#{token}"
+
+    print(asyncio.run(_with_db(settings, work)))
+    return 0
+
+
+def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    async def work(session: Any) -> str:
+        realm = await _realm(session, args.realm)
+        actor = Actor(type="system", id=None, realm_id=realm.id)
+        expires = timedelta(days=args.days) if args.days else None
+        if args.email:
+            user = await identity.user_by_email(session, realm.id, args.email)
+            if user is None:
+                raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
+            token, _ = await identity.mint_token(
+                session, actor, audience=args.audience, user=user, name=args.name, expires_in=expires
+            )
+        else:
+            sp = (
+                await session.execute(
+                    select(ServicePrincipal).where(
+                        ServicePrincipal.realm_id == realm.id,
+                        (ServicePrincipal.id == args.service_principal)
+                        | (ServicePrincipal.name == args.service_principal),
+                    )
+                )
+            ).scalar_one_or_none()
+            if sp is None:
+                raise AdminError(f"no service principal {args.service_principal!r} in realm {args.realm!r}")
+            token, _ = await identity.mint_token(
+                session, actor, audience=args.audience, service_principal=sp, name=args.name, expires_in=expires
+            )
+        return token
+
+    print(asyncio.run(_with_db(settings, work)))
+    return 0
+
+
+def add_admin_commands(sub: Any) -> None:
+    admin = sub.add_parser("admin", help="operator commands: realms, sign-in links, API tokens")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True, metavar="ADMIN_COMMAND")
+
+    create = admin_sub.add_parser("create-realm", help="create a realm with its built-in roles and a first admin")
+    create.add_argument("slug", help="the realm's slug, used in paths (e.g. acme)")
+    create.add_argument("--admin-email", required=True, help="email of the first administrator")
+    create.add_argument("--admin-name", default=None, help="display name of the first administrator")
+    create.set_defaults(func=cmd_create_realm)
+
+    link = admin_sub.add_parser("sign-in-link", help="print a one-time sign-in link (15 minutes, counts as MFA)")
+    link.add_argument("--realm", required=True)
+    link.add_argument("--email", required=True)
+    link.set_defaults(func=cmd_sign_in_link)
+
+    token = admin_sub.add_parser("token", help="print a new API bearer token (only the token, on stdout)")
+    token.add_argument("--realm", required=True)
+    who = token.add_mutually_exclusive_group(required=True)
+    who.add_argument("--email", help="the user the token acts as")
+    who.add_argument("--service-principal", help="the service principal (id or name) the token acts as")
+    token.add_argument("--audience", choices=["admin", "account"], required=True)
+    token.add_argument("--name", default="cli", help="a label for the token")
+    token.add_argument("--days", type=int, default=None, help="expire after this many days (default: never)")
+    token.set_defaults(func=cmd_token)

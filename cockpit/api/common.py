@@ -1,0 +1,69 @@
+"""Shared pieces of the JSON API: request bodies, pages, the realm path."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from engine.errors import Issue, ValidationFailed
+from engine.pagination import Page
+
+REALM_BASE = "/api/v1/realms/{realm:str}"
+EMAIL_PATTERN = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
+
+
+class Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base of every request body: unknown members are refused (422 with their path)."""
+
+
+def page_view(page: Page[Any], view: Any) -> dict[str, Any]:
+    return {"items": [view(item) for item in page.items], "next_cursor": page.next_cursor}
+
+
+def check(issues: list[Issue]) -> None:
+    """Raise one 422 with every issue found, or nothing."""
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+
+
+def text_issue(
+    path: str, value: str | None, *, minimum: int = 1, maximum: int = 200, lines: bool = False
+) -> list[Issue]:
+    if value is None:
+        return []
+    stripped = value.strip()
+    if len(stripped) < minimum:
+        return [Issue(path, "too_short", f"must be at least {minimum} character(s)")]
+    if len(value) > maximum:
+        return [Issue(path, "too_long", f"must be at most {maximum} characters")]
+    if not lines and ("\n" in value or "\r" in value):
+        return [Issue(path, "invalid", "must not contain line breaks")]
+    return []
+
+
+def email_issue(path: str, value: str | None) -> list[Issue]:
+    if value is None:
+        return []
+    if len(value) > 254 or not EMAIL_PATTERN.match(value.strip()):
+        return [Issue(path, "invalid_email", "must be an email address")]
+    return []
+
+
+def password_issue(path: str, value: str | None) -> list[Issue]:
+    if value is None:
+        return []
+    if len(value) < 12:
+        return [Issue(path, "too_short", "a password has at least 12 characters")]
+    if len(value) > 200:
+        return [Issue(path, "too_long", "a password has at most 200 characters")]
+    return []
+
+
+def id_issue(path: str, value: str | None, prefix: str) -> list[Issue]:
+    if value is None:
+        return []
+    if not re.fullmatch(rf"{prefix}_[0-9a-z]{{26}}", value):
+        return [Issue(path, "invalid_id", f"must be an id starting with {prefix}_")]
+    return []

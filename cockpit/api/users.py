@@ -1,0 +1,154 @@
+"""Users and service principals (SPEC §5, directory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, get, patch, post
+from litestar.params import FromPath, FromQuery, JSONBody
+
+from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
+from cockpit.auth import CurrentPrincipal, request_id_of
+from cockpit.state import AnyRequest, DbSession
+from engine import directory
+
+
+class CreateUser(Body):
+    email: str
+    display_name: str
+    guest: bool = False
+    password: str | None = None
+
+
+class UpdateUser(Body):
+    display_name: str | None = None
+    guest: bool | None = None
+    password: str | None = None
+
+
+class CreateServicePrincipal(Body):
+    name: str
+    description: str = ""
+
+
+class UsersController(Controller):
+    path = REALM_BASE + "/users"
+    tags = ["directory"]
+
+    @post("/", operation_id="createUser", opt={"permission": "realm.users.write"})
+    async def create(
+        self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        check(
+            email_issue("/email", data.email)
+            + text_issue("/display_name", data.display_name)
+            + password_issue("/password", data.password)
+        )
+        user = await directory.create_user(
+            db_session,
+            principal.actor(request_id_of(request)),
+            email=data.email,
+            display_name=data.display_name.strip(),
+            guest=data.guest,
+            password=data.password,
+        )
+        return directory.user_view(user)
+
+    @get("/", operation_id="listUsers", opt={"permission": "realm.users.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        q: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        guest: FromQuery[bool | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        page = await directory.list_users(
+            db_session, principal.realm.id, q=q, status=status, guest=guest, cursor=cursor, limit=limit
+        )
+        return page_view(page, directory.user_view)
+
+    @get("/{user_id:str}", operation_id="getUser", opt={"permission": "realm.users.read"})
+    async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
+        return directory.user_view(await directory.get_user(db_session, principal.realm.id, user_id))
+
+    @patch("/{user_id:str}", operation_id="updateUser", opt={"permission": "realm.users.write"})
+    async def update(
+        self,
+        request: AnyRequest,
+        user_id: FromPath[str],
+        data: JSONBody[UpdateUser],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        check(text_issue("/display_name", data.display_name) + password_issue("/password", data.password))
+        user = await directory.update_user(
+            db_session,
+            principal.actor(request_id_of(request)),
+            user_id,
+            display_name=data.display_name.strip() if data.display_name else None,
+            guest=data.guest,
+            password=data.password,
+        )
+        return directory.user_view(user)
+
+    @post(
+        "/{user_id:str}/suspend", operation_id="suspendUser", status_code=200, opt={"permission": "realm.users.suspend"}
+    )
+    async def suspend(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        user = await directory.set_user_status(
+            db_session, principal.actor(request_id_of(request)), user_id, "suspended"
+        )
+        return directory.user_view(user)
+
+    @post(
+        "/{user_id:str}/reactivate",
+        operation_id="reactivateUser",
+        status_code=200,
+        opt={"permission": "realm.users.suspend"},
+    )
+    async def reactivate(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        user = await directory.set_user_status(db_session, principal.actor(request_id_of(request)), user_id, "active")
+        return directory.user_view(user)
+
+
+class ServicePrincipalsController(Controller):
+    path = REALM_BASE + "/service-principals"
+    tags = ["directory"]
+
+    @post("/", operation_id="createServicePrincipal", opt={"permission": "realm.users.write"})
+    async def create(
+        self,
+        request: AnyRequest,
+        data: JSONBody[CreateServicePrincipal],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        check(text_issue("/name", data.name) + text_issue("/description", data.description, minimum=0, maximum=500))
+        sp = await directory.create_service_principal(
+            db_session, principal.actor(request_id_of(request)), name=data.name.strip(), description=data.description
+        )
+        return directory.service_principal_view(sp)
+
+    @get("/", operation_id="listServicePrincipals", opt={"permission": "realm.users.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        page = await directory.list_service_principals(db_session, principal.realm.id, cursor=cursor, limit=limit)
+        return page_view(page, directory.service_principal_view)
+
+    @get("/{sp_id:str}", operation_id="getServicePrincipal", opt={"permission": "realm.users.read"})
+    async def get(self, sp_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
+        return directory.service_principal_view(
+            await directory.get_service_principal(db_session, principal.realm.id, sp_id)
+        )

@@ -1,0 +1,192 @@
+"""Who is calling, and may they? One guard for every realm route, API and pages alike.
+
+Each realm route declares in ``opt`` what it needs:
+
+- ``permission``: a catalog permission, checked with the caller's authority; with ``org_param``
+  the permission is checked in the organization named by that path parameter;
+- ``audience``: ``admin`` (default: an MFA session or an admin token) or ``account`` (any
+  credential of a user of the realm: self-service);
+- ``public``: no credential at all (sign-in pages).
+
+Credentials: ``Authorization: Bearer pat_…`` or the ``cockpit_session`` cookie. A credential of
+another realm gets 404, exactly like a realm that does not exist. Unsafe requests made with the
+cookie must carry the session's CSRF token (``X-CSRF-Token`` header or ``_csrf`` form field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency
+from litestar.handlers.base import BaseRouteHandler
+
+from cockpit.state import context_of
+from engine import crypto, identity
+from engine.audit import Actor
+from engine.authz import Authority, load_authority
+from engine.errors import Forbidden, NotFound, Unauthorized
+from engine.models import Realm
+
+SESSION_COOKIE = "cockpit_session"
+PRE_SESSION_COOKIE = "cockpit_pre"
+CSRF_HEADER = "x-csrf-token"
+CSRF_FIELD = "_csrf"
+UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+class MfaRequired(Forbidden):
+    code = "mfa_required"
+
+
+@dataclass
+class Principal:
+    realm: Realm
+    type: str  # user | service_principal
+    id: str
+    display_name: str
+    email: str | None
+    audience: str  # admin | account
+    via: str  # session | token
+    session_id: str | None = None
+    csrf: str | None = None
+    authority: Authority | None = field(default=None, repr=False)
+
+    @property
+    def is_user(self) -> bool:
+        return self.type == "user"
+
+    def actor(self, request_id: str | None = None) -> Actor:
+        return Actor(type=self.type, id=self.id, realm_id=self.realm.id, request_id=request_id)
+
+
+def csrf_for_session(operator_key: str, session_id: str) -> str:
+    return crypto.sign(operator_key, "csrf", session_id)
+
+
+def client_address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    client = connection.client
+    return client.host if client else "unknown"
+
+
+def request_id_of(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    value = connection.scope.get("state", {}).get("request_id")
+    return str(value) if value else None
+
+
+def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    header = connection.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthorized("The Authorization header must be 'Bearer <token>'.")
+    return value.strip()
+
+
+async def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+    """The caller, or None when no credential was presented; :class:`Unauthorized` for a bad one."""
+    ctx = context_of(connection.app)
+    token = _bearer(connection)
+    cookie = None if token else connection.cookies.get(SESSION_COOKIE)
+    if not token and not cookie:
+        return None
+    async with ctx.sessions() as session, session.begin():
+        if token:
+            info = await identity.resolve_token(session, token)
+            if info is None:
+                raise Unauthorized("The token is not valid (unknown, revoked or expired).")
+            realm = await session.get(Realm, info.token.realm_id)
+            assert realm is not None
+            return Principal(
+                realm=realm,
+                type=info.principal_type,
+                id=info.principal_id,
+                display_name=info.display_name,
+                email=info.email,
+                audience=info.token.audience,
+                via="token",
+            )
+        assert cookie is not None
+        live = await identity.resolve_session(session, cookie)
+        if live is None:
+            raise Unauthorized("Your session has ended. Sign in again.")
+        realm = await session.get(Realm, live.session.realm_id)
+        assert realm is not None
+        return Principal(
+            realm=realm,
+            type="user",
+            id=live.user.id,
+            display_name=live.user.display_name,
+            email=live.user.email,
+            audience="admin" if live.session.mfa else "account",
+            via="session",
+            session_id=live.session.id,
+            csrf=csrf_for_session(ctx.settings.secret_key, live.session.id),
+        )
+
+
+async def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> None:
+    if principal.via != "session" or connection.scope.get("method") not in UNSAFE_METHODS:
+        return
+    presented = connection.headers.get(CSRF_HEADER)
+    if not presented:
+        content_type = connection.headers.get("content-type", "")
+        if content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+            request: Request[Any, Any, Any] = Request(connection.scope, connection.receive)
+            form = await request.form()
+            value = form.get(CSRF_FIELD)
+            presented = value if isinstance(value, str) else None
+    if not presented or not principal.csrf or not crypto.constant_time_equal(presented, principal.csrf):
+        raise Forbidden(
+            "The request is missing its CSRF token, or the token does not match this session.", code="csrf_failed"
+        )
+
+
+async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    opt = handler.opt
+    slug = connection.path_params.get("realm")
+    if opt.get("public") or slug is None:
+        # Routes outside a realm (health, start page, static files, schema) carry no realm data.
+        return
+    principal = await authenticate(connection)
+    if principal is None:
+        raise Unauthorized("Sign in or present a bearer token.")
+    if principal.realm.slug != slug:
+        raise NotFound("Not found.")
+    connection.scope.setdefault("state", {})["principal"] = principal
+    audience = opt.get("audience", "admin")
+    if audience == "account":
+        if principal.type != "user":
+            raise Forbidden("Self-service routes are for users of the realm.")
+    elif principal.audience != "admin":
+        if principal.via == "session":
+            raise MfaRequired("This needs a session with a verified second factor.")
+        raise Forbidden("This needs an admin-audience credential.")
+    await _check_csrf(connection, principal)
+    permission = opt.get("permission")
+    if permission:
+        ctx = context_of(connection.app)
+        async with ctx.sessions() as session:
+            authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
+        principal.authority = authority
+        organization_id = connection.path_params.get(opt["org_param"]) if opt.get("org_param") else None
+        if not authority.holds(permission, organization_id):
+            raise Forbidden(f"This needs the permission {permission}.")
+
+
+def principal_of(request: Request[Any, Any, Any]) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):
+        raise Unauthorized("Sign in or present a bearer token.")
+    return principal
+
+
+async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
+    return principal_of(request)
+
+
+CurrentPrincipal = NamedDependency[Principal]
+"""Handler parameter ``principal: CurrentPrincipal``: who is calling (set by the guard)."""

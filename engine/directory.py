@@ -1,0 +1,147 @@
+"""Directory services: users and service principals.
+
+Every change writes its audit event (and, for the SPEC §2 event types, its outbox event) in
+the transaction of the change. The JSON API and the cockpit pages both call these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine import crypto
+from engine.audit import Actor, emit_event, record_audit
+from engine.errors import Conflict, NotFound, invalid
+from engine.identity import create_user, now
+from engine.ids import new_id
+from engine.models import ServicePrincipal, User
+from engine.pagination import Page, keyset_page
+
+__all__ = ["create_user"]
+
+USER_STATUSES = ("active", "suspended")
+
+
+def user_view(user: User) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "email": user.email,
+        "display_name": user.display_name,
+        "status": user.status,
+        "guest": user.guest,
+        "mfa_enrolled": user.totp_enabled_at is not None,
+        "created_at": user.created_at,
+        "updated_at": user.updated_at,
+    }
+
+
+async def get_user(session: AsyncSession, realm_id: str, user_id: str) -> User:
+    user = await session.get(User, user_id)
+    if user is None or user.realm_id != realm_id:
+        raise NotFound("No such user.")
+    return user
+
+
+async def list_users(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    q: str | None = None,
+    status: str | None = None,
+    guest: bool | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[User]:
+    query = select(User).where(User.realm_id == realm_id)
+    if q:
+        pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(or_(User.email.ilike(pattern), User.display_name.ilike(pattern)))  # type: ignore[attr-defined]
+    if status:
+        if status not in USER_STATUSES:
+            raise invalid("query:status", "status is active or suspended")
+        query = query.where(User.status == status)
+    if guest is not None:
+        query = query.where(User.guest == guest)
+    return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
+
+
+async def update_user(
+    session: AsyncSession,
+    actor: Actor,
+    user_id: str,
+    *,
+    display_name: str | None,
+    guest: bool | None,
+    password: str | None,
+) -> User:
+    user = await get_user(session, actor.realm_id, user_id)
+    changed: list[str] = []
+    if display_name is not None and display_name != user.display_name:
+        user.display_name = display_name
+        changed.append("display_name")
+    if guest is not None and guest != user.guest:
+        user.guest = guest
+        changed.append("guest")
+    if password is not None:
+        user.password_hash = crypto.hash_password(password)
+        changed.append("password")
+    if changed:
+        user.updated_at = now()
+        await session.flush()
+        await record_audit(
+            session, actor, "user.updated", subject_type="user", subject_id=user.id, details={"changed": changed}
+        )
+    return user
+
+
+async def set_user_status(session: AsyncSession, actor: Actor, user_id: str, status: str) -> User:
+    """Suspend or reactivate; a suspended user's sessions and tokens stop working at once."""
+    user = await get_user(session, actor.realm_id, user_id)
+    if user.status == status:
+        raise Conflict(f"The user is already {status}.")
+    if status == "suspended" and actor.id == user.id:
+        raise Conflict("You cannot suspend yourself.")
+    user.status = status
+    user.updated_at = now()
+    await session.flush()
+    event = "user.suspended" if status == "suspended" else "user.reactivated"
+    await emit_event(session, actor, event, subject_id=user.id, payload={"user_id": user.id})
+    await record_audit(session, actor, event, subject_type="user", subject_id=user.id)
+    return user
+
+
+def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
+    return {"id": sp.id, "name": sp.name, "description": sp.description, "created_at": sp.created_at}
+
+
+async def create_service_principal(
+    session: AsyncSession, actor: Actor, *, name: str, description: str
+) -> ServicePrincipal:
+    exists = await session.scalar(
+        select(func.count())
+        .select_from(ServicePrincipal)
+        .where(ServicePrincipal.realm_id == actor.realm_id, ServicePrincipal.name == name)
+    )
+    if exists:
+        raise Conflict("A service principal with this name already exists.")
+    sp = ServicePrincipal(id=new_id("spn"), realm_id=actor.realm_id, name=name, description=description)
+    session.add(sp)
+    await session.flush()
+    await record_audit(session, actor, "service_principal.created", subject_type="service_principal", subject_id=sp.id)
+    return sp
+
+
+async def get_service_principal(session: AsyncSession, realm_id: str, sp_id: str) -> ServicePrincipal:
+    sp = await session.get(ServicePrincipal, sp_id)
+    if sp is None or sp.realm_id != realm_id:
+        raise NotFound("No such service principal.")
+    return sp
+
+
+async def list_service_principals(
+    session: AsyncSession, realm_id: str, *, cursor: str | None, limit: int | None
+) -> Page[ServicePrincipal]:
+    query = select(ServicePrincipal).where(ServicePrincipal.realm_id == realm_id)
+    return await keyset_page(session, query, ServicePrincipal.id, cursor=cursor, limit=limit)

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from tests.factories import RealmHandle
+
+
+async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    response = await client.post(
+        realm.api + "/users", json={"email": "new@example.com", "display_name": "New Person"}, headers=realm.headers
+    )
+    assert response.status_code == 201, response.text
+    user = response.json()
+    assert user["id"].startswith("usr_") and user["status"] == "active" and user["email"] == "new@example.com"
+    async with realm.sessions() as session:
+        outbox = (
+            await session.execute(
+                text("SELECT type, subject_id FROM outbox_events WHERE subject_id = :u"), {"u": user["id"]}
+            )
+        ).all()
+        audit = (
+            await session.execute(
+                text("SELECT type, actor_id FROM audit_events WHERE subject_id = :u"), {"u": user["id"]}
+            )
+        ).all()
+    assert outbox == [("user.created", user["id"])]
+    assert audit == [("user.created", realm.admin.id)]
+
+
+async def test_bad_input_lists_every_error_with_its_path_and_changes_nothing(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    response = await client.post(
+        realm.api + "/users", json={"email": "nope", "display_name": " ", "password": "short"}, headers=realm.headers
+    )
+    assert response.status_code == 422
+    body = response.json()
+    assert body["code"] == "validation_failed"
+    assert {e["path"] for e in body["errors"]} == {"/email", "/display_name", "/password"}
+    unknown = await client.post(
+        realm.api + "/users", json={"email": "a@example.com", "display_name": "A", "script": "x"}, headers=realm.headers
+    )
+    assert unknown.status_code == 422
+    assert unknown.json()["errors"][0]["path"] == "/script"
+    missing = await client.post(realm.api + "/users", json={"display_name": "A"}, headers=realm.headers)
+    assert missing.status_code == 422 and missing.json()["errors"][0]["path"] == "/email"
+    async with realm.sessions() as session:
+        count = await session.scalar(text("SELECT count(*) FROM users WHERE realm_id = :r"), {"r": realm.id})
+    assert count == 1  # only the administrator
+
+
+async def test_list_is_keyset_paginated_and_filtered(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    for i in range(5):
+        await realm.user(f"person{i}@example.com", display_name=f"Person {i}")
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": "2"} | ({"cursor": cursor} if cursor else {})
+        page = (await client.get(realm.api + "/users", params=params, headers=realm.headers)).json()
+        seen += [u["email"] for u in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert len(seen) == 6 and len(set(seen)) == 6
+    found = (await client.get(realm.api + "/users", params={"q": "person3"}, headers=realm.headers)).json()
+    assert [u["email"] for u in found["items"]] == ["person3@example.com"]
+    bad = await client.get(realm.api + "/users", params={"limit": "0"}, headers=realm.headers)
+    assert bad.status_code == 422
+
+
+async def test_suspend_and_reactivate_emit_events(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    user = await realm.user("s@example.com")
+    suspended = await client.post(f"{realm.api}/users/{user.id}/suspend", headers=realm.headers)
+    assert suspended.status_code == 200 and suspended.json()["status"] == "suspended"
+    again = await client.post(f"{realm.api}/users/{user.id}/suspend", headers=realm.headers)
+    assert again.status_code == 409 and again.json()["code"] == "conflict"
+    back = await client.post(f"{realm.api}/users/{user.id}/reactivate", headers=realm.headers)
+    assert back.json()["status"] == "active"
+    async with realm.sessions() as session:
+        types = (
+            (
+                await session.execute(
+                    text("SELECT type FROM outbox_events WHERE subject_id = :u ORDER BY id"), {"u": user.id}
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert types == ["user.created", "user.suspended", "user.reactivated"]
+
+
+async def test_another_realms_token_gets_404_and_no_token_401(
+    client: AsyncTestClient[Litestar], realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    assert (await client.get(realm.api + "/users", headers=other_realm.headers)).status_code == 404
+    assert (await client.get("/api/v1/realms/no-such-realm/users", headers=other_realm.headers)).status_code == 404
+    assert (await client.get(realm.api + "/users")).status_code == 401
