@@ -36,6 +36,10 @@ API_CONTROLLERS: list[type] = [
 ]
 
 
+# Every cockpit page controller (``/realms/{realm}/…``), guarded like the API.
+PAGE_CONTROLLERS: list[type] = []
+
+
 def create_app(
     settings: Settings | None = None,
     database_url: str | None = None,
@@ -75,6 +79,7 @@ def create_app(
             HealthController,
             HomeController,
             *API_CONTROLLERS,
+            *PAGE_CONTROLLERS,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"], include_in_schema=False),
             *extra_route_handlers,
         ],

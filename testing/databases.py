@@ -32,9 +32,9 @@ def server_maintenance_url() -> str:
 
 def schema_fingerprint() -> str:
     digest = hashlib.sha256()
-    for folder in ("migrations", "engine"):
-        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
-            digest.update(path.read_bytes())
+    # Only what shapes the schema: the revisions and the models they must match.
+    for path in [*sorted((PROJECT_ROOT / "migrations").rglob("*.py")), PROJECT_ROOT / "engine" / "models.py"]:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -56,9 +56,11 @@ def ensure_template(maintenance_url: str) -> str:
                     sql.Identifier(name)
                 )
             )
-            # Old templates of earlier code versions only take space.
+            # Templates of earlier schema versions only take space; keep a few for suites still running.
             for (old,) in conn.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'cockpit\\_tmpl\\_%%' AND datname <> %s", (name,)
+                "SELECT datname FROM pg_database WHERE datname LIKE 'cockpit\\_tmpl\\_%%' AND datname <> %s "
+                "ORDER BY oid DESC OFFSET 3",
+                (name,),
             ).fetchall():
                 conn.execute(sql.SQL("ALTER DATABASE {} WITH is_template = false").format(sql.Identifier(old)))
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old)))
