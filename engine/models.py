@@ -368,3 +368,7 @@ class SignInFailure(SQLModel, table=True):
     email: str = Field(max_length=254)
     client_address: str = Field(max_length=100)
     occurred_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+# The workflow tables live in their own module; importing it here registers them on the metadata.
+from engine import workflow_models  # noqa: E402, F401

@@ -33,7 +33,10 @@ def server_maintenance_url() -> str:
 def schema_fingerprint() -> str:
     digest = hashlib.sha256()
     # Only what shapes the schema: the revisions and the models they must match.
-    for path in [*sorted((PROJECT_ROOT / "migrations").rglob("*.py")), PROJECT_ROOT / "engine" / "models.py"]:
+    for path in [
+        *sorted((PROJECT_ROOT / "migrations").rglob("*.py")),
+        *sorted((PROJECT_ROOT / "engine").glob("*models.py")),
+    ]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
