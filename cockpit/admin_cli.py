@@ -30,6 +30,11 @@ def public_base_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
+def sign_in_link_url(settings: Settings, realm_slug: str, token: str) -> str:
+    """Where a one-time sign-in link opens: a page with a Continue button that spends it."""
+    return f"{public_base_url(settings)}/realms/{realm_slug}/sign-in/link?token={token}"
+
+
 async def _with_db(settings: Settings, work: Any) -> Any:
     url = resolve_database_url(settings)
     from engine.migrate import upgrade
@@ -70,7 +75,7 @@ def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
         if user is None:
             raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
         token = await identity.create_sign_in_link(session, user)
-        return f"{public_base_url(settings)}/realms/{realm.slug}/sign-in/link#{token}"
+        return sign_in_link_url(settings, realm.slug, token)
 
     print(asyncio.run(_with_db(settings, work)))
     return 0

@@ -14,11 +14,25 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from cockpit.api.audit import AuditEventsController
 from cockpit.api.health import HealthController
+from cockpit.api.organizations import GroupsController, OrganizationsController
+from cockpit.api.roles import PermissionsController, RoleAssignmentsController, RolesController
+from cockpit.api.settings import PolicyController, TemplatesController
+from cockpit.api.tokens import ServicePrincipalTokensController, TokensController
 from cockpit.api.users import ServicePrincipalsController, UsersController
+from cockpit.api.webhooks import WebhooksController
 from cockpit.auth import provide_principal, realm_guard
 from cockpit.middleware import request_id_middleware
-from cockpit.pages.home import HomeController
+from cockpit.pages.audit import AuditPages
+from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.home import HomeController, RealmHomeController
+from cockpit.pages.organizations import OrganizationsPages
+from cockpit.pages.roles import RolesPages
+from cockpit.pages.settings import PolicyPages, TemplatesPages
+from cockpit.pages.tokens import TokensPages
+from cockpit.pages.users import UsersPages
+from cockpit.pages.webhooks import WebhooksPages
 from cockpit.problems import problem_handler
 from cockpit.state import AppContext, provide_db_session
 from engine.config import PROJECT_ROOT, Settings, get_settings
@@ -33,11 +47,34 @@ HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text()
 API_CONTROLLERS: list[type] = [
     UsersController,
     ServicePrincipalsController,
+    PermissionsController,
+    OrganizationsController,
+    GroupsController,
+    RolesController,
+    RoleAssignmentsController,
+    WebhooksController,
+    TemplatesController,
+    PolicyController,
+    AuditEventsController,
+    TokensController,
+    ServicePrincipalTokensController,
 ]
 
 
 # Every cockpit page controller (``/realms/{realm}/…``), guarded like the API.
-PAGE_CONTROLLERS: list[type] = []
+PAGE_CONTROLLERS: list[type] = [
+    SignInPages,
+    MfaPages,
+    RealmHomeController,
+    UsersPages,
+    OrganizationsPages,
+    RolesPages,
+    WebhooksPages,
+    TemplatesPages,
+    PolicyPages,
+    TokensPages,
+    AuditPages,
+]
 
 
 def create_app(

@@ -1,11 +1,57 @@
-"""First start: what `cockpit up` prepares before it runs web and worker."""
+"""First start: what `cockpit up` prepares before it runs web and worker.
+
+On a database without any realm it seeds the demo realm and prints a one-time sign-in link for
+its administrator (15 minutes, counts as MFA). On every later start it prints where the realm is
+and how to get a new link.
+"""
 
 from __future__ import annotations
 
+import asyncio
+
+from sqlalchemy import select
+
+from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
+from engine import identity
 from engine.config import Settings
+from engine.db import make_engine, make_sessionmaker, transaction
+from engine.errors import EngineError
+from engine.models import Realm
+from engine.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
 
 
 def first_start(settings: Settings, database_url: str) -> list[str]:
     """Prepare a fresh installation; return lines to show the operator."""
     settings.secret_key  # noqa: B018  (generated into the home folder on first start)
-    return []
+    try:
+        return asyncio.run(_first_start(settings, database_url))
+    except EngineError as exc:
+        raise AdminError(f"first start failed: {exc.detail}") from exc
+
+
+def new_link_hint(slug: str, email: str) -> str:
+    return f"For a new one-time sign-in link: uv run cockpit admin sign-in-link --realm {slug} --email {email}"
+
+
+async def _first_start(settings: Settings, database_url: str) -> list[str]:
+    base = public_base_url(settings)
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        async with transaction(make_sessionmaker(engine)) as session:
+            if not await identity.first_start_done(session):
+                demo = await seed_demo(session)
+                if demo.created:
+                    token = await identity.create_sign_in_link(session, demo.admin)
+                    return [
+                        f"Demo realm: {base}/realms/{demo.realm.slug}/",
+                        f"Sign in as {demo.admin.email} with this one-time link (valid 15 minutes):",
+                        f"  {sign_in_link_url(settings, demo.realm.slug, token)}",
+                    ]
+            demo_realm = await identity.realm_by_slug(session, DEMO_SLUG)
+            if demo_realm is not None:
+                return [f"Demo realm: {base}/realms/{DEMO_SLUG}/", new_link_hint(DEMO_SLUG, DEMO_ADMIN_EMAIL)]
+            slugs = (await session.execute(select(Realm.slug).order_by(Realm.slug).limit(5))).scalars().all()
+            lines = [f"Realm: {base}/realms/{slug}/" for slug in slugs]
+            return [*lines, new_link_hint(slugs[0] if slugs else "<realm>", "<email>")]
+    finally:
+        await engine.dispose()

@@ -115,6 +115,9 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
         match = _AT.match(raw)
         message = match.group("message") if match else raw
         path = _pointer(match.group("where") or "") if match else ""
+        if not path and key and key != "data":
+            # Litestar moves msgspec's location (``$.a.b[2]``) from the message into ``key``.
+            path = _pointer("." + key)
         code = "invalid"
         unknown = _UNKNOWN.search(message)
         if unknown:
@@ -164,7 +167,8 @@ def wants_html(request: Request[Any, Any, Any]) -> bool:
 def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirect | None:
     """Pages send people where they can fix it: sign in, or add a second factor."""
     slug = request.path_params.get("realm") if request.scope.get("path_params") else None
-    if not slug or not request.url.path.startswith(f"/realms/{slug}/"):
+    path = request.url.path  # without its trailing slash: the realm home is /realms/{slug}
+    if not slug or not (path == f"/realms/{slug}" or path.startswith(f"/realms/{slug}/")):
         return None
     if problem.status == 401:
         target = f"/realms/{slug}/sign-in?next={quote(request.url.path)}"

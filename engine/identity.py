@@ -170,7 +170,14 @@ async def create_user(
 # --- Throttling -----------------------------------------------------------------------------------
 
 
-async def check_throttle(session: AsyncSession, realm_id: str, email: str, client_address: str) -> None:
+async def check_throttle(
+    session: AsyncSession, realm_id: str, email: str, client_address: str, *, unstored_address_failures: int = 0
+) -> None:
+    """Refuse (429) once the account or the client address failed too often in the window.
+
+    ``unstored_address_failures``: failures of this address that have no row (attempts at realms
+    that do not exist, see :class:`UnknownRealmFailures`), counted with the stored ones.
+    """
     since = now() - THROTTLE_WINDOW
     per_account = await session.scalar(
         select(func.count())
@@ -186,7 +193,8 @@ async def check_throttle(session: AsyncSession, realm_id: str, email: str, clien
         .select_from(SignInFailure)
         .where(SignInFailure.client_address == client_address, SignInFailure.occurred_at > since)
     )
-    if (per_account or 0) >= THROTTLE_PER_ACCOUNT or (per_address or 0) >= THROTTLE_PER_ADDRESS:
+    per_address = (per_address or 0) + unstored_address_failures
+    if (per_account or 0) >= THROTTLE_PER_ACCOUNT or per_address >= THROTTLE_PER_ADDRESS:
         raise TooManyRequests(
             "Too many failed sign-ins. Wait a few minutes and try again.",
             retry_after_s=int(THROTTLE_WINDOW.total_seconds()),
@@ -205,14 +213,20 @@ async def clear_failures(session: AsyncSession, realm_id: str, email: str) -> No
 
 
 async def authenticate_password(
-    session: AsyncSession, realm: Realm, email: str, password: str, client_address: str
+    session: AsyncSession,
+    realm: Realm,
+    email: str,
+    password: str,
+    client_address: str,
+    *,
+    unstored_address_failures: int = 0,
 ) -> User:
     """The user whose password this is, or :class:`Unauthorized` (same answer for every reason).
 
     Failures are committed by the caller even when the sign-in fails, so throttling holds.
     """
     email = normalize_email(email)
-    await check_throttle(session, realm.id, email, client_address)
+    await check_throttle(session, realm.id, email, client_address, unstored_address_failures=unstored_address_failures)
     user = await user_by_email(session, realm.id, email)
     ok = crypto.verify_password(user.password_hash if user else None, password)
     if not user or not ok or user.status != "active":
@@ -220,6 +234,78 @@ async def authenticate_password(
         raise Unauthorized("The email or password is not right.")
     await clear_failures(session, realm.id, email)
     return user
+
+
+class UnknownRealmFailures:
+    """Failed sign-ins at realm slugs that do not exist, kept in the memory of one process.
+
+    They have no realm row to belong to, yet an unknown realm must answer exactly like a known
+    one: the same message, the same timing (a dummy password check), and the same 429 after as
+    many attempts per account and per client address. Entries older than the window are dropped.
+    """
+
+    MAX_KEYS = 10_000
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, ...], list[datetime]] = {}
+
+    def _recent(self, key: tuple[str, ...], moment: datetime) -> list[datetime]:
+        since = moment - THROTTLE_WINDOW
+        kept = [at for at in self._events.get(key, []) if at > since]
+        if kept:
+            self._events[key] = kept
+        else:
+            self._events.pop(key, None)
+        return kept
+
+    def per_address(self, client_address: str, moment: datetime | None = None) -> int:
+        return len(self._recent(("address", client_address), moment or now()))
+
+    def per_account(self, slug: str, email: str, moment: datetime | None = None) -> int:
+        return len(self._recent(("account", slug, email.lower()), moment or now()))
+
+    def record(self, slug: str, email: str, client_address: str, moment: datetime | None = None) -> None:
+        moment = moment or now()
+        if len(self._events) >= self.MAX_KEYS:
+            for key in list(self._events):
+                self._recent(key, moment)
+        for key in (("address", client_address), ("account", slug, email.lower())):
+            self._events.setdefault(key, []).append(moment)
+
+
+async def sign_in_with_password(
+    session: AsyncSession,
+    realm_slug: str,
+    email: str,
+    password: str,
+    client_address: str,
+    unknown_realms: UnknownRealmFailures,
+) -> User:
+    """Password sign-in at a realm named by its slug; a realm that does not exist answers like a
+    wrong password (and is throttled like one), so the page never tells whether it exists."""
+    email = normalize_email(email)
+    unstored = unknown_realms.per_address(client_address)
+    realm = await realm_by_slug(session, realm_slug)
+    if realm is not None:
+        return await authenticate_password(
+            session, realm, email, password, client_address, unstored_address_failures=unstored
+        )
+    stored = await session.scalar(
+        select(func.count())
+        .select_from(SignInFailure)
+        .where(SignInFailure.client_address == client_address, SignInFailure.occurred_at > now() - THROTTLE_WINDOW)
+    )
+    if (
+        unknown_realms.per_account(realm_slug, email) >= THROTTLE_PER_ACCOUNT
+        or (stored or 0) + unstored >= THROTTLE_PER_ADDRESS
+    ):
+        raise TooManyRequests(
+            "Too many failed sign-ins. Wait a few minutes and try again.",
+            retry_after_s=int(THROTTLE_WINDOW.total_seconds()),
+        )
+    crypto.verify_password(None, password)  # the time a real check takes
+    unknown_realms.record(realm_slug, email, client_address)
+    raise Unauthorized("The email or password is not right.")
 
 
 # --- TOTP -----------------------------------------------------------------------------------------
@@ -276,6 +362,17 @@ async def check_user_totp(session: AsyncSession, operator_key: str, user: User, 
     user.totp_last_step = step
     await session.flush()
     return True
+
+
+async def verify_second_factor(
+    session: AsyncSession, operator_key: str, user: User, code: str, client_address: str
+) -> None:
+    """Check a TOTP code of an enrolled user, throttled like passwords (wrong codes count as
+    failed sign-ins of the account). :class:`Unauthorized` when the code is wrong or replayed."""
+    await check_throttle(session, user.realm_id, user.email, client_address)
+    if not await check_user_totp(session, operator_key, user, code):
+        await record_failure(session, user.realm_id, user.email, client_address)
+        raise Unauthorized("The code is not right, or it was used already. Wait for the next code and try again.")
 
 
 # --- Browser sessions -----------------------------------------------------------------------------
@@ -343,6 +440,57 @@ async def revoke_session(session: AsyncSession, browser_session_id: str) -> None
     )
 
 
+async def open_session(
+    session: AsyncSession,
+    user: User,
+    *,
+    method: str,
+    mfa: bool,
+    client_address: str | None = None,
+    user_agent: str | None = None,
+    replaces: BrowserSession | None = None,
+    request_id: str | None = None,
+) -> tuple[str, BrowserSession]:
+    """Sign a user in (or upgrade a session to MFA): a new session id, the replaced one revoked,
+    and an audit event. ``method``: password, totp, sign_in_link or mfa_upgrade."""
+    cookie, row = await create_session(
+        session, user, mfa=mfa, client_address=client_address, user_agent=user_agent, replaces=replaces
+    )
+    actor = Actor(type="user", id=user.id, realm_id=user.realm_id, request_id=request_id)
+    await record_audit(
+        session,
+        actor,
+        "user.mfa_verified" if method == "mfa_upgrade" else "user.signed_in",
+        category="authentication",
+        subject_type="user",
+        subject_id=user.id,
+        details={
+            "method": method,
+            "mfa": mfa,
+            "session_id": row.id,
+            "replaced_session_id": replaces.id if replaces is not None else None,
+        },
+    )
+    return cookie, row
+
+
+async def close_session(
+    session: AsyncSession, user_id: str, realm_id: str, browser_session_id: str, request_id: str | None = None
+) -> None:
+    """Sign out: the session stops working at once."""
+    await revoke_session(session, browser_session_id)
+    actor = Actor(type="user", id=user_id, realm_id=realm_id, request_id=request_id)
+    await record_audit(
+        session,
+        actor,
+        "user.signed_out",
+        category="authentication",
+        subject_type="user",
+        subject_id=user_id,
+        details={"session_id": browser_session_id},
+    )
+
+
 # --- One-time sign-in links -----------------------------------------------------------------------
 
 
@@ -367,6 +515,23 @@ async def create_sign_in_link(session: AsyncSession, user: User) -> str:
         subject_id=user.id,
     )
     return token
+
+
+async def sign_in_link_usable(session: AsyncSession, realm: Realm, token: str) -> bool:
+    """Whether the link would work now, without spending it (the page before "Continue")."""
+    found = await session.scalar(
+        select(func.count())
+        .select_from(SignInLink)
+        .join(User, User.id == SignInLink.user_id)
+        .where(
+            SignInLink.token_hash == crypto.token_hash(token),
+            SignInLink.realm_id == realm.id,
+            SignInLink.used_at.is_(None),  # type: ignore[union-attr]
+            SignInLink.expires_at > now(),
+            User.status == "active",
+        )
+    )
+    return bool(found)
 
 
 async def consume_sign_in_link(session: AsyncSession, realm: Realm, token: str) -> User:

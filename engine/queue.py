@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from procrastinate import App, JobContext, PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.db import transaction
+from engine.roles import expire_due_assignments
 from engine.workers import record_heartbeat
 
 log = logging.getLogger("cockpit.worker")
@@ -45,3 +47,14 @@ async def heartbeat(context: JobContext, timestamp: int) -> None:
     runtime = runtime_of(context)
     async with transaction(runtime.sessions) as session:
         await record_heartbeat(session, runtime.worker_id)
+
+
+@app.periodic(cron="*/10 * * * * *", periodic_id="expire_assignments")
+@app.task(name="directory.expire_assignments", queue="maintenance", pass_context=True)
+async def expire_assignments(context: JobContext, timestamp: int) -> None:
+    """Remove role assignments whose time is up (each one audited and announced to the outbox)."""
+    runtime = runtime_of(context)
+    async with transaction(runtime.sessions) as session:
+        count = await expire_due_assignments(session, datetime.now(UTC))
+    if count:
+        log.info("role assignments expired", extra={"count": count})

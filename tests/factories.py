@@ -144,3 +144,55 @@ async def make_realm(sessions: async_sessionmaker[AsyncSession], slug: str | Non
             session, Actor(type="system", id=None, realm_id=realm.id), audience="admin", user=admin
         )
     return RealmHandle(id=realm.id, slug=slug, admin=admin, admin_token=token, sessions=sessions)
+
+
+# --- Browser sign-in ------------------------------------------------------------------------------
+
+import re  # noqa: E402
+
+from engine import crypto  # noqa: E402
+
+TEST_SECRET_KEY = "test-secret-key-0123456789abcdef0123456789"  # the operator key of the test settings
+HTML = {"Accept": "text/html"}
+
+
+async def enrol_totp(realm: RealmHandle, user: User, operator_key: str = TEST_SECRET_KEY) -> str:
+    """Give ``user`` an authenticator app; returns the TOTP secret (compute codes with pyotp)."""
+    secret = identity.new_totp_secret()
+    async with realm.sessions() as session, session.begin():
+        row = await session.get(User, user.id)
+        assert row is not None
+        row.totp_secret_enc = crypto.encrypt(operator_key, identity.TOTP_PURPOSE, secret)
+        row.totp_enabled_at = identity.now()
+    return secret
+
+
+async def sign_in_link(realm: RealmHandle, user: User) -> str:
+    """A one-time sign-in link token for ``user``."""
+    async with realm.sessions() as session, session.begin():
+        return await identity.create_sign_in_link(session, user)
+
+
+@dataclass
+class BrowserLogin:
+    cookie: str
+    session_id: str
+    csrf: str
+
+
+async def browser_session(
+    realm: RealmHandle, user: User, *, mfa: bool = True, operator_key: str = TEST_SECRET_KEY
+) -> BrowserLogin:
+    """A signed-in browser session for ``user`` (put ``cookie`` in ``cockpit_session``)."""
+    async with realm.sessions() as session, session.begin():
+        cookie, row = await identity.create_session(session, user, mfa=mfa)
+    return BrowserLogin(cookie=cookie, session_id=row.id, csrf=crypto.sign(operator_key, "csrf", row.id))
+
+
+def form_value(html: str, name: str) -> str:
+    """The value of the first ``<input name=…>`` of a page (hidden CSRF tokens, link tokens)."""
+    for tag in re.findall(r"<input\b[^>]*>", html):
+        if re.search(rf'\bname="{re.escape(name)}"', tag):
+            found = re.search(r'\bvalue="([^"]*)"', tag)
+            return found.group(1) if found else ""
+    raise AssertionError(f"no input named {name!r} on the page")

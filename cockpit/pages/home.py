@@ -1,4 +1,4 @@
-"""The landing page of the cockpit and its live status widget."""
+"""The landing page of the cockpit, its live status widget, and the home page of each realm."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ from litestar.datastructures import State
 from litestar.response import Template
 
 from cockpit.api.health import readiness
+from cockpit.auth import CurrentPrincipal
+from cockpit.pages.common import page
+from cockpit.state import AnyRequest, DbSession
+from engine.authz import load_authority
+from engine.overview import REALM_COUNTS, latest_audit_events, principal_names, realm_counts
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -31,4 +36,43 @@ class HomeController(Controller):
         ready, checks = await readiness(state)
         return Template(
             template_name="partials/_status.html", context={"ready": ready, "checks": checks, "labels": STATUS_LABELS}
+        )
+
+
+class RealmHomeController(Controller):
+    """A realm at a glance: directory counts, the latest audit events, the service status."""
+
+    path = "/realms/{realm:str}"
+    include_in_schema = False
+
+    @get("/", operation_id="realmHomePage", name="realm-home", opt={"audience": "admin"})
+    async def realm_home(
+        self, request: AnyRequest, state: State, db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        realm = principal.realm
+        authority = principal.authority or await load_authority(db_session, realm.id, principal.type, principal.id)
+        readable = {name for name, (permission, _label) in REALM_COUNTS.items() if authority.holds(permission)}
+        counts = await realm_counts(db_session, realm.id, readable)
+        tiles = [
+            {"name": name, "label": label, "value": counts.get(name), "href": f"/realms/{realm.slug}/{name}"}
+            for name, (_permission, label) in REALM_COUNTS.items()
+        ]
+        events = None
+        names: dict[str, str] = {}
+        if authority.holds("realm.audit.read"):
+            events = await latest_audit_events(db_session, realm.id, 10)
+            names = await principal_names(
+                db_session, realm.id, {e.actor_id or "" for e in events} | {e.subject_id or "" for e in events}
+            )
+        ready, checks = await readiness(state)
+        return page(
+            request,
+            "pages/realm_home.html",
+            nav="home",
+            tiles=tiles,
+            events=events,
+            names=names,
+            ready=ready,
+            checks=checks,
+            labels=STATUS_LABELS,
         )

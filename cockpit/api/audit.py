@@ -1,0 +1,40 @@
+"""The audit log (SPEC §5): newest first, keyset-paginated, filtered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, get
+from litestar.params import FromQuery
+
+from cockpit.api.common import REALM_BASE, page_view
+from cockpit.auth import CurrentPrincipal
+from cockpit.state import DbSession
+from engine import audit_log
+
+
+class AuditEventsController(Controller):
+    path = REALM_BASE + "/audit-events"
+    tags = ["audit"]
+
+    @get("/", operation_id="listAuditEvents", opt={"permission": "realm.audit.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        type: FromQuery[str | None] = None,
+        category: FromQuery[str | None] = None,
+        actor_id: FromQuery[str | None] = None,
+        subject_id: FromQuery[str | None] = None,
+        since: FromQuery[str | None] = None,
+        until: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        """``type`` is exact or a prefix ending with ``*``; ``since`` (inclusive) and ``until``
+        (exclusive) are ISO 8601 timestamps."""
+        filters = audit_log.AuditFilters(
+            type=type, category=category, actor_id=actor_id, subject_id=subject_id, since=since, until=until
+        )
+        page = await audit_log.list_audit_events(db_session, principal.realm.id, filters, cursor=cursor, limit=limit)
+        return page_view(page, audit_log.audit_event_view)

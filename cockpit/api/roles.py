@@ -1,0 +1,201 @@
+"""The permission catalog, roles and role assignments (SPEC §5, directory)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from litestar import Controller, delete, get, patch, post
+from litestar.params import FromPath, FromQuery, JSONBody
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
+from cockpit.auth import CurrentPrincipal, Principal, request_id_of
+from cockpit.state import AnyRequest, DbSession
+from engine import roles
+from engine.authz import Authority, load_authority
+
+
+class CreateRole(Body):
+    name: str
+    permissions: list[str]
+    boundary: str
+    requires_approval: bool = False
+    description: str = ""
+
+
+class UpdateRole(Body):
+    name: str | None = None
+    description: str | None = None
+    permissions: list[str] | None = None
+    requires_approval: bool | None = None
+
+
+class CreateAssignment(Body):
+    role_id: str
+    user_id: str | None = None
+    service_principal_id: str | None = None
+    organization_id: str | None = None
+    expires_at: datetime | None = None
+    approver_id: str | None = None
+
+
+async def authority_of(principal: Principal, db_session: AsyncSession) -> Authority:
+    """The caller's authority: loaded by the guard for permission routes, else loaded now."""
+    if principal.authority is None:
+        principal.authority = await load_authority(db_session, principal.realm.id, principal.type, principal.id)
+    return principal.authority
+
+
+class PermissionsController(Controller):
+    path = REALM_BASE + "/permissions"
+    tags = ["directory"]
+
+    @get("/", operation_id="listPermissions", opt={"permission": "realm.roles.read"})
+    async def list(self) -> dict[str, Any]:
+        return {"items": roles.permission_catalog()}
+
+
+class RolesController(Controller):
+    path = REALM_BASE + "/roles"
+    tags = ["directory"]
+
+    @post("/", operation_id="createRole", opt={"permission": "realm.roles.write"})
+    async def create(
+        self, request: AnyRequest, data: JSONBody[CreateRole], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        role = await roles.create_role(
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            name=data.name,
+            permissions=data.permissions,
+            boundary=data.boundary,
+            requires_approval=data.requires_approval,
+            description=data.description,
+        )
+        return roles.role_view(role)
+
+    @get("/", operation_id="listRoles", opt={"permission": "realm.roles.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        q: FromQuery[str | None] = None,
+        boundary: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        page = await roles.list_roles(
+            db_session, principal.realm.id, q=q, boundary=boundary, cursor=cursor, limit=limit
+        )
+        return page_view(page, roles.role_view)
+
+    @get("/{role_id:str}", operation_id="getRole", opt={"permission": "realm.roles.read"})
+    async def retrieve(
+        self, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        return roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id))
+
+    @patch("/{role_id:str}", operation_id="updateRole", opt={"permission": "realm.roles.write"})
+    async def update(
+        self,
+        request: AnyRequest,
+        role_id: FromPath[str],
+        data: JSONBody[UpdateRole],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        role = await roles.update_role(
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            role_id,
+            name=data.name,
+            description=data.description,
+            permissions=data.permissions,
+            requires_approval=data.requires_approval,
+        )
+        return roles.role_view(role)
+
+    @delete("/{role_id:str}", operation_id="deleteRole", opt={"permission": "realm.roles.write"})
+    async def remove(
+        self, request: AnyRequest, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> None:
+        await roles.delete_role(
+            db_session, principal.actor(request_id_of(request)), await authority_of(principal, db_session), role_id
+        )
+
+
+class RoleAssignmentsController(Controller):
+    path = REALM_BASE + "/role-assignments"
+    tags = ["directory"]
+
+    @post("/", operation_id="createRoleAssignment", opt={"permission": "realm.roles.write"})
+    async def create(
+        self,
+        request: AnyRequest,
+        data: JSONBody[CreateAssignment],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        check(
+            id_issue("/role_id", data.role_id, "rol")
+            + id_issue("/user_id", data.user_id, "usr")
+            + id_issue("/service_principal_id", data.service_principal_id, "spn")
+            + id_issue("/organization_id", data.organization_id, "org")
+            + id_issue("/approver_id", data.approver_id, "usr")
+        )
+        assignment = await roles.create_assignment(
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            role_id=data.role_id,
+            user_id=data.user_id,
+            service_principal_id=data.service_principal_id,
+            organization_id=data.organization_id,
+            expires_at=data.expires_at,
+            approver_id=data.approver_id,
+        )
+        return roles.assignment_view(assignment)
+
+    @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        user_id: FromQuery[str | None] = None,
+        service_principal_id: FromQuery[str | None] = None,
+        role_id: FromQuery[str | None] = None,
+        organization_id: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        page = await roles.list_assignments(
+            db_session,
+            principal.realm.id,
+            user_id=user_id,
+            service_principal_id=service_principal_id,
+            role_id=role_id,
+            organization_id=organization_id,
+            cursor=cursor,
+            limit=limit,
+        )
+        return page_view(page, roles.assignment_view)
+
+    @get("/{assignment_id:str}", operation_id="getRoleAssignment", opt={"permission": "realm.roles.read"})
+    async def retrieve(
+        self, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        return roles.assignment_view(await roles.get_assignment(db_session, principal.realm.id, assignment_id))
+
+    @delete("/{assignment_id:str}", operation_id="revokeRoleAssignment", opt={"permission": "realm.roles.write"})
+    async def revoke(
+        self, request: AnyRequest, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> None:
+        await roles.revoke_assignment(
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            assignment_id,
+        )

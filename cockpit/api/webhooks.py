@@ -1,0 +1,133 @@
+"""Webhook subscriptions (SPEC §5): the secret is in the answer to a create or a rotation only.
+
+``DELETE`` is soft: the subscription's state becomes ``deleted``. ``GET /webhooks/{id}`` still
+shows it (runs and the audit log name it); the list hides deleted subscriptions unless asked
+with ``?state=deleted``; a deleted subscription cannot be changed or rotated (409).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, delete, get, patch, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.auth import CurrentPrincipal, request_id_of
+from cockpit.state import AnyRequest, DbSession, context_of
+from engine import webhooks
+
+
+class CreateWebhook(Body):
+    destination: str
+    allow_private_network: bool = False
+    event_types: list[str] | None = None
+
+
+class UpdateWebhook(Body):
+    state: str | None = None
+    allow_private_network: bool | None = None
+    event_types: list[str] | msgspec.UnsetType | None = msgspec.UNSET
+    destination: str | None = None
+
+
+def _operator_allows_private(request: AnyRequest) -> bool:
+    return context_of(request.app).settings.allow_private_egress
+
+
+class WebhooksController(Controller):
+    path = REALM_BASE + "/webhooks"
+    tags = ["directory"]
+
+    @post("/", operation_id="createWebhook", opt={"permission": "realm.webhooks.write"})
+    async def create(
+        self, request: AnyRequest, data: JSONBody[CreateWebhook], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Subscribe a destination; the answer carries ``secret``, shown this once."""
+        subscription, secret = await webhooks.create_subscription(
+            db_session,
+            principal.actor(request_id_of(request)),
+            context_of(request.app).settings.secret_key,
+            destination=data.destination,
+            allow_private_network=data.allow_private_network,
+            event_types=data.event_types,
+        )
+        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        return view | {"secret": secret}
+
+    @get("/", operation_id="listWebhooks", opt={"permission": "realm.webhooks.read"})
+    async def list(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        """Subscriptions oldest first; deleted ones only with ``?state=deleted``."""
+        page = await webhooks.list_subscriptions(
+            db_session, principal.realm.id, state=state_filter, cursor=cursor, limit=limit
+        )
+        allows = _operator_allows_private(request)
+        return page_view(page, lambda s: webhooks.webhook_view(s, operator_allows_private=allows))
+
+    @get("/{webhook_id:str}", operation_id="getWebhook", opt={"permission": "realm.webhooks.read"})
+    async def get(
+        self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        subscription = await webhooks.get_subscription(db_session, principal.realm.id, webhook_id)
+        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+
+    @patch("/{webhook_id:str}", operation_id="updateWebhook", opt={"permission": "realm.webhooks.write"})
+    async def update(
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        data: JSONBody[UpdateWebhook],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        """Change the state (active, paused, disabled), destination, flag or event types
+        (``event_types: null`` means every event type)."""
+        changes: dict[str, Any] = {}
+        if data.event_types is not msgspec.UNSET:
+            changes["event_types"] = data.event_types
+        subscription = await webhooks.update_subscription(
+            db_session,
+            principal.actor(request_id_of(request)),
+            webhook_id,
+            state=data.state,
+            allow_private_network=data.allow_private_network,
+            destination=data.destination,
+            **changes,
+        )
+        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+
+    @delete("/{webhook_id:str}", operation_id="deleteWebhook", opt={"permission": "realm.webhooks.write"})
+    async def remove(
+        self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> None:
+        """Soft delete (state ``deleted``); deleting again answers 204 and changes nothing."""
+        await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id)
+
+    @post(
+        "/{webhook_id:str}/rotate-secret",
+        operation_id="rotateWebhookSecret",
+        status_code=200,
+        opt={"permission": "realm.webhooks.write"},
+    )
+    async def rotate(
+        self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """A new secret, shown this once; the previous one still signs until
+        ``previous_secret_expires_at`` (24 h)."""
+        subscription, secret = await webhooks.rotate_secret(
+            db_session,
+            principal.actor(request_id_of(request)),
+            context_of(request.app).settings.secret_key,
+            webhook_id,
+        )
+        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        return view | {"secret": secret}

@@ -1,0 +1,206 @@
+"""Users pages: find and create people, see what they hold, suspend and reactivate them.
+
+The list filters as you type (htmx asks for the table alone, ``HX-Target: users-table``); the
+status box on a user's page posts with htmx and swaps itself. Without JavaScript both are plain
+GET and POST forms. Permissions are those of the API: ``realm.users.read|write|suspend``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, Response, get, post
+from litestar.params import FromPath, FromQuery, URLEncodedBody
+from litestar.response import Redirect, Template
+
+from cockpit.api.common import check, email_issue, password_issue, text_issue
+from cockpit.auth import CurrentPrincipal, Principal, request_id_of
+from cockpit.pages.common import form_errors, page
+from cockpit.state import AnyRequest, DbSession
+from engine import directory, overview
+from engine.errors import EngineError
+from engine.models import User
+
+TABLE_ID = "users-table"
+STATUS_ID = "user-status"
+
+
+class CreateUserForm(msgspec.Struct):
+    email: str = ""
+    display_name: str = ""
+    guest: str = ""
+    password: str = ""
+
+
+def targets(request: AnyRequest, element_id: str) -> bool:
+    """An htmx request for one component (not a boosted page load)."""
+    return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == element_id
+
+
+def may(principal: Principal, permission: str) -> bool:
+    return principal.authority is not None and principal.authority.holds(permission)
+
+
+class UsersPages(Controller):
+    path = "/realms/{realm:str}/users"
+    include_in_schema = False
+
+    async def _list(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        *,
+        q: str | None,
+        status: str | None,
+        cursor: str | None,
+        status_code: int = 200,
+        form: dict[str, Any] | None = None,
+        **context: Any,
+    ) -> Template:
+        q = (q or "").strip()[:200]
+        status = status or None
+        try:
+            users_page = await directory.list_users(db_session, principal.realm.id, q=q, status=status, cursor=cursor)
+            items, next_cursor, list_error = users_page.items, users_page.next_cursor, None
+        except EngineError as exc:
+            items, next_cursor, list_error = [], None, exc.detail + " " + "; ".join(i.message for i in exc.issues)
+            status_code = max(status_code, exc.status)
+        template = "pages/users/_table.html" if targets(request, TABLE_ID) else "pages/users/list.html"
+        return page(
+            request,
+            template,
+            nav="users",
+            status_code=status_code,
+            users=items,
+            next_cursor=next_cursor,
+            q=q,
+            status=status or "",
+            list_error=list_error,
+            can_create=may(principal, "realm.users.write"),
+            form=form or {"email": "", "display_name": "", "guest": False},
+            **context,
+        )
+
+    @get("/", operation_id="usersPage", opt={"permission": "realm.users.read"})
+    async def list_page(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        q: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        return await self._list(request, db_session, principal, q=q, status=status, cursor=cursor)
+
+    @post("/", operation_id="usersPageCreate", opt={"permission": "realm.users.write"}, status_code=303)
+    async def create(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[CreateUserForm],
+    ) -> Response[Any]:
+        password = data.password or None
+        form = {"email": data.email, "display_name": data.display_name, "guest": bool(data.guest)}
+        try:
+            check(
+                email_issue("/email", data.email)
+                + text_issue("/display_name", data.display_name)
+                + password_issue("/password", password)
+            )
+            user = await directory.create_user(
+                db_session,
+                principal.actor(request_id_of(request)),
+                email=data.email.strip(),
+                display_name=data.display_name.strip(),
+                guest=bool(data.guest),
+                password=password,
+            )
+        except EngineError as exc:
+            return await self._list(
+                request,
+                db_session,
+                principal,
+                q=None,
+                status=None,
+                cursor=None,
+                status_code=exc.status,
+                form=form,
+                **(form_errors(exc) | ({"error": "Check the fields marked below."} if exc.issues else {})),
+            )
+        return Redirect(f"/realms/{principal.realm.slug}/users/{user.id}?created=1", status_code=303)
+
+    async def _detail(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        user: User,
+        *,
+        status_code: int = 200,
+        **context: Any,
+    ) -> Template:
+        if targets(request, STATUS_ID):
+            return page(
+                request,
+                "pages/users/_status.html",
+                nav="users",
+                status_code=status_code,
+                user=user,
+                can_suspend=may(principal, "realm.users.suspend"),
+                **context,
+            )
+        realm_id = principal.realm.id
+        assignments = await overview.user_assignments(db_session, realm_id, user.id)
+        names = await overview.principal_names(
+            db_session, realm_id, {a.granted_by or "" for a in assignments} | {a.approver_id or "" for a in assignments}
+        )
+        return page(
+            request,
+            "pages/users/detail.html",
+            nav="users",
+            status_code=status_code,
+            user=user,
+            memberships=await overview.user_memberships(db_session, realm_id, user.id),
+            groups=await overview.user_groups(db_session, realm_id, user.id),
+            assignments=assignments,
+            names=names,
+            can_suspend=may(principal, "realm.users.suspend"),
+            created=request.query_params.get("created") == "1",
+            **context,
+        )
+
+    @get("/{user_id:str}", operation_id="userPage", opt={"permission": "realm.users.read"})
+    async def detail(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        return await self._detail(request, db_session, principal, user)
+
+    async def _set_status(
+        self, request: AnyRequest, user_id: str, db_session: DbSession, principal: Principal, status: str
+    ) -> Response[Any]:
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        try:
+            user = await directory.set_user_status(db_session, principal.actor(request_id_of(request)), user_id, status)
+        except EngineError as exc:
+            return await self._detail(request, db_session, principal, user, status_code=exc.status, error=exc.detail)
+        if targets(request, STATUS_ID):
+            done = "Suspended: their sessions and tokens stopped working." if status == "suspended" else "Reactivated."
+            return await self._detail(request, db_session, principal, user, flash=done)
+        return Redirect(f"/realms/{principal.realm.slug}/users/{user.id}", status_code=303)
+
+    @post("/{user_id:str}/suspend", operation_id="userPageSuspend", opt={"permission": "realm.users.suspend"})
+    async def suspend(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Response[Any]:
+        return await self._set_status(request, user_id, db_session, principal, "suspended")
+
+    @post("/{user_id:str}/reactivate", operation_id="userPageReactivate", opt={"permission": "realm.users.suspend"})
+    async def reactivate(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Response[Any]:
+        return await self._set_status(request, user_id, db_session, principal, "active")

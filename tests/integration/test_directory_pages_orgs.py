@@ -1,0 +1,291 @@
+"""Organization, group and role pages, driven like a browser would (session cookie + CSRF field)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine.models import User
+from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+
+HTMX = HTML | {"HX-Request": "true"}
+
+
+async def sign_in(client: AsyncTestClient[Litestar], realm: RealmHandle, user: User) -> BrowserLogin:
+    login = await browser_session(realm, user, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie)
+    return login
+
+
+async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    async with realm.sessions() as session:
+        return [tuple(row) for row in (await session.execute(text(sql), params)).all()]
+
+
+async def test_organizations_list_search_and_create(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/organizations"
+    await realm.organization("Alpha Works")
+    await realm.organization("Beta Labs")
+    listed = await client.get(base, headers=HTML)
+    assert listed.status_code == 200
+    assert "Alpha Works" in listed.text and "Beta Labs" in listed.text and 'name="_csrf"' in listed.text
+    found = await client.get(
+        base, params={"q": "beta"}, headers=HTML | {"HX-Request": "true", "HX-Target": "orgs-table"}
+    )
+    assert found.status_code == 200 and "Beta Labs" in found.text and "Alpha Works" not in found.text
+    assert "<html" not in found.text  # the table alone
+
+    created = await client.post(base, data={"_csrf": login.csrf, "name": "Gamma"}, headers=HTML, follow_redirects=False)
+    assert created.status_code == 303
+    page = await client.get(created.headers["location"], headers=HTML)
+    assert page.status_code == 200 and "Gamma" in page.text and "Organization created." in page.text
+
+    duplicate = await client.post(base, data={"_csrf": login.csrf, "name": "Gamma"}, headers=HTML)
+    assert duplicate.status_code == 409 and "already exists" in duplicate.text
+    blank = await client.post(base, data={"_csrf": login.csrf, "name": " "}, headers=HTML)
+    assert blank.status_code == 422 and 'class="field-error"' in blank.text
+
+    forged = await client.post(base, data={"name": "Forged"}, headers=HTML)
+    assert forged.status_code == 403
+    assert await fetch(realm, "SELECT name FROM organizations WHERE name = 'Forged'") == []
+
+
+async def test_organization_page_adds_and_removes_members(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("Sales")
+    user = await realm.user("seller@example.com", display_name="Sam Seller")
+    base = f"/realms/{realm.slug}/organizations/{org.id}"
+    page = await client.get(base, headers=HTML)
+    assert page.status_code == 200 and "No members yet." in page.text and "seller@example.com" in page.text  # picker
+
+    added = await client.post(
+        base + "/members",
+        data={"_csrf": login.csrf, "email": "seller@example.com"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert added.status_code == 303
+    page = await client.get(base, headers=HTML)
+    assert "Sam Seller" in page.text
+    outbox = await fetch(realm, "SELECT type, subject_id FROM outbox_events WHERE organization_id = :o", o=org.id)
+    assert outbox == [("organization.membership.added", user.id)]
+
+    unknown = await client.post(
+        base + "/members",
+        data={"_csrf": login.csrf, "email": "nobody@example.com"},
+        headers=HTMX | {"HX-Target": "org-members"},
+    )
+    assert unknown.status_code == 422 and "No user with the email nobody@example.com" in unknown.text
+    assert 'id="org-members"' in unknown.text and "<html" not in unknown.text
+    again = await client.post(
+        base + "/members",
+        data={"_csrf": login.csrf, "email": "seller@example.com"},
+        headers=HTMX | {"HX-Target": "org-members"},
+    )
+    assert again.status_code == 409 and "already a member" in again.text
+
+    no_csrf = await client.post(f"{base}/members/{user.id}/remove", headers=HTML)
+    assert no_csrf.status_code == 403
+    removed = await client.post(
+        f"{base}/members/{user.id}/remove", data={"_csrf": login.csrf}, headers=HTMX | {"HX-Target": "org-members"}
+    )
+    assert removed.status_code == 200 and "Member removed." in removed.text and "No members yet." in removed.text
+    assert await fetch(realm, "SELECT id FROM memberships WHERE organization_id = :o", o=org.id) == []
+
+
+async def test_groups_are_created_joined_and_show_inherited_roles(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("Ops")
+    role = await realm.role("ops-members", ["org.members.write"], boundary="organization")
+    member = await realm.user("op@example.com", display_name="Olive Op")
+    await realm.member(org, member)
+    base = f"/realms/{realm.slug}/organizations/{org.id}"
+
+    parent = await client.post(
+        base + "/groups",
+        data={"_csrf": login.csrf, "name": "Engineering", "role_ids": [role.id]},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert parent.status_code == 303
+    parent_id = parent.headers["location"].split("/groups/")[1].split("?")[0]
+    child = await client.post(
+        base + "/groups",
+        data={"_csrf": login.csrf, "name": "Platform", "parent_id": parent_id},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    child_page = await client.get(child.headers["location"], headers=HTML)
+    assert child_page.status_code == 200 and "Group created." in child_page.text
+    assert "ops-members" in child_page.text and "inherited from" in child_page.text
+    assert "Engineering" in child_page.text and "op@example.com" in child_page.text  # the add picker
+
+    child_url = child.headers["location"].split("?")[0]
+    joined = await client.post(
+        child_url + "/members",
+        data={"_csrf": login.csrf, "user_id": member.id},
+        headers=HTMX | {"HX-Target": "group-members"},
+    )
+    assert joined.status_code == 200 and "Olive Op" in joined.text and "Member added." in joined.text
+    org_page = await client.get(base, headers=HTML)
+    assert "Platform" in org_page.text and "Engineering" in org_page.text
+
+    cycle = await client.post(
+        f"{base}/groups/{parent_id}",
+        data={
+            "_csrf": login.csrf,
+            "name": "Engineering",
+            "parent_id": child_url.rsplit("/", 1)[1],
+            "role_ids": [role.id],
+        },
+        headers=HTML,
+    )
+    assert cycle.status_code == 422 and "descendants" in cycle.text
+    assert await fetch(realm, "SELECT parent_id FROM groups WHERE id = :g", g=parent_id) == [(None,)]
+
+    left = await client.post(
+        f"{child_url}/members/{member.id}/remove", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert left.status_code == 303
+    assert await fetch(realm, "SELECT user_id FROM group_members") == []
+
+
+async def test_roles_page_creates_a_role_with_checked_permissions(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/roles"
+    listed = await client.get(base, headers=HTML)
+    assert listed.status_code == 200
+    assert "realm-admin" in listed.text and "built-in" in listed.text
+    assert 'value="realm.workflows.publish"' in listed.text  # a checkbox per catalog permission
+
+    created = await client.post(
+        base,
+        data={
+            "_csrf": login.csrf,
+            "name": "auditors-plus",
+            "boundary": "realm",
+            "requires_approval": "on",
+            "permissions": ["realm.audit.read", "realm.users.read"],
+        },
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert created.status_code == 303
+    page = await client.get(created.headers["location"], headers=HTML)
+    assert "auditors-plus" in page.text and "requires approval" in page.text and "Role created." in page.text
+    rows = await fetch(realm, "SELECT permissions, requires_approval FROM roles WHERE name = 'auditors-plus'")
+    assert rows == [(["realm.audit.read", "realm.users.read"], True)]
+
+    none_ticked = await client.post(
+        base, data={"_csrf": login.csrf, "name": "empty", "boundary": "realm"}, headers=HTML
+    )
+    assert none_ticked.status_code == 422 and "at least one permission" in none_ticked.text
+    assert (
+        await client.post(base, data={"name": "x", "permissions": ["realm.audit.read"]}, headers=HTML)
+    ).status_code == 403
+
+
+async def test_role_page_assigns_and_revokes_with_the_engines_rules(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("North")
+    role = await realm.role("north-lead", ["org.members.write"], boundary="organization", requires_approval=True)
+    subject = await realm.user("lead@example.com")
+    approver = await realm.user("boss@example.com")
+    await realm.assign(approver, await realm.builtin_role("realm-admin"))
+    base = f"/realms/{realm.slug}/roles/{role.id}"
+    page = await client.get(base, headers=HTML)
+    assert page.status_code == 200 and "Nobody holds this role directly." in page.text and "North" in page.text
+    target = HTMX | {"HX-Target": "role-assignments"}
+
+    no_approver = await client.post(
+        base + "/assignments",
+        data={"_csrf": login.csrf, "user_email": "lead@example.com", "organization_id": org.id},
+        headers=target,
+    )
+    assert no_approver.status_code == 422 and "independent approver" in no_approver.text
+    self_approved = await client.post(
+        base + "/assignments",
+        data={
+            "_csrf": login.csrf,
+            "user_email": "lead@example.com",
+            "organization_id": org.id,
+            "approver_email": realm.admin.email,
+        },
+        headers=target,
+    )
+    assert self_approved.status_code == 403 and "someone other than the granter" in self_approved.text
+    bad_time = await client.post(
+        base + "/assignments",
+        data={
+            "_csrf": login.csrf,
+            "user_email": "lead@example.com",
+            "organization_id": org.id,
+            "expires_at": "soon",
+            "approver_email": "boss@example.com",
+        },
+        headers=target,
+    )
+    assert bad_time.status_code == 422 and 'class="field-error"' in bad_time.text
+    assigned = await client.post(
+        base + "/assignments",
+        data={
+            "_csrf": login.csrf,
+            "user_email": "lead@example.com",
+            "organization_id": org.id,
+            "expires_at": "2099-01-31T17:00",
+            "approver_email": "boss@example.com",
+        },
+        headers=target,
+    )
+    assert assigned.status_code == 200 and "Role assigned." in assigned.text and "lead@example.com" in assigned.text
+    rows = await fetch(
+        realm,
+        "SELECT id, user_id, organization_id, approver_id, expires_at FROM role_assignments WHERE role_id = :r",
+        r=role.id,
+    )
+    assert len(rows) == 1 and rows[0][1:4] == (subject.id, org.id, approver.id)
+    assert rows[0][4].year == 2099 and rows[0][4].hour == 17
+
+    assert (await client.post(f"{base}/assignments/{rows[0][0]}/revoke", headers=HTML)).status_code == 403
+    revoked = await client.post(
+        f"{base}/assignments/{rows[0][0]}/revoke", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert revoked.status_code == 303
+    assert await fetch(realm, "SELECT id FROM role_assignments WHERE role_id = :r", r=role.id) == []
+    audit = await fetch(
+        realm,
+        "SELECT type FROM audit_events WHERE category = 'authorization' AND subject_id = :u ORDER BY id",
+        u=subject.id,
+    )
+    assert audit == [("role.assigned",), ("role.revoked",)]
+
+
+async def test_pages_need_the_same_permissions_as_the_api(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    reader = await realm.user("reader@example.com")
+    await realm.assign(reader, await realm.role("org-reader", ["realm.organizations.read"]))
+    login = await sign_in(client, realm, reader)
+    org = await realm.organization("Visible")
+    page = await client.get(f"/realms/{realm.slug}/organizations/{org.id}", headers=HTML)
+    assert page.status_code == 200 and "Visible" in page.text
+    assert "Add member" not in page.text and "New group" not in page.text  # no write forms without the permission
+    refused = await client.post(
+        f"/realms/{realm.slug}/organizations/{org.id}/members",
+        data={"_csrf": login.csrf, "email": "reader@example.com"},
+        headers=HTML,
+    )
+    assert refused.status_code == 403
+    assert (await client.get(f"/realms/{realm.slug}/roles", headers=HTML)).status_code == 403

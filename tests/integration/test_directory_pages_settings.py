@@ -1,0 +1,251 @@
+"""Webhooks, templates, policy, tokens and audit pages, driven like a browser would (cookie + CSRF)."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine import crypto
+from engine.models import User
+from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
+
+
+async def _sign_in(
+    client: AsyncTestClient[Litestar], realm: RealmHandle, user: User, *, mfa: bool = True
+) -> BrowserLogin:
+    login = await browser_session(realm, user, mfa=mfa)
+    client.cookies.set("cockpit_session", login.cookie)
+    return login
+
+
+def _secret_box(page: str, element_id: str) -> str:
+    found = re.search(rf'id="{element_id}">([^<]+)<', page)
+    assert found, f"no #{element_id} on the page"
+    return html.unescape(found.group(1)).strip()
+
+
+async def test_webhooks_page_creates_shows_the_secret_once_and_acts_on_rows(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/webhooks"
+    empty = await client.get(base, headers=HTML)
+    assert empty.status_code == 200 and "No webhook subscriptions yet." in empty.text
+    assert 'aria-current="page"' in empty.text and 'href="/realms/' in empty.text
+
+    created = await client.post(
+        base,
+        data={
+            "_csrf": login.csrf,
+            "destination": "https://hooks.example.com/in",
+            "event_types": ["user.created", "user.suspended"],
+        },
+        headers=HTML,
+    )
+    assert created.status_code == 200, created.text
+    secret = _secret_box(created.text, "webhook-secret")
+    assert secret.startswith("whsec_") and "Copy it now" in created.text
+    async with realm.sessions() as session:
+        row = (await session.execute(text("SELECT id, secret_enc, event_types FROM webhook_subscriptions"))).one()
+    assert crypto.decrypt("test-secret-key-0123456789abcdef0123456789", "webhook-secret", row.secret_enc) == secret
+    assert row.event_types == ["user.created", "user.suspended"]
+
+    listed = await client.get(base, headers=HTML)
+    assert "hooks.example.com/in" in listed.text and secret not in listed.text
+    assert '<span class="badge active">active</span>' in listed.text
+
+    # Row actions through htmx: only the component comes back.
+    paused = await client.post(
+        f"{base}/{row.id}/pause",
+        data={"_csrf": login.csrf},
+        headers=HTML | {"HX-Request": "true", "HX-Target": "webhooks"},
+    )
+    assert paused.status_code == 200 and paused.text.lstrip().startswith('<div id="webhooks">')
+    assert '<span class="badge paused">paused</span>' in paused.text
+    rotated = await client.post(f"{base}/{row.id}/rotate-secret", data={"_csrf": login.csrf}, headers=HTML)
+    new_secret = _secret_box(rotated.text, "webhook-secret")
+    assert new_secret != secret and "previous secret keeps signing" in rotated.text
+    deleted = await client.post(f"{base}/{row.id}/delete", data={"_csrf": login.csrf}, headers=HTML)
+    assert deleted.status_code == 200 and "Subscription deleted" in deleted.text
+    assert (await client.get(base, params={"state": "deleted"}, headers=HTML)).text.count('class="badge deleted"') == 1
+
+
+async def test_webhook_form_errors_are_shown_beside_the_field(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    response = await client.post(
+        f"/realms/{realm.slug}/webhooks", data={"_csrf": login.csrf, "destination": "http://127.0.0.1/"}, headers=HTML
+    )
+    assert response.status_code == 422
+    assert 'class="field-error"' in response.text and "allow_private_network" in response.text
+    assert 'value="http://127.0.0.1/"' in response.text
+
+
+async def test_forms_without_the_csrf_field_are_refused(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    await _sign_in(client, realm, realm.admin)
+    for url, data in [
+        (f"/realms/{realm.slug}/webhooks", {"destination": "https://x.example.com/"}),
+        (f"/realms/{realm.slug}/templates", {"subject": "s", "body": "b"}),
+        (f"/realms/{realm.slug}/policy", {"workflow_publish_approval": "on"}),
+        (f"/realms/{realm.slug}/tokens", {"name": "n", "audience": "account"}),
+    ]:
+        response = await client.post(url, data=data, headers=HTML)
+        assert response.status_code == 403, url
+        wrong = await client.post(url, data=data | {"_csrf": "not-the-token"}, headers=HTML)
+        assert wrong.status_code == 403, url
+    async with realm.sessions() as session:
+        changes = await session.scalar(
+            text(
+                "SELECT count(*) FROM audit_events"
+                " WHERE type IN ('webhook.created', 'template.updated', 'policy.updated')"
+            )
+        )
+    assert changes == 0
+
+
+async def test_template_page_saves_and_previews(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/templates"
+    shown = await client.get(base, headers=HTML)
+    assert shown.status_code == 200 and "server default" in shown.text and 'id="template-preview"' in shown.text
+
+    preview = await client.post(
+        base + "/preview",
+        data={"subject": "Hello from {{realm}}", "body": "{{notice}} <b>now</b>"},
+        headers=HTML | {"HX-Request": "true", "X-CSRF-Token": login.csrf},
+    )
+    assert preview.status_code == 200 and preview.text.lstrip().startswith(
+        '<section class="card" id="template-preview"'
+    )
+    assert f"Hello from {realm.slug}" in preview.text and "Welcome! Your account is ready to use." in preview.text
+    bad_preview = await client.post(
+        base + "/preview", data={"subject": "x", "body": "{{ user }}"}, headers=HTML | {"X-CSRF-Token": login.csrf}
+    )
+    assert "cannot be rendered" in bad_preview.text and "{{user}} is not allowed" in html.unescape(bad_preview.text)
+
+    invalid = await client.post(base, data={"_csrf": login.csrf, "subject": "Hi", "body": "{% if x %}"}, headers=HTML)
+    assert invalid.status_code == 422 and 'class="field-error"' in invalid.text
+    saved = await client.post(
+        base,
+        data={"_csrf": login.csrf, "subject": "[{{realm}}] {{notice}}", "body": "{{notice}}\r\n-- {{workflow}}"},
+        headers=HTML,
+    )
+    assert saved.status_code == 200 and "Template saved" in saved.text and "customized" in saved.text
+    api = (await client.get(realm.api + "/templates/workflow_notice", headers=bearer(realm.admin_token))).json()
+    assert api["subject"] == "[{{realm}}] {{notice}}" and api["body"] == "{{notice}}\n-- {{workflow}}"
+
+
+async def test_policy_page_toggles_the_extension(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/policy"
+    shown = await client.get(base, headers=HTML)
+    assert 'id="approval-state">off<' in shown.text and "created from now on" in shown.text
+    on = await client.post(base, data={"_csrf": login.csrf, "workflow_publish_approval": "on"}, headers=HTML)
+    assert on.status_code == 200 and 'id="approval-state">on<' in on.text and "Policy saved." in on.text
+    off = await client.post(base, data={"_csrf": login.csrf}, headers=HTML)
+    assert 'id="approval-state">off<' in off.text
+    async with realm.sessions() as session:
+        count = await session.scalar(text("SELECT count(*) FROM audit_events WHERE type = 'policy.updated'"))
+    assert count == 2
+
+
+async def test_tokens_page_mints_once_and_revokes(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    member = await realm.user("member@example.com")
+    login = await _sign_in(client, realm, member, mfa=False)
+    base = f"/realms/{realm.slug}/tokens"
+    shown = await client.get(base, headers=HTML)
+    assert shown.status_code == 200 and "You have no API tokens." in shown.text
+    assert 'value="admin"' not in shown.text and "second factor" in shown.text
+
+    minted = await client.post(
+        base, data={"_csrf": login.csrf, "name": "laptop", "audience": "account", "expires_in_days": "7"}, headers=HTML
+    )
+    assert minted.status_code == 200, minted.text
+    token = _secret_box(minted.text, "minted-token")
+    assert token.startswith("pat_")
+    assert (await client.get(realm.api + "/tokens", headers=bearer(token))).status_code == 200
+    again = await client.get(base, headers=HTML)
+    assert "laptop" in again.text and token not in again.text
+
+    refused = await client.post(base, data={"_csrf": login.csrf, "name": "x", "audience": "admin"}, headers=HTML)
+    assert refused.status_code == 403 and "second factor" in refused.text
+
+    async with realm.sessions() as session:
+        token_id = await session.scalar(
+            text("SELECT id FROM api_tokens WHERE token_hash = :h"), {"h": crypto.token_hash(token)}
+        )
+    revoked = await client.post(f"{base}/{token_id}/revoke", data={"_csrf": login.csrf}, headers=HTML)
+    assert revoked.status_code == 200 and "Token revoked." in revoked.text
+    client.cookies.clear()
+    assert (await client.get(realm.api + "/tokens", headers=bearer(token))).status_code == 401
+
+
+async def test_tokens_page_offers_admin_tokens_in_an_mfa_session(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    await _sign_in(client, realm, realm.admin, mfa=True)
+    shown = await client.get(f"/realms/{realm.slug}/tokens", headers=HTML)
+    assert '<option value="admin"' in shown.text
+
+
+async def test_audit_page_filters_pages_and_shows_details(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    await _sign_in(client, realm, realm.admin)
+    for i in range(3):
+        await client.post(
+            realm.api + "/webhooks",
+            json={"destination": f"https://h{i}.example.com/"},
+            headers=bearer(realm.admin_token),
+        )
+    base = f"/realms/{realm.slug}/audit"
+    page = await client.get(base, headers=HTML)
+    assert page.status_code == 200 and page.text.count("<details>") >= 6
+    assert page.text.index("webhook.created") < page.text.index("realm.created")  # newest first
+    assert "&#34;destination_host&#34;" in page.text or "&quot;destination_host&quot;" in page.text
+
+    filtered = await client.get(base, params={"type": "webhook.*", "since": "2020-01-01T00:00"}, headers=HTML)
+    assert filtered.text.count("<details>") == 3 and "realm.created" not in filtered.text.split('id="audit-table"')[1]
+
+    fragment = await client.get(
+        base, params={"type": "webhook.created"}, headers=HTML | {"HX-Request": "true", "HX-Target": "audit-table"}
+    )
+    assert fragment.text.lstrip().startswith('<div id="audit-table">') and "<html" not in fragment.text
+
+    bad = await client.get(base, params={"since": "yesterday"}, headers=HTML)
+    assert bad.status_code == 422 and "since: must be an ISO 8601" in bad.text
+
+
+async def test_audit_page_pages_with_a_next_link(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    await _sign_in(client, realm, realm.admin)
+    async with realm.sessions() as session, session.begin():
+        from engine.audit import record_audit
+
+        for i in range(55):
+            await record_audit(session, realm.actor, "test.event", category="configuration", details={"i": i})
+    first = await client.get(f"/realms/{realm.slug}/audit", params={"type": "test.event"}, headers=HTML)
+    link = re.search(r'<nav class="pager"[^>]*><a href="([^"]+)"', first.text)
+    assert link and first.text.count("<details>") == 50
+    second = await client.get(html.unescape(link.group(1)), headers=HTML)
+    assert second.status_code == 200 and second.text.count("<details>") == 5
+
+
+async def test_pages_follow_the_permissions_of_the_api(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    auditor = await realm.user("auditor@example.com")
+    await realm.assign(auditor, await realm.builtin_role("realm-auditor"))
+    login = await _sign_in(client, realm, auditor)
+    assert (await client.get(f"/realms/{realm.slug}/audit", headers=HTML)).status_code == 200
+    policy = await client.get(f"/realms/{realm.slug}/policy", headers=HTML)
+    assert policy.status_code == 200 and "needs the permission" in policy.text and "Save policy" not in policy.text
+    assert (await client.get(f"/realms/{realm.slug}/webhooks", headers=HTML)).status_code == 403
+    change = await client.post(
+        f"/realms/{realm.slug}/policy", data={"_csrf": login.csrf, "workflow_publish_approval": "on"}, headers=HTML
+    )
+    assert change.status_code == 403
+    template = await client.get(f"/realms/{realm.slug}/templates", headers=HTML)
+    assert template.status_code == 200 and "readonly" in template.text and "Save template" not in template.text

@@ -1,0 +1,165 @@
+"""The demo realm of a first start: its content, idempotent and race-safe seeding, the printed link."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from cockpit.bootstrap import first_start
+from engine import identity
+from engine.authz import check_assignment, load_authority
+from engine.config import Settings
+from engine.db import make_engine, make_sessionmaker
+from engine.seed import DEMO_ADMIN_EMAIL, seed_demo
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+async def seed(sessions: Sessions) -> bool:
+    async with sessions() as session, session.begin():
+        return (await seed_demo(session)).created
+
+
+async def counts(sessions: Sessions) -> dict[str, int]:
+    out: dict[str, int] = {}
+    async with sessions() as session:
+        for table in ("realms", "users", "organizations", "memberships", "roles", "role_assignments", "groups"):
+            out[table] = int(await session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+        for table in ("group_members", "group_roles", "audit_events", "outbox_events"):
+            out[table] = int(await session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+    return out
+
+
+async def test_the_demo_realm_has_people_organizations_roles_and_groups(sessions: Sessions) -> None:
+    assert await seed(sessions) is True
+    async with sessions() as session:
+        realm = await identity.realm_by_slug(session, "demo")
+        assert realm is not None and realm.name == "Demo"
+        users = dict((await session.execute(text("SELECT email, password_hash FROM users"))).all())
+        assert DEMO_ADMIN_EMAIL in users and "approver@demo.example" in users and "auditor@demo.example" in users
+        assert len(users) == 9  # admin, approver, auditor and six people
+        assert all(hash_ is None for hash_ in users.values()), "nobody has a password: links only"
+        held = dict(
+            (
+                await session.execute(
+                    text(
+                        "SELECT u.email, array_agg(r.name ORDER BY r.name) FROM role_assignments ra "
+                        "JOIN users u ON u.id = ra.user_id JOIN roles r ON r.id = ra.role_id GROUP BY u.email"
+                    )
+                )
+            ).all()
+        )
+        assert held[DEMO_ADMIN_EMAIL] == ["realm-admin"]
+        assert held["approver@demo.example"] == ["access-approver"]
+        assert held["auditor@demo.example"] == ["realm-auditor"]
+        roles = {
+            name: (perms, boundary, approval)
+            for name, perms, boundary, approval in await session.execute(
+                text("SELECT name, permissions, boundary, requires_approval FROM roles")
+            )
+        }
+        assert roles["engineering-member"][1] == "organization"
+        assert roles["production-access"][1:] == ("realm", True)
+        assert set(roles["access-approver"][0]) == set(roles["production-access"][0])
+        orgs = dict(
+            (
+                await session.execute(
+                    text(
+                        "SELECT o.name, count(m.id) FROM organizations o LEFT JOIN memberships m "
+                        "ON m.organization_id = o.id GROUP BY o.name"
+                    )
+                )
+            ).all()
+        )
+        assert set(orgs) == {"Acme Engineering", "Acme Sales"} and sum(orgs.values()) == 6
+        groups = dict(
+            (
+                await session.execute(
+                    text("SELECT g.name, p.name FROM groups g LEFT JOIN groups p ON p.id = g.parent_id")
+                )
+            ).all()
+        )
+        assert groups == {"Engineering": None, "Platform": "Engineering"}
+        outbox = dict((await session.execute(text("SELECT type, count(*) FROM outbox_events GROUP BY type"))).all())
+        assert outbox == {"user.created": 9, "organization.membership.added": 6}
+        audited = set((await session.execute(text("SELECT DISTINCT type FROM audit_events"))).scalars())
+        assert {"realm.created", "user.created", "organization.created", "organization.membership.added"} <= audited
+        assert {"role.created", "role.assigned", "group.created", "group.member_added"} <= audited
+
+        # The approver can approve production access: the rules of an assignment pass.
+        by_email = dict((await session.execute(text("SELECT email, id FROM users"))).all())
+        admin = await load_authority(session, realm.id, "user", by_email[DEMO_ADMIN_EMAIL])
+        approver = await load_authority(session, realm.id, "user", by_email["approver@demo.example"])
+        check_assignment(
+            admin,
+            role_name="production-access",
+            role_permissions=roles["production-access"][0],
+            requires_approval=True,
+            organization_id=None,
+            subject_id=by_email["grace@demo.example"],
+            approver=approver,
+        )
+        # Members of Platform inherit the roles of Engineering in their organization.
+        org_id = await session.scalar(text("SELECT id FROM organizations WHERE name = 'Acme Engineering'"))
+        ken = await load_authority(session, realm.id, "user", by_email["ken@demo.example"])
+        assert ken.holds("realm.workflows.run", org_id) and not ken.holds("realm.workflows.run")
+
+
+async def test_seeding_twice_changes_nothing(sessions: Sessions) -> None:
+    assert await seed(sessions) is True
+    before = await counts(sessions)
+    assert await seed(sessions) is False
+    assert await counts(sessions) == before
+
+
+async def test_concurrent_first_starts_seed_once(database_url: str) -> None:
+    engines = [make_engine(database_url, pool_size=1) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(seed(make_sessionmaker(engine)) for engine in engines))
+        assert sorted(results) == [False, False, True]
+        assert (await counts(make_sessionmaker(engines[0])))["realms"] == 1
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+def test_first_start_prints_a_working_link_then_only_how_to_get_one(settings: Settings, database_url: str) -> None:
+    lines = first_start(settings, database_url)
+    text_out = "\n".join(lines)
+    assert f"http://localhost:{settings.port}/realms/demo/" in text_out
+    match = re.search(r"http://localhost:\d+/realms/demo/sign-in/link\?token=(\S+)", text_out)
+    assert match, text_out
+    token = match.group(1)
+
+    async def spend() -> str:
+        engine = make_engine(database_url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                realm = await identity.realm_by_slug(session, "demo")
+                assert realm is not None
+                return (await identity.consume_sign_in_link(session, realm, token)).email
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(spend()) == DEMO_ADMIN_EMAIL
+    later = "\n".join(first_start(settings, database_url))
+    assert "sign-in/link" not in later
+    assert f"http://localhost:{settings.port}/realms/demo/" in later
+    assert "uv run cockpit admin sign-in-link --realm demo --email admin@demo.example" in later
+
+
+def test_first_start_leaves_an_installation_with_its_own_realms_alone(settings: Settings, database_url: str) -> None:
+    async def own_realm() -> None:
+        engine = make_engine(database_url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                await identity.create_realm(session, "acme", admin_email="root@acme.example")
+        finally:
+            await engine.dispose()
+
+    asyncio.run(own_realm())
+    lines = "\n".join(first_start(settings, database_url))
+    assert "/realms/acme/" in lines and "/realms/demo/" not in lines and "sign-in/link?" not in lines

@@ -1,0 +1,236 @@
+"""Session cookies, their rotation and expiry, CSRF on every unsafe form, secrets at rest."""
+
+from __future__ import annotations
+
+import hashlib
+from http.cookies import SimpleCookie
+
+import pyotp
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from cockpit.app import create_app
+from engine.config import Settings, load_settings
+from tests.factories import HTML, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
+
+PASSWORD = "correct horse battery staple"
+Client = AsyncTestClient[Litestar]
+
+
+def set_cookies(response_headers: list[str]) -> dict[str, dict[str, str | bool]]:
+    """Each Set-Cookie header as name -> its attributes (lower-cased names)."""
+    out: dict[str, dict[str, str | bool]] = {}
+    for header in response_headers:
+        jar: SimpleCookie = SimpleCookie()
+        jar.load(header)
+        for name, morsel in jar.items():
+            attrs: dict[str, str | bool] = {"value": morsel.value}
+            for key in ("path", "samesite", "max-age"):
+                if morsel[key]:
+                    attrs[key] = str(morsel[key]).lower()
+            attrs["httponly"] = bool(morsel["httponly"])
+            attrs["secure"] = bool(morsel["secure"])
+            out[name] = attrs
+    return out
+
+
+async def password_sign_in(client: Client, slug: str, email: str) -> list[str]:
+    page = await client.get(f"/realms/{slug}/sign-in", headers=HTML)
+    response = await client.post(
+        f"/realms/{slug}/sign-in",
+        data={"email": email, "password": PASSWORD, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert response.status_code == 303, response.text
+    return page.headers.get_list("set-cookie") + response.headers.get_list("set-cookie")
+
+
+async def test_cookies_are_httponly_samesite_lax_and_path_root(client: Client, realm: RealmHandle) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    cookies = set_cookies(await password_sign_in(client, realm.slug, "pat@example.com"))
+    for name in ("cockpit_pre", "cockpit_session"):
+        assert cookies[name]["httponly"] is True, name
+        assert cookies[name]["samesite"] == "lax", name
+        assert cookies[name]["path"] == "/", name
+        assert cookies[name]["secure"] is False, name  # plain HTTP in tests
+
+
+async def test_cookies_are_secure_behind_tls(
+    realm: RealmHandle, database_url: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COCKPIT_SECURE_COOKIES", "true")
+    app = create_app(load_settings(), database_url=database_url)
+    await realm.user("pat@example.com", password=PASSWORD)
+    async with AsyncTestClient(app=app, base_url="https://testserver.local") as client:
+        cookies = set_cookies(await password_sign_in(client, realm.slug, "pat@example.com"))
+    assert cookies["cockpit_session"]["secure"] is True and cookies["cockpit_pre"]["secure"] is True
+
+
+async def test_anonymous_forms_refuse_a_missing_or_foreign_csrf_token(client: Client, realm: RealmHandle) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    page = await client.get(f"/realms/{realm.slug}/sign-in", headers=HTML)
+    token = form_value(page.text, "_csrf")
+    url = f"/realms/{realm.slug}/sign-in"
+    form = {"email": "pat@example.com", "password": PASSWORD}
+    assert (await client.post(url, data=form, headers=HTML)).status_code == 403
+    assert (await client.post(url, data=form | {"_csrf": "0" * 64}, headers=HTML)).status_code == 403
+    # A token minted for another browser's pre-session does not fit this one.
+    async with AsyncTestClient(app=client.app) as other:
+        other_token = form_value((await other.get(url, headers=HTML)).text, "_csrf")
+    assert other_token != token
+    assert (await client.post(url, data=form | {"_csrf": other_token}, headers=HTML)).status_code == 403
+    # Without the pre-session cookie the right token is refused too.
+    async with AsyncTestClient(app=client.app) as cookieless:
+        refused = await cookieless.post(url, data=form | {"_csrf": token}, headers=HTML)
+        assert refused.status_code == 403 and "did not come from this site" in refused.text
+    link = await sign_in_link(realm, realm.admin)
+    refused = await client.post(f"/realms/{realm.slug}/sign-in/link", data={"token": link}, headers=HTML)
+    assert refused.status_code == 403
+    assert not client.cookies.get("cockpit_session")
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sessions")) == 0
+        assert await session.scalar(text("SELECT count(*) FROM sign_in_links WHERE used_at IS NULL")) == 1
+
+
+async def test_sign_out_needs_the_csrf_token_then_revokes_the_session(client: Client, realm: RealmHandle) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    await password_sign_in(client, realm.slug, "pat@example.com")
+    cookie = client.cookies.get("cockpit_session")
+    mfa_page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    assert mfa_page.status_code == 200
+    csrf = form_value(mfa_page.text, "_csrf")
+
+    refused = await client.post(f"/realms/{realm.slug}/sign-out", headers=HTML, follow_redirects=False)
+    assert refused.status_code == 403
+    wrong = await client.post(f"/realms/{realm.slug}/sign-out", data={"_csrf": "x" * 64}, headers=HTML)
+    assert wrong.status_code == 403
+    assert (await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)).status_code == 200  # still signed in
+
+    out = await client.post(
+        f"/realms/{realm.slug}/sign-out", data={"_csrf": csrf}, headers=HTML, follow_redirects=False
+    )
+    assert out.status_code == 303 and out.headers["location"] == f"/realms/{realm.slug}/sign-in?signed_out=1"
+    cleared = set_cookies(out.headers.get_list("set-cookie"))["cockpit_session"]
+    assert cleared["value"] == "" and cleared["max-age"] == "0"
+    async with realm.sessions() as session:
+        revoked = await session.scalar(text("SELECT revoked_at FROM sessions"))
+        assert revoked is not None
+        types = (
+            await session.execute(text("SELECT type FROM audit_events WHERE category = 'authentication'"))
+        ).scalars()
+        assert "user.signed_out" in list(types)
+    # The old cookie no longer works, even presented again.
+    async with AsyncTestClient(app=client.app) as replay:
+        replay.cookies.set("cockpit_session", cookie or "", domain="testserver.local")
+        again = await replay.get(f"/realms/{realm.slug}/mfa", headers=HTML, follow_redirects=False)
+        assert again.status_code == 303 and "/sign-in" in again.headers["location"]
+
+
+async def test_signing_in_again_rotates_the_session(client: Client, realm: RealmHandle) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    await password_sign_in(client, realm.slug, "pat@example.com")
+    first = client.cookies.get("cockpit_session")
+    await password_sign_in(client, realm.slug, "pat@example.com")
+    second = client.cookies.get("cockpit_session")
+    assert first and second and first != second
+    async with realm.sessions() as session:
+        rows = (
+            await session.execute(
+                text("SELECT token_hash, revoked_at IS NOT NULL FROM sessions WHERE user_id = :u ORDER BY id"),
+                {"u": user.id},
+            )
+        ).all()
+    assert rows == [
+        (hashlib.sha256(first.encode()).hexdigest(), True),
+        (hashlib.sha256(second.encode()).hexdigest(), False),
+    ]
+    async with AsyncTestClient(app=client.app) as old:
+        old.cookies.set("cockpit_session", first, domain="testserver.local")
+        assert (await old.get(f"/realms/{realm.slug}/mfa", headers=HTML, follow_redirects=False)).status_code == 303
+
+
+async def test_the_mfa_upgrade_rotates_the_session_and_the_old_cookie_stops_working(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    account = await browser_session(realm, user, mfa=False)  # opened before the app was enrolled
+    client.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+    page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    assert "Verify this session" in page.text
+    done = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    upgraded = client.cookies.get("cockpit_session")
+    assert upgraded and upgraded != account.cookie
+    async with realm.sessions() as session:
+        rows = dict(
+            (
+                await session.execute(
+                    text("SELECT id, mfa AND revoked_at IS NULL FROM sessions WHERE user_id = :u"), {"u": user.id}
+                )
+            ).all()
+        )
+    assert rows[account.session_id] is False and sum(rows.values()) == 1 and len(rows) == 2
+    assert (await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)).status_code == 200
+    async with AsyncTestClient(app=client.app) as old:
+        old.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+        assert (await old.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)).status_code == 303
+
+
+@pytest.mark.parametrize(
+    "aging",
+    [
+        "UPDATE sessions SET last_seen_at = now() - interval '2 hours 1 minute'",  # idle
+        "UPDATE sessions SET expires_at = now() - interval '1 second'",  # absolute
+    ],
+)
+async def test_idle_and_absolute_expiry_end_the_session(client: Client, realm: RealmHandle, aging: str) -> None:
+    login = await browser_session(realm, realm.admin)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    assert (await client.get(f"/realms/{realm.slug}/users", headers=HTML, follow_redirects=False)).status_code == 200
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text(aging))
+    ended = await client.get(f"/realms/{realm.slug}/users", headers=HTML, follow_redirects=False)
+    assert ended.status_code == 303
+    assert ended.headers["location"] == f"/realms/{realm.slug}/sign-in?next=/realms/{realm.slug}/users"
+
+
+async def test_cookies_and_link_tokens_are_never_stored_in_clear(client: Client, realm: RealmHandle) -> None:
+    token = await sign_in_link(realm, realm.admin)
+    page = await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)
+    await client.post(
+        f"/realms/{realm.slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    cookie = client.cookies.get("cockpit_session")
+    assert cookie
+    async with realm.sessions() as session:
+        sessions = [dict(r._mapping) for r in await session.execute(text("SELECT * FROM sessions"))]
+        links = [dict(r._mapping) for r in await session.execute(text("SELECT * FROM sign_in_links"))]
+    assert len(sessions) == 1 and len(links) == 1
+    for row, secret in ((sessions[0], cookie), (links[0], token)):
+        assert all(secret not in str(value) for value in row.values()), row
+        assert row["token_hash"] == hashlib.sha256(secret.encode()).hexdigest()
+
+
+async def test_cockpit_forms_refuse_requests_without_the_session_csrf_token(client: Client, realm: RealmHandle) -> None:
+    login = await browser_session(realm, realm.admin)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    form = {"email": "new@example.com", "display_name": "New Person"}
+    url = f"/realms/{realm.slug}/users"
+    assert (await client.post(url, data=form, headers=HTML)).status_code == 403
+    assert (await client.post(url, data=form | {"_csrf": "0" * 64}, headers=HTML)).status_code == 403
+    created = await client.post(url, data=form | {"_csrf": login.csrf}, headers=HTML, follow_redirects=False)
+    assert created.status_code == 303
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM users WHERE email = 'new@example.com'")) == 1

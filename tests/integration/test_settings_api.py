@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine import notice_templates, policy
+from tests.factories import RealmHandle
+
+
+async def _audit(realm: RealmHandle, type_: str) -> list[tuple[str | None, dict]]:  # type: ignore[type-arg]
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text("SELECT actor_id, details FROM audit_events WHERE realm_id = :r AND type = :t ORDER BY id"),
+            {"r": realm.id, "t": type_},
+        )
+        return [(a, d) for a, d in rows]
+
+
+async def test_the_default_template_and_an_override(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    url = realm.api + "/templates/workflow_notice"
+    default = (await client.get(url, headers=realm.headers)).json()
+    assert default["name"] == "workflow_notice" and default["overridden"] is False
+    assert default["variables"] == ["realm", "workflow", "notice", "time"]
+    assert "{{notice}}" in default["body"]
+
+    saved = await client.put(
+        url,
+        json={"subject": "[{{realm}}] {{notice}}", "body": "Hi!\n{{notice}} ({{workflow}}, {{ time }})"},
+        headers=realm.headers,
+    )
+    assert saved.status_code == 200, saved.text
+    again = (await client.get(url, headers=realm.headers)).json()
+    assert again["overridden"] is True and again["subject"] == "[{{realm}}] {{notice}}"
+    assert await _audit(realm, "template.updated") == [
+        (realm.admin.id, {"name": "workflow_notice", "changed": ["subject", "body"]})
+    ]
+
+    reset = await client.delete(url, headers=realm.headers)
+    assert reset.status_code == 204
+    assert (await client.get(url, headers=realm.headers)).json()["overridden"] is False
+
+
+async def test_only_the_four_placeholders_are_accepted(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    url = realm.api + "/templates/workflow_notice"
+    cases = [
+        (
+            {"subject": "Hi {{user}}", "body": "{{notice}"},
+            {("/subject", "invalid_placeholder"), ("/body", "template_syntax")},
+        ),
+        ({"subject": "ok {{realm}}", "body": "{% if notice %}x{% endif %}"}, {("/body", "invalid_placeholder")}),
+        ({"subject": "ok", "body": "{{ realm|upper }}"}, {("/body", "invalid_placeholder")}),
+        ({"subject": "ok", "body": "{{ realm.__class__ }}"}, {("/body", "invalid_placeholder")}),
+        ({"subject": "two\nlines", "body": " "}, {("/subject", "invalid"), ("/body", "too_short")}),
+    ]
+    for body, expected in cases:
+        response = await client.put(url, json=body, headers=realm.headers)
+        assert response.status_code == 422, body
+        assert {(e["path"], e["code"]) for e in response.json()["errors"]} == expected, body
+    assert (await client.get(url, headers=realm.headers)).json()["overridden"] is False
+    assert await _audit(realm, "template.updated") == []
+
+
+async def test_unknown_templates_are_404(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    assert (await client.get(realm.api + "/templates/welcome_mail", headers=realm.headers)).status_code == 404
+    put = await client.put(
+        realm.api + "/templates/welcome_mail", json={"subject": "a", "body": "b"}, headers=realm.headers
+    )
+    assert put.status_code == 404
+
+
+async def test_render_notice_uses_the_realms_wording_and_escapes_values(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE realms SET name = 'Acme <Ops>' WHERE id = :r"), {"r": realm.id})
+    at = datetime(2026, 10, 11, 9, 0, tzinfo=UTC)
+    async with realm.sessions() as session:
+        default = await notice_templates.render_notice(session, realm.id, "Onboarding", "welcome", at)
+    assert default.subject == "Acme <Ops>: Welcome! Your account is ready to use."
+    assert "Acme &lt;Ops&gt;" in default.body and "2026-10-11 09:00 UTC" in default.body
+
+    await client.put(
+        realm.api + "/templates/workflow_notice",
+        json={"subject": "{{workflow}}: {{notice}}", "body": "<p>{{notice}}</p> from {{realm}} at {{time}}"},
+        headers=realm.headers,
+    )
+    async with realm.sessions() as session:
+        custom = await notice_templates.render_notice(session, realm.id, "Leaver <script>", "offboarding", at)
+    assert custom.subject == "Leaver <script>: Your access is being removed as you leave."
+    assert custom.body == (
+        "<p>Your access is being removed as you leave.</p> from Acme &lt;Ops&gt; at 2026-10-11 09:00 UTC"
+    )
+
+
+async def test_policy_round_trip_and_audit(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    url = realm.api + "/policy"
+    assert (await client.get(url, headers=realm.headers)).json()["extensions"] == {"workflow_publish_approval": False}
+    changed = await client.patch(url, json={"extensions": {"workflow_publish_approval": True}}, headers=realm.headers)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["extensions"] == {"workflow_publish_approval": True}
+    assert (await client.get(url, headers=realm.headers)).json()["extensions"] == {"workflow_publish_approval": True}
+    assert await _audit(realm, "policy.updated") == [
+        (
+            realm.admin.id,
+            {
+                "before": {"extensions": {"workflow_publish_approval": False}},
+                "after": {"extensions": {"workflow_publish_approval": True}},
+            },
+        )
+    ]
+    async with realm.sessions() as session:
+        assert await policy.publish_approval_required(session, realm.id) is True
+
+
+async def test_policy_refuses_unknown_members_and_wrong_types(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    url = realm.api + "/policy"
+    unknown = await client.patch(url, json={"extensions": {"auto_publish": True}}, headers=realm.headers)
+    assert unknown.status_code == 422
+    assert unknown.json()["errors"][0]["path"] == "/extensions/auto_publish"
+    top = await client.patch(url, json={"extensions": {}, "mode": "strict"}, headers=realm.headers)
+    assert top.status_code == 422 and top.json()["errors"][0]["path"] == "/mode"
+    wrong = await client.patch(url, json={"extensions": {"workflow_publish_approval": "yes"}}, headers=realm.headers)
+    assert wrong.status_code == 422
+    assert wrong.json()["errors"][0]["path"] == "/extensions/workflow_publish_approval"
+    assert await _audit(realm, "policy.updated") == []
+
+
+async def test_publish_approval_fails_closed_without_a_readable_policy(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        assert await policy.publish_approval_required(session, realm.id) is False
+        await session.execute(
+            text(
+                'UPDATE realm_policies SET extensions = \'{"workflow_publish_approval": "maybe"}\' WHERE realm_id = :r'
+            ),
+            {"r": realm.id},
+        )
+    async with realm.sessions() as session, session.begin():
+        assert await policy.publish_approval_required(session, realm.id) is True
+        await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
+    async with realm.sessions() as session:
+        assert await policy.publish_approval_required(session, realm.id) is True

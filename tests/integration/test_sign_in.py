@@ -1,0 +1,311 @@
+"""Browser sign-in: passwords, the TOTP step, enrolment, one-time links, throttling."""
+
+from __future__ import annotations
+
+import httpx
+import pyotp
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from cockpit.pages.auth import safe_next
+from engine import identity
+from tests.factories import HTML, RealmHandle, enrol_totp, form_value, sign_in_link
+
+PASSWORD = "correct horse battery staple"
+WRONG = "The email or password is not right."
+
+Client = AsyncTestClient[Litestar]
+
+
+async def sign_in_form(client: Client, slug: str, query: str = "") -> str:
+    page = await client.get(f"/realms/{slug}/sign-in{query}", headers=HTML)
+    assert page.status_code == 200, page.text
+    return form_value(page.text, "_csrf")
+
+
+async def post_password(client: Client, slug: str, email: str, password: str, next_path: str = "") -> httpx.Response:
+    csrf = await sign_in_form(client, slug)
+    return await client.post(
+        f"/realms/{slug}/sign-in",
+        data={"email": email, "password": password, "_csrf": csrf, "next": next_path},
+        headers=HTML,
+        follow_redirects=False,
+    )
+
+
+async def session_rows(realm: RealmHandle, user_id: str) -> list[tuple[str, bool, object]]:
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text("SELECT id, mfa, revoked_at FROM sessions WHERE user_id = :u ORDER BY created_at, id"), {"u": user_id}
+        )
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+async def test_password_sign_in_opens_an_account_session_that_admin_pages_send_to_mfa(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    response = await post_password(client, realm.slug, "PAT@example.com", PASSWORD)
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/realms/{realm.slug}/"
+    assert client.cookies.get("cockpit_session")
+    [(_session_id, mfa, revoked)] = await session_rows(realm, user.id)
+    assert mfa is False and revoked is None
+    home = await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)
+    assert home.status_code == 303
+    assert home.headers["location"].startswith(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}")
+    mfa_page = await client.get(home.headers["location"], headers=HTML)
+    assert mfa_page.status_code == 200
+    assert "<svg" in mfa_page.text and "Turn on two-step verification" in mfa_page.text
+    async with realm.sessions() as session:
+        audit = (
+            await session.execute(
+                text(
+                    "SELECT type, details->>'method' FROM audit_events "
+                    "WHERE subject_id = :u AND category = 'authentication'"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+    assert ("user.signed_in", "password") in audit
+
+
+async def test_wrong_password_unknown_user_and_unknown_realm_answer_the_same(
+    client: Client, realm: RealmHandle
+) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    answers = [
+        await post_password(client, realm.slug, "pat@example.com", "not the password"),
+        await post_password(client, realm.slug, "nobody@example.com", PASSWORD),
+        await post_password(client, "no-such-realm", "pat@example.com", PASSWORD),
+    ]
+    for answer in answers:
+        assert answer.status_code == 401
+        assert WRONG in answer.text
+    assert not client.cookies.get("cockpit_session")
+    # The page of a realm that does not exist looks like any other sign-in page.
+    unknown = await client.get("/realms/no-such-realm/sign-in", headers=HTML)
+    known = await client.get(f"/realms/{realm.slug}/sign-in", headers=HTML)
+    assert unknown.status_code == known.status_code == 200
+    assert unknown.text.replace("no-such-realm", "X").count("<input") == known.text.replace(realm.slug, "X").count(
+        "<input"
+    )
+    async with realm.sessions() as session:
+        failures = await session.scalar(text("SELECT count(*) FROM sign_in_failures"))
+    assert failures == 2  # committed although the sign-ins failed (the unknown realm has no row)
+
+
+async def test_next_is_only_followed_inside_the_realm(client: Client, realm: RealmHandle) -> None:
+    slug = realm.slug
+    assert safe_next(slug, f"/realms/{slug}/users?q=a") == f"/realms/{slug}/users?q=a"
+    for bad in (
+        "https://evil.example/",
+        "//evil.example/",
+        f"/realms/{slug}//evil.example",
+        f"/realms/{slug}/../other/",
+        "/realms/other/",
+        f"/realms/{slug}\\evil",
+        None,
+    ):
+        assert safe_next(slug, bad) == f"/realms/{slug}/", bad
+    await realm.user("pat@example.com", password=PASSWORD)
+    response = await post_password(client, slug, "pat@example.com", PASSWORD, next_path="https://evil.example/")
+    assert response.headers["location"] == f"/realms/{slug}/"
+    client.cookies.clear()
+    response = await post_password(client, slug, "pat@example.com", PASSWORD, next_path=f"/realms/{slug}/users")
+    assert response.headers["location"] == f"/realms/{slug}/users"
+
+
+async def test_totp_enrolment_upgrades_the_session_to_a_new_mfa_session(client: Client, realm: RealmHandle) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+    account_cookie = client.cookies.get("cockpit_session")
+    page = await client.get(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}/users", headers=HTML)
+    secret = page.text.split('data-secret="', 1)[1].split('"', 1)[0]
+    sealed = form_value(page.text, "enrolment")
+    csrf = form_value(page.text, "_csrf")
+    assert secret not in sealed  # the secret travels sealed, not as it is
+
+    wrong = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": "000000", "enrolment": sealed, "_csrf": csrf, "next": f"/realms/{realm.slug}/users"},
+        headers=HTML,
+    )
+    assert wrong.status_code == 422 and "The code does not match" in wrong.text
+    assert form_value(wrong.text, "enrolment") == sealed  # the same secret stays on the page
+    # A secret typed into the form is not accepted: only the sealed one counts.
+    forged = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": pyotp.TOTP(secret).now(), "enrolment": secret, "_csrf": csrf},
+        headers=HTML,
+    )
+    assert forged.status_code == 422
+
+    done = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={
+            "code": pyotp.TOTP(secret).now(),
+            "enrolment": sealed,
+            "_csrf": csrf,
+            "next": f"/realms/{realm.slug}/users",
+        },
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"] == f"/realms/{realm.slug}/users"
+    mfa_cookie = client.cookies.get("cockpit_session")
+    assert mfa_cookie and mfa_cookie != account_cookie
+    [(old_id, old_mfa, old_revoked), (new_id, new_mfa, new_revoked)] = await session_rows(realm, user.id)
+    assert old_id != new_id and old_mfa is False and old_revoked is not None
+    assert new_mfa is True and new_revoked is None
+    enrolled = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    assert "enrolled" in enrolled.text and "<svg" not in enrolled.text
+    async with realm.sessions() as session:
+        stored = (
+            await session.execute(
+                text("SELECT totp_secret_enc, totp_enabled_at FROM users WHERE id = :u"), {"u": user.id}
+            )
+        ).one()
+    assert stored[1] is not None and secret not in stored[0]
+
+
+async def test_enrolled_users_sign_in_in_two_steps_and_a_pending_sign_in_is_no_session(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    first = await post_password(client, realm.slug, "pat@example.com", PASSWORD, f"/realms/{realm.slug}/users")
+    assert first.status_code == 303
+    assert first.headers["location"] == f"/realms/{realm.slug}/sign-in/totp"
+    pending = client.cookies.get("cockpit_pending")
+    assert pending and not client.cookies.get("cockpit_session")
+    assert await session_rows(realm, user.id) == []
+
+    # The pending state cannot stand in for a session.
+    async with AsyncTestClient(app=client.app) as other:
+        other.cookies.set("cockpit_session", pending, domain="testserver.local")
+        refused = await other.get(f"/realms/{realm.slug}/mfa", headers=HTML, follow_redirects=False)
+        assert refused.status_code == 303 and "/sign-in" in refused.headers["location"]
+
+    step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+    assert step.status_code == 200
+    csrf = form_value(step.text, "_csrf")
+    wrong = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp", data={"code": "123456", "_csrf": csrf}, headers=HTML
+    )
+    assert wrong.status_code == 401 and "The code is not right" in wrong.text
+    code = pyotp.TOTP(secret).now()
+    ok = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp", data={"code": code, "_csrf": csrf}, headers=HTML, follow_redirects=False
+    )
+    assert ok.status_code == 303 and ok.headers["location"] == f"/realms/{realm.slug}/users"
+    assert not client.cookies.get("cockpit_pending")
+    [(_id, mfa, _revoked)] = await session_rows(realm, user.id)
+    assert mfa is True
+    assert (await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)).status_code == 200
+
+    # The same code again is a replay, whoever presents it.
+    async with AsyncTestClient(app=client.app) as again:
+        await post_password(again, realm.slug, "pat@example.com", PASSWORD)
+        csrf = form_value((await again.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)).text, "_csrf")
+        replay = await again.post(
+            f"/realms/{realm.slug}/sign-in/totp",
+            data={"code": code, "_csrf": csrf},
+            headers=HTML,
+            follow_redirects=False,
+        )
+        assert replay.status_code == 401
+        assert not again.cookies.get("cockpit_session")
+
+
+async def test_six_attempts_on_one_account_are_throttled_even_with_the_right_password(
+    client: Client, realm: RealmHandle
+) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+        assert (await post_password(client, realm.slug, "pat@example.com", "wrong")).status_code == 401
+    sixth = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+    assert sixth.status_code == 429
+    assert "Too many" in sixth.text and "Wait a few minutes" in sixth.text
+    assert int(sixth.headers["retry-after"]) > 0
+    assert "<form" in sixth.text  # a page, not a bare error
+    assert not client.cookies.get("cockpit_session")
+
+
+async def test_one_address_is_throttled_across_accounts(client: Client, realm: RealmHandle) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    for i in range(identity.THROTTLE_PER_ADDRESS):
+        response = await post_password(client, realm.slug, f"guess{i}@example.com", "wrong")
+        assert response.status_code == 401
+    blocked = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+    assert blocked.status_code == 429
+
+
+async def test_unknown_realms_are_throttled_like_known_ones(client: Client, realm: RealmHandle) -> None:
+    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+        assert (await post_password(client, "no-such-realm", "pat@example.com", "x")).status_code == 401
+    assert (await post_password(client, "no-such-realm", "pat@example.com", "x")).status_code == 429
+
+
+async def test_a_sign_in_link_works_once_and_counts_as_mfa(client: Client, realm: RealmHandle) -> None:
+    token = await sign_in_link(realm, realm.admin)
+    url = f"/realms/{realm.slug}/sign-in/link?token={token}"
+    page = await client.get(url, headers=HTML)
+    assert page.status_code == 200 and "Continue" in page.text
+    assert form_value(page.text, "token") == token
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT used_at FROM sign_in_links")) is None  # opening it spends nothing
+    go = await client.post(
+        f"/realms/{realm.slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert go.status_code == 303 and go.headers["location"] == f"/realms/{realm.slug}/"
+    home = await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)
+    assert home.status_code == 200  # an MFA session: admin pages open
+    [(_id, mfa, _revoked)] = await session_rows(realm, realm.admin.id)
+    assert mfa is True
+
+    again = await client.post(
+        f"/realms/{realm.slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert again.status_code == 400 and "cannot be used" in again.text
+    assert (await client.get(url, headers=HTML)).status_code == 400
+
+
+async def test_expired_unknown_and_foreign_links_are_refused(
+    client: Client, realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    expired = await sign_in_link(realm, realm.admin)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sign_in_links SET expires_at = now() - interval '1 second'"))
+    foreign = await sign_in_link(other_realm, other_realm.admin)
+    for token in (expired, foreign, "sil.nonsense", ""):
+        page = await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)
+        assert page.status_code == 400, token
+        csrf = await sign_in_form(client, realm.slug)
+        post = await client.post(
+            f"/realms/{realm.slug}/sign-in/link",
+            data={"token": token, "_csrf": csrf},
+            headers=HTML,
+            follow_redirects=False,
+        )
+        assert post.status_code == 400, token
+    assert not client.cookies.get("cockpit_session")
+    # The foreign link still works where it belongs.
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sign_in_links WHERE used_at IS NOT NULL")) == 0
+
+
+async def test_suspended_users_cannot_sign_in(client: Client, realm: RealmHandle) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": user.id})
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 401
+    token = await sign_in_link(realm, user)
+    assert (await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)).status_code == 400
