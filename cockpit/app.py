@@ -22,6 +22,7 @@ from cockpit.api.settings import PolicyController, TemplatesController
 from cockpit.api.tokens import ServicePrincipalTokensController, TokensController
 from cockpit.api.users import ServicePrincipalsController, UsersController
 from cockpit.api.webhooks import WebhooksController
+from cockpit.api.workflows import ContractsController, WorkflowsController
 from cockpit.auth import provide_principal, realm_guard
 from cockpit.middleware import request_id_middleware
 from cockpit.pages.audit import AuditPages
@@ -33,6 +34,7 @@ from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
+from cockpit.pages.workflows import WorkflowsPages
 from cockpit.problems import problem_handler
 from cockpit.state import AppContext, provide_db_session
 from engine.config import PROJECT_ROOT, Settings, get_settings
@@ -58,6 +60,8 @@ API_CONTROLLERS: list[type] = [
     AuditEventsController,
     TokensController,
     ServicePrincipalTokensController,
+    WorkflowsController,
+    ContractsController,
 ]
 
 
@@ -66,6 +70,7 @@ PAGE_CONTROLLERS: list[type] = [
     SignInPages,
     MfaPages,
     RealmHomeController,
+    WorkflowsPages,
     UsersPages,
     OrganizationsPages,
     RolesPages,

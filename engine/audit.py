@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.ids import new_id
@@ -91,4 +92,6 @@ async def emit_event(
     )
     session.add(event)
     await session.flush()
+    # Wake the dispatcher when this transaction commits.
+    await session.execute(text("SELECT pg_notify('cockpit_outbox', '')"))
     return event

@@ -174,3 +174,22 @@ def redact(url: str) -> str:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+def asyncpg_connect_args(url: str) -> dict[str, object]:
+    """Keyword arguments for ``asyncpg.connect`` (a raw connection, e.g. to LISTEN)."""
+    parts = urlsplit(normalize_url(url))
+    query = dict(parse_qsl(parts.query))
+    args: dict[str, object] = {
+        "user": parts.username or "postgres",
+        "database": parts.path.lstrip("/") or "postgres",
+    }
+    if parts.password:
+        args["password"] = parts.password
+    host = query.get("host") or parts.hostname
+    if host:
+        args["host"] = host
+    port = query.get("port") or parts.port
+    if port:
+        args["port"] = int(port)
+    return args

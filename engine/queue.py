@@ -31,6 +31,7 @@ class WorkerRuntime:
     worker_id: str
     sessions: async_sessionmaker[AsyncSession]
     settings: Any
+    runner: Any = None  # engine.runner.Runner of this worker process
 
 
 def runtime_of(context: JobContext) -> WorkerRuntime:
@@ -58,3 +59,23 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
         count = await expire_due_assignments(session, datetime.now(UTC))
     if count:
         log.info("role assignments expired", extra={"count": count})
+
+
+@app.periodic(cron="* * * * * *", periodic_id="workflows_run")
+@app.task(name="workflows.run", queue="workflows", pass_context=True)
+async def workflows_run(context: JobContext, timestamp: int) -> None:
+    """The 1-second pass: claim due runs and advance them (LISTEN/NOTIFY wakes workers sooner)."""
+    runtime = runtime_of(context)
+    if runtime.runner is not None:
+        await runtime.runner.run_pass()
+
+
+@app.periodic(cron="* * * * * *", periodic_id="outbox_dispatch")
+@app.task(name="outbox.dispatch", queue="workflows", pass_context=True)
+async def outbox_dispatch(context: JobContext, timestamp: int) -> None:
+    """Start runs for new domain events (the transaction covers the whole batch)."""
+    from engine.runs import dispatch_outbox
+
+    runtime = runtime_of(context)
+    async with transaction(runtime.sessions) as session:
+        await dispatch_outbox(session)

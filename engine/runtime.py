@@ -9,13 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from datetime import timedelta
 
+import asyncpg
 from procrastinate import PsycopgConnector
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine import queue
 from engine.config import Settings
-from engine.database import libpq_conninfo
+from engine.database import asyncpg_connect_args, libpq_conninfo
 from engine.db import make_engine, make_sessionmaker, transaction
+from engine.runner import Runner, RunnerSettings
+from engine.runs import dispatch_outbox
+from engine.runstore import NOTIFY_CHANNEL
 from engine.workers import new_worker_id, record_heartbeat, record_stopped
 
 log = logging.getLogger("cockpit.worker")
@@ -31,11 +37,62 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1)
 
 
+async def _listen(
+    database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
+) -> None:
+    """React at once when a run becomes due or an event is written (NOTIFY at commit).
+
+    The periodic ``workflows.run`` and ``outbox.dispatch`` tasks remain the safety net.
+    """
+    wake = asyncio.Event()
+
+    def on_notify(*_args: object) -> None:
+        wake.set()
+
+    while not stop.is_set():
+        try:
+            conn = await asyncpg.connect(**asyncpg_connect_args(database_url))
+        except Exception:
+            log.warning("cannot listen for due runs; retrying", exc_info=True)
+            await asyncio.sleep(2)
+            continue
+        try:
+            await conn.add_listener(NOTIFY_CHANNEL, on_notify)
+            await conn.add_listener("cockpit_outbox", on_notify)
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=5)
+                except TimeoutError:
+                    if conn.is_closed():
+                        break
+                    continue
+                wake.clear()
+                try:
+                    async with transaction(sessions) as session:
+                        await dispatch_outbox(session)
+                    while await runner.run_pass():
+                        pass
+                except Exception:
+                    log.warning("pass after a notification failed", exc_info=True)
+        finally:
+            if not conn.is_closed():
+                await conn.close()
+
+
 async def run_worker(settings: Settings, database_url: str, *, parent_pid: int | None = None) -> None:
     worker_id = new_worker_id()
     db = make_engine(database_url, pool_size=5)
     sessions = make_sessionmaker(db)
-    runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings)
+    runner = Runner(
+        sessions,
+        worker_id,
+        settings=RunnerSettings(
+            lease=timedelta(seconds=settings.workers.lease_duration_s),
+            batch_size=settings.workers.batch_size,
+            tenant_share=settings.workers.tenant_batch_share,
+        ),
+    )
+    runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)
     connector = PsycopgConnector(conninfo=libpq_conninfo(database_url), min_size=1, max_size=10)
     async with transaction(sessions) as session:
         await record_heartbeat(session, worker_id)
@@ -58,6 +115,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 )
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
+                watchers.append(asyncio.create_task(_listen(database_url, runner, sessions, stop)))
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if stopper in done and not worker_task.done():
@@ -68,6 +126,12 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
     finally:
         for watcher in watchers:
             watcher.cancel()
+        try:
+            released = await runner.release_all()
+            if released:
+                log.info("leases handed back", extra={"worker_id": worker_id, "runs": released})
+        except Exception:
+            log.warning("could not hand back leases", exc_info=True)
         try:
             async with transaction(sessions) as session:
                 await record_stopped(session, worker_id)

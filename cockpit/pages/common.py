@@ -5,8 +5,8 @@ the API (``permission``, ``audience``, ``public``); the same guard checks them. 
 carry the session's CSRF token: htmx sends it as ``X-CSRF-Token`` (set on ``<body>``), plain
 forms as the hidden ``_csrf`` field (``{{ csrf_field() }}``).
 
-The same URL serves the full page, or for an htmx request (``HX-Request``) just the fragment
-named by ``fragment``.
+The same URL serves the full page, or for an htmx request (``HX-Request``, not a boosted
+navigation) just the fragment named by ``fragment``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def page(
     if isinstance(principal, Principal):
         base |= {"realm": principal.realm, "principal": principal, "csrf_value": principal.csrf}
     base |= context
-    name = fragment if fragment and request.headers.get("hx-request") == "true" else template
+    # A boosted navigation (hx-boost) is an htmx request too, but wants the whole page.
+    partial = request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"
+    name = fragment if fragment and partial else template
     return Template(template_name=name, context=base, status_code=status_code)
 
 

@@ -70,6 +70,22 @@ MATRIX: dict[tuple[str, str], str] = {
     ("DELETE", "/tokens/{token_id}"): ACCOUNT,
     ("POST", "/service-principals/{sp_id}/tokens"): "realm.tokens.write",
     ("GET", "/service-principals/{sp_id}/tokens"): "realm.tokens.write",
+    ("POST", "/workflows/validate"): "realm.workflows.write",
+    ("POST", "/workflows"): "realm.workflows.write",
+    ("GET", "/workflows"): "realm.workflows.read",
+    ("GET", "/workflows/{workflow_id}"): "realm.workflows.read",
+    ("PATCH", "/workflows/{workflow_id}"): "realm.workflows.write",
+    ("DELETE", "/workflows/{workflow_id}"): "realm.workflows.publish",
+    ("POST", "/workflows/{workflow_id}/enable"): "realm.workflows.publish",
+    ("POST", "/workflows/{workflow_id}/disable"): "realm.workflows.write",
+    ("POST", "/workflows/{workflow_id}/revisions"): "realm.workflows.write",
+    ("GET", "/workflows/{workflow_id}/revisions"): "realm.workflows.read",
+    ("GET", "/workflows/{workflow_id}/revisions/{n}"): "realm.workflows.read",
+    ("GET", "/workflows/{workflow_id}/revisions/{n}/diff"): "realm.workflows.read",
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/approve"): "realm.workflows.publish",
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/reject"): "realm.workflows.publish",
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/publish"): "realm.workflows.publish",
+    ("POST", "/workflows/{workflow_id}/rollback"): "realm.workflows.publish",
 }
 
 PREFIX = "/api/v1/realms/{realm}"
@@ -144,7 +160,7 @@ async def test_matrix(client: AsyncTestClient[Litestar], realm: RealmHandle, oth
             failures.append(f"{label}: no credential -> {status}, want 401")
         if (status := await call(method, url, other_realm.headers)) != 404:
             failures.append(f"{label}: other realm's admin -> {status}, want 404")
-        if (status := await call(method, url, realm.headers)) in {401, 403}:
+        if (status := await call(method, url, realm.headers)) in {401, 403} or status >= 500:
             failures.append(f"{label}: admin -> {status}, want access")
         auditor_allowed = need != ACCOUNT and any(covers(p, need) for p in AUDITOR_PERMISSIONS)
         status = await call(method, url, bearer(auditor_token))

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+from argparse import Namespace
+
 import httpx
 import pyotp
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth import safe_next
 from engine import identity
+from engine.config import Settings
+from engine.db import make_engine, make_sessionmaker
 from tests.factories import HTML, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
@@ -309,3 +317,26 @@ async def test_suspended_users_cannot_sign_in(client: Client, realm: RealmHandle
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 401
     token = await sign_in_link(realm, user)
     assert (await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)).status_code == 400
+
+
+def test_the_cli_prints_a_link_to_the_continue_page(
+    settings: Settings, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cmd_create_realm(settings, Namespace(slug="acme", admin_email="root@acme.example", admin_name=None))
+    capsys.readouterr()
+    cmd_sign_in_link(settings, Namespace(realm="acme", email="root@acme.example"))
+    printed = capsys.readouterr().out.strip()
+    found = re.fullmatch(rf"http://localhost:{settings.port}/realms/acme/sign-in/link\?token=(sil\.[\w-]+)", printed)
+    assert found, printed
+
+    async def usable() -> bool:
+        engine = make_engine(database_url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                realm = await identity.realm_by_slug(session, "acme")
+                assert realm is not None
+                return await identity.sign_in_link_usable(session, realm, found.group(1))
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(usable()) is True

@@ -1,0 +1,312 @@
+"""Workflows and revisions (SPEC §5 "Workflows"), and the public contracts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Response, delete, get, patch, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.auth import CurrentPrincipal, request_id_of
+from cockpit.state import AnyRequest, DbSession
+from engine import workflows
+from engine.definitions import CONTRACT_NAMES, contract
+from engine.errors import NotFound
+
+UNSET: Any = msgspec.UNSET
+
+
+class CreateWorkflow(Body):
+    name: str
+    description: str = ""
+    owner_id: str | None = None
+    requires_approval: bool | None = None
+    definition: Any = msgspec.UNSET
+
+
+class UpdateWorkflow(Body):
+    name: str | None = None
+    description: str | None = None
+    owner_id: str | None = None
+
+
+class DefinitionBody(Body):
+    definition: Any
+
+
+class Decision(Body):
+    comment: str | None = None
+
+
+class RollbackBody(Body):
+    revision: int
+
+
+def _issues(issues: list[Any]) -> list[dict[str, str]]:
+    return [{"path": i.path, "code": i.code, "message": i.message} for i in issues]
+
+
+class WorkflowsController(Controller):
+    path = REALM_BASE + "/workflows"
+    tags = ["workflows"]
+
+    @post(
+        "/validate",
+        operation_id="validateWorkflowDefinition",
+        status_code=200,
+        opt={"permission": "realm.workflows.write"},
+    )
+    async def validate(
+        self, data: JSONBody[DefinitionBody], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Validate a definition against the contract and the realm; changes nothing."""
+        issues = await workflows.validate_for_realm(db_session, principal.realm.id, data.definition)
+        return {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
+
+    @post("/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write"})
+    async def create(
+        self, request: AnyRequest, data: JSONBody[CreateWorkflow], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        has_definition = data.definition is not msgspec.UNSET
+        workflow, revision = await workflows.create_workflow(
+            db_session,
+            principal.actor(request_id_of(request)),
+            name=data.name,
+            description=data.description,
+            owner_id=data.owner_id,
+            requires_approval=data.requires_approval,
+            definition=data.definition if has_definition else None,
+            has_definition=has_definition,
+        )
+        out = workflows.workflow_view(workflow)
+        out["revision"] = workflows.revision_view(revision) if revision else None
+        return out
+
+    @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read"})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        workflow_state: Annotated[str | None, QueryParameter(name="state")] = None,
+        q: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        page = await workflows.list_workflows(
+            db_session, principal.realm.id, state=workflow_state, q=q, cursor=cursor, limit=limit
+        )
+        return page_view(page, workflows.workflow_view)
+
+    @get("/{workflow_id:str}", operation_id="getWorkflow", opt={"permission": "realm.workflows.read"})
+    async def show(
+        self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        return workflows.workflow_view(await workflows.get_workflow(db_session, principal.realm.id, workflow_id))
+
+    @patch("/{workflow_id:str}", operation_id="updateWorkflow", opt={"permission": "realm.workflows.write"})
+    async def update(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        data: JSONBody[UpdateWorkflow],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        workflow = await workflows.update_workflow(
+            db_session,
+            principal.actor(request_id_of(request)),
+            workflow_id,
+            name=data.name,
+            description=data.description,
+            owner_id=data.owner_id,
+        )
+        return workflows.workflow_view(workflow)
+
+    @delete(
+        "/{workflow_id:str}",
+        operation_id="deleteWorkflow",
+        status_code=204,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def remove(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> None:
+        await workflows.delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
+
+    @post(
+        "/{workflow_id:str}/enable",
+        operation_id="enableWorkflow",
+        status_code=200,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def enable(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, True)
+        return workflows.workflow_view(workflow)
+
+    @post(
+        "/{workflow_id:str}/disable",
+        operation_id="disableWorkflow",
+        status_code=200,
+        opt={"permission": "realm.workflows.write"},
+    )
+    async def disable(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, False)
+        return workflows.workflow_view(workflow)
+
+    @post(
+        "/{workflow_id:str}/revisions",
+        operation_id="stageWorkflowRevision",
+        opt={"permission": "realm.workflows.write"},
+    )
+    async def stage(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        data: JSONBody[DefinitionBody],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        revision = await workflows.stage_revision(
+            db_session, principal.actor(request_id_of(request)), workflow_id, data.definition
+        )
+        return workflows.revision_view(revision)
+
+    @get(
+        "/{workflow_id:str}/revisions", operation_id="listWorkflowRevisions", opt={"permission": "realm.workflows.read"}
+    )
+    async def revisions(
+        self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        items = await workflows.list_revisions(db_session, principal.realm.id, workflow_id)
+        return {"items": [workflows.revision_view(r, with_definition=False) for r in items], "next_cursor": None}
+
+    @get(
+        "/{workflow_id:str}/revisions/{n:int}",
+        operation_id="getWorkflowRevision",
+        opt={"permission": "realm.workflows.read"},
+    )
+    async def revision(
+        self, workflow_id: FromPath[str], n: FromPath[int], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        return workflows.revision_view(await workflows.get_revision(db_session, principal.realm.id, workflow_id, n))
+
+    @get(
+        "/{workflow_id:str}/revisions/{n:int}/diff",
+        operation_id="diffWorkflowRevisions",
+        opt={"permission": "realm.workflows.read"},
+    )
+    async def diff(
+        self,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        against: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        if against is None:
+            workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+            against = workflow.published_revision if workflow.published_revision is not None else max(n - 1, 1)
+        return await workflows.diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
+
+    @post(
+        "/{workflow_id:str}/revisions/{n:int}/approve",
+        operation_id="approveWorkflowRevision",
+        status_code=200,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def approve(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        data: JSONBody[Decision],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        revision = await workflows.decide_revision(
+            db_session, principal.actor(request_id_of(request)), workflow_id, n, approve=True, comment=data.comment
+        )
+        return workflows.revision_view(revision)
+
+    @post(
+        "/{workflow_id:str}/revisions/{n:int}/reject",
+        operation_id="rejectWorkflowRevision",
+        status_code=200,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def reject(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        data: JSONBody[Decision],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        revision = await workflows.decide_revision(
+            db_session, principal.actor(request_id_of(request)), workflow_id, n, approve=False, comment=data.comment
+        )
+        return workflows.revision_view(revision)
+
+    @post(
+        "/{workflow_id:str}/revisions/{n:int}/publish",
+        operation_id="publishWorkflowRevision",
+        status_code=200,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def publish(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        data: JSONBody[Decision],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        result = await workflows.publish_revision(
+            db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment
+        )
+        return {
+            "workflow": workflows.workflow_view(result.workflow),
+            "revision": workflows.revision_view(result.revision),
+        }
+
+    @post(
+        "/{workflow_id:str}/rollback",
+        operation_id="rollbackWorkflow",
+        status_code=200,
+        opt={"permission": "realm.workflows.publish"},
+    )
+    async def rollback(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        data: JSONBody[RollbackBody],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        result = await workflows.rollback(
+            db_session, principal.actor(request_id_of(request)), workflow_id, data.revision
+        )
+        return {
+            "workflow": workflows.workflow_view(result.workflow),
+            "revision": workflows.revision_view(result.revision),
+        }
+
+
+class ContractsController(Controller):
+    path = "/api/v1/contracts/workflows"
+    tags = ["contracts"]
+
+    @get("/{name:str}", operation_id="getWorkflowContract", opt={"public": True})
+    async def get(self, name: FromPath[str]) -> Response[dict[str, Any]]:
+        """The JSON Schemas of the definition (``definition.v1.json``) and of a step call (``step-call.v1.json``)."""
+        if name not in CONTRACT_NAMES:
+            raise NotFound(f"No contract {name!r}; there are {', '.join(CONTRACT_NAMES)}.")
+        return Response(contract(name), media_type="application/schema+json")

@@ -1,0 +1,444 @@
+"""The durable runner: claims due runs and advances each by at most 25 transitions.
+
+One transition is one database transaction. For an internal step that transaction holds the
+lease check, the accountable publisher's authority re-check, the effect, the succeeded attempt,
+the run's advance and the audit events — so a crash rolls all of it back, a step that runs again
+after a crash never repeats an effect, and a worker that lost its lease cannot commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import runstore
+from engine.audit import Actor, record_audit
+from engine.authz import load_authority
+from engine.definitions.canonical import input_version
+from engine.definitions.durations import parse_duration
+from engine.ids import new_id
+from engine.retry import (
+    COMPENSATION_BACKOFF_MS,
+    COMPENSATION_MAX_ATTEMPTS,
+    DEFAULT_BACKOFF_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    Clock,
+    RetryPolicy,
+    delay_ms,
+)
+from engine.runstore import LeaseLost
+from engine.states import (
+    ATTEMPT_FAILED,
+    ATTEMPT_SUCCEEDED,
+    CANCELLED,
+    COMP_DONE,
+    COMP_FAILED,
+    COMP_PENDING,
+    COMPENSATED,
+    COMPENSATING,
+    COMPENSATION_FAILED,
+    FAILED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    TransitionRefused,
+)
+from engine.steps import STEP_TYPES, StepContext, StepFailure
+from engine.workflow_models import StepAttempt, WorkflowRevision, WorkflowRun
+
+log = logging.getLogger("cockpit.engine")
+
+MAX_TRANSITIONS = 25
+CATEGORY = "workflow"
+
+
+@dataclass
+class RunnerSettings:
+    lease: timedelta = timedelta(seconds=60)
+    batch_size: int = 50
+    tenant_share: int = 10
+
+
+def run_actor(run: WorkflowRun) -> Actor:
+    """The accountable publisher, with the run id as request and correlation id."""
+    return Actor(type="user", id=run.publisher_id, realm_id=run.realm_id, request_id=run.id, correlation_id=run.id)
+
+
+def policy_for(definition: dict[str, Any], step: dict[str, Any]) -> RetryPolicy:
+    retry = step.get("retry") or definition.get("retry") or {}
+    max_attempts = int(retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    backoff = retry.get("backoff")
+    backoff_ms = parse_duration(backoff) * 1000 if isinstance(backoff, str) else DEFAULT_BACKOFF_MS
+    return RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms)
+
+
+class Runner:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        worker_id: str,
+        *,
+        settings: RunnerSettings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.worker_id = worker_id
+        self.settings = settings or RunnerSettings()
+        self.clock = clock or Clock()
+
+    # --- passes ----------------------------------------------------------------------------------
+
+    async def run_pass(self) -> int:
+        """Claim due runs and advance each; returns the transitions made."""
+        async with self.sessions() as session, session.begin():
+            claimed = await runstore.claim_due_runs(
+                session,
+                self.worker_id,
+                now=self.clock.now(),
+                lease=self.settings.lease,
+                batch_size=self.settings.batch_size,
+                tenant_share=self.settings.tenant_share,
+            )
+        transitions = 0
+        for item in claimed:
+            transitions += await self.advance(item.run_id)
+        return transitions
+
+    async def advance(self, run_id: str) -> int:
+        """At most 25 transitions, then hand the lease back so other runs get their turn."""
+        done = 0
+        try:
+            while done < MAX_TRANSITIONS:
+                if not await self.transition(run_id):
+                    break
+                done += 1
+        except LeaseLost:
+            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+            return done
+        async with self.sessions() as session, session.begin():
+            await runstore.release_lease(session, run_id, self.worker_id)
+        return done
+
+    async def release_all(self) -> int:
+        async with self.sessions() as session, session.begin():
+            return await runstore.release_all_leases(session, self.worker_id)
+
+    # --- one transition --------------------------------------------------------------------------
+
+    async def transition(self, run_id: str) -> bool:
+        """Make one step of progress in one transaction; False when the run has nothing to do now."""
+        now = self.clock.now()
+        async with self.sessions() as session, session.begin():
+            run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
+            if run.state in FINISHED or run.due_at is None or run.due_at > now:
+                return False
+            revision = await session.get(WorkflowRevision, run.revision_id)
+            if revision is None:
+                await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
+                return True
+            if run.cancel_requested_at is not None and run.state != COMPENSATING:
+                await self._start_compensating(
+                    session, run, "cancelled", run.cancel_reason or "Cancelled.", reason="cancelled"
+                )
+                return True
+            if run.state == PENDING:
+                await runstore.move_run(session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now)
+                return True
+            if run.state == RUNNING:
+                return await self._run_step(session, run, revision)
+            if run.state == COMPENSATING:
+                return await self._compensate(session, run, revision)
+            return False
+
+    async def _run_step(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+        now = self.clock.now()
+        definition = revision.definition
+        steps: list[dict[str, Any]] = definition.get("steps", [])
+        if run.step_index >= len(steps):
+            await self._succeed_run(session, run)
+            return True
+        step = steps[run.step_index]
+        step_type = STEP_TYPES.get(step.get("type", ""))
+        attempts = await runstore.attempts_of_step(session, run.id, step["id"])
+        if any(a.state == ATTEMPT_SUCCEEDED for a in attempts):
+            # Already applied (by an earlier transaction that committed): skip, never apply again.
+            await runstore.move_run(
+                session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
+            )
+            return True
+        if step_type is None:
+            await self._fail_run(session, run, "definition_unavailable", f"No step type {step.get('type')!r} here.")
+            return True
+        policy = policy_for(definition, step)
+        number = len(attempts) + 1
+        attempt = StepAttempt(
+            id=new_id("wsa"),
+            run_id=run.id,
+            realm_id=run.realm_id,
+            step_id=step["id"],
+            step_index=run.step_index,
+            step_type=step_type.name,
+            number=number,
+            idempotency_key=f"{run.id}.{step['id']}",
+            input=step,
+            input_version=input_version(revision.number, revision.hash, run.input_version),
+            max_attempts=policy.max_attempts if step_type.retried else 1,
+            backoff_ms=policy.backoff_ms if step_type.retried else 0,
+            started_at=now,
+        )
+        actor = run_actor(run)
+        ctx = StepContext(
+            session=session,
+            run=run,
+            step=step,
+            step_index=run.step_index,
+            organization_id=step.get("organization_id") or run.organization_id,
+            actor=actor,
+            authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
+            now=now,
+        )
+        try:
+            async with session.begin_nested():
+                await self._recheck_authority(session, ctx, step)
+                outcome = await step_type.perform(ctx)
+        except StepFailure as failure:
+            await self._record_failure(session, run, attempt, failure, policy)
+            return True
+        except (TransitionRefused, IntegrityError):
+            raise
+        except Exception as exc:  # infrastructure: transient
+            log.warning("step failed unexpectedly", exc_info=exc, extra={"run_id": run.id, "step_id": step["id"]})
+            await self._record_failure(
+                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False), policy
+            )
+            return True
+        attempt.state = ATTEMPT_SUCCEEDED
+        attempt.result = outcome.result
+        attempt.compensation_strategy = outcome.strategy
+        attempt.compensation_state = outcome.compensation_state
+        attempt.finished_at = now
+        await runstore.record_attempt(session, attempt)
+        await record_audit(
+            session,
+            actor,
+            "workflow.step.succeeded",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": step["id"], "attempt": number, "idempotency_key": attempt.idempotency_key},
+        )
+        if outcome.ends_run or run.step_index + 1 >= len(steps):
+            await self._succeed_run(session, run, step_index=run.step_index + 1)
+        else:
+            await runstore.move_run(
+                session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
+            )
+        return True
+
+    async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
+        """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
+        from engine.workflows import requirement_issue
+
+        if not ctx.authority.holds("realm.workflows.publish"):
+            raise StepFailure(
+                "publisher_lacks_authority",
+                "The accountable publisher no longer holds realm.workflows.publish.",
+                permanent=True,
+            )
+        from engine.definitions.validation import required_authority
+
+        for requirement in required_authority(step):
+            issue = await requirement_issue(
+                session, ctx.run.realm_id, ctx.authority, requirement, ctx.organization_id, ""
+            )
+            if issue is not None:
+                raise StepFailure("publisher_lacks_authority", issue.message, permanent=True)
+
+    async def _record_failure(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure, policy: RetryPolicy
+    ) -> None:
+        now = self.clock.now()
+        attempt.state = ATTEMPT_FAILED
+        attempt.error_category = failure.category
+        attempt.error_message = failure.message[:2000]
+        attempt.finished_at = now
+        await runstore.record_attempt(session, attempt)
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.step.failed",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
+        )
+        if failure.permanent:
+            await self._start_compensating(session, run, failure.category, failure.message)
+        elif attempt.number >= attempt.max_attempts:
+            await self._start_compensating(session, run, "retries_exhausted", failure.message)
+        else:
+            wait = delay_ms(attempt.backoff_ms, attempt.number, rand=self.clock.random)
+            await runstore.move_run(
+                session,
+                run,
+                RUNNING,
+                worker_id=self.worker_id,
+                due_at=now + timedelta(milliseconds=wait),
+                now=now,
+                error_category=failure.category,
+                last_error=failure.message[:2000],
+            )
+
+    async def _start_compensating(
+        self, session: AsyncSession, run: WorkflowRun, category: str, message: str, *, reason: str | None = None
+    ) -> None:
+        now = self.clock.now()
+        await runstore.move_run(
+            session,
+            run,
+            COMPENSATING,
+            worker_id=self.worker_id,
+            due_at=now,
+            now=now,
+            error_category=category,
+            last_error=message[:2000],
+        )
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.run.failed",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"reason": reason or category, "error_category": category, "phase": "compensating"},
+        )
+
+    async def _fail_run(self, session: AsyncSession, run: WorkflowRun, category: str, message: str) -> None:
+        await self._start_compensating(session, run, category, message)
+
+    async def _succeed_run(self, session: AsyncSession, run: WorkflowRun, **values: Any) -> None:
+        now = self.clock.now()
+        await runstore.move_run(session, run, SUCCEEDED, worker_id=self.worker_id, due_at=None, now=now, **values)
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.run.succeeded",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+        )
+
+    # --- compensation ----------------------------------------------------------------------------
+
+    async def _compensate(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+        now = self.clock.now()
+        summary = await runstore.compensation_summary(session, run.id)
+        if summary.get(COMP_FAILED):
+            await self._finish_compensation(session, run, summary)
+            return True
+        attempt = await runstore.next_compensation(session, run.id)
+        if attempt is None:
+            await self._finish_compensation(session, run, summary)
+            return True
+        step_type = STEP_TYPES.get(attempt.step_type)
+        actor = run_actor(run)
+        ctx = StepContext(
+            session=session,
+            run=run,
+            step=attempt.input,
+            step_index=attempt.step_index,
+            organization_id=attempt.input.get("organization_id") or run.organization_id,
+            actor=actor,
+            authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
+            now=now,
+        )
+        attempt.compensation_attempts += 1
+        try:
+            if step_type is None:
+                raise StepFailure("definition_unavailable", f"No step type {attempt.step_type!r} here.", permanent=True)
+            async with session.begin_nested():
+                result = await step_type.undo(ctx, attempt)
+        except StepFailure as failure:
+            await self._compensation_failed_try(session, run, attempt, failure)
+            return True
+        except (TransitionRefused, IntegrityError):
+            raise
+        except Exception as exc:
+            log.warning("compensation failed unexpectedly", exc_info=exc, extra={"run_id": run.id})
+            await self._compensation_failed_try(
+                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False)
+            )
+            return True
+        attempt.compensation_state = COMP_DONE
+        attempt.compensation_result = result
+        attempt.compensated_at = now
+        await session.flush()
+        await record_audit(
+            session,
+            actor,
+            "workflow.step.compensated",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": attempt.step_id, "attempt": attempt.number, "result": result},
+        )
+        await runstore.set_due(session, run, worker_id=self.worker_id, due_at=now, now=now)
+        return True
+
+    async def _compensation_failed_try(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure
+    ) -> None:
+        now = self.clock.now()
+        attempt.compensation_error = f"{failure.category}: {failure.message}"[:2000]
+        if failure.permanent or attempt.compensation_attempts >= COMPENSATION_MAX_ATTEMPTS:
+            attempt.compensation_state = COMP_FAILED
+            await session.flush()
+            await record_audit(
+                session,
+                run_actor(run),
+                "workflow.step.compensation_failed",
+                category=CATEGORY,
+                subject_type="workflow_run",
+                subject_id=run.id,
+                details={
+                    "step_id": attempt.step_id,
+                    "error_category": failure.category,
+                    "tries": attempt.compensation_attempts,
+                },
+            )
+            await runstore.set_due(session, run, worker_id=self.worker_id, due_at=now, now=now)
+            return
+        await session.flush()
+        wait = delay_ms(COMPENSATION_BACKOFF_MS, attempt.compensation_attempts, rand=self.clock.random)
+        await runstore.set_due(
+            session, run, worker_id=self.worker_id, due_at=now + timedelta(milliseconds=wait), now=now
+        )
+
+    async def _finish_compensation(self, session: AsyncSession, run: WorkflowRun, summary: dict[str, int]) -> None:
+        now = self.clock.now()
+        actor = run_actor(run)
+        if summary.get(COMP_FAILED):
+            final, event = COMPENSATION_FAILED, "workflow.run.compensation_failed"
+        elif run.cancel_requested_at is not None:
+            final, event = CANCELLED, "workflow.run.cancelled"
+        elif summary.get(COMP_DONE):
+            final, event = COMPENSATED, "workflow.run.compensated"
+        else:
+            final, event = FAILED, "workflow.run.failed"
+        await runstore.move_run(session, run, final, worker_id=self.worker_id, due_at=None, now=now)
+        details: dict[str, Any] = {"error_category": run.error_category}
+        if final == FAILED:
+            details["phase"] = "finished"
+            details["reason"] = run.error_category
+        await record_audit(
+            session, actor, event, category=CATEGORY, subject_type="workflow_run", subject_id=run.id, details=details
+        )
+
+
+__all__ = ["COMP_PENDING", "MAX_TRANSITIONS", "Runner", "RunnerSettings"]

@@ -1,0 +1,136 @@
+"""The durable runner on a real database: internal steps, retries, compensation, leases."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, text
+
+from engine import runs, workflows
+from engine.retry import FixedClock
+from engine.runner import Runner, RunnerSettings
+from engine.workflow_models import StepAttempt, WorkflowRun
+from tests.factories import RealmHandle
+
+
+async def publish(realm: RealmHandle, definition: dict[str, Any], name: str = "W") -> str:
+    async with realm.sessions() as session, session.begin():
+        workflow, _ = await workflows.create_workflow(
+            session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
+        )
+    async with realm.sessions() as session, session.begin():
+        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+    return workflow.id
+
+
+async def start(realm: RealmHandle, workflow_id: str, subject_id: str, organization_id: str | None = None) -> str:
+    async with realm.sessions() as session, session.begin():
+        run = await runs.start_manual_run(
+            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=organization_id
+        )
+        return run.id
+
+
+async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
+    async with realm.sessions() as session:
+        run = await runs.get_run(session, realm.id, run_id)
+        return run, await runs.run_attempts(session, run_id)
+
+
+def runner(realm: RealmHandle, clock: FixedClock | None = None, worker: str = "worker-test-1-aaaa") -> Runner:
+    return Runner(realm.sessions, worker, settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock)
+
+
+async def drain(r: Runner, *, rounds: int = 10) -> None:
+    for _ in range(rounds):
+        if not await r.run_pass():
+            return
+
+
+async def test_internal_steps_run_once_with_attempts_and_audit(realm: RealmHandle) -> None:
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    wid = await publish(realm, definition)
+    run_id = await start(realm, wid, subject.id)
+    await drain(runner(realm))
+    run, attempts = await load(realm, run_id)
+    assert run.state == "succeeded", (run.error_category, run.last_error)
+    assert [(a.step_id, a.state, a.idempotency_key) for a in attempts] == [
+        ("grant", "succeeded", f"{run_id}.grant"),
+        ("done", "succeeded", f"{run_id}.done"),
+    ]
+    assert attempts[0].input_version.startswith("r1:") and attempts[0].input_version.endswith(":i1")
+    async with realm.sessions() as session:
+        held = (
+            (
+                await session.execute(
+                    text("SELECT source_run_id FROM role_assignments WHERE user_id = :u"), {"u": subject.id}
+                )
+            )
+            .scalars()
+            .all()
+        )
+        types = (
+            await session.execute(
+                text("SELECT type, actor_id, request_id FROM audit_events WHERE correlation_id = :r ORDER BY id"),
+                {"r": run_id},
+            )
+        ).all()
+    assert held == [run_id]
+    assert [t for t, _, _ in types] == [
+        "workflow.run.started",
+        "role.assigned",
+        "workflow.step.succeeded",
+        "workflow.step.succeeded",
+        "workflow.run.succeeded",
+    ]
+    assert {actor for _, actor, _ in types} == {realm.admin.id}  # the accountable publisher
+    assert {rid for _, _, rid in types} == {run_id}
+
+
+async def test_transient_failures_back_off_and_exhaust_then_compensate(realm: RealmHandle) -> None:
+    """Retry timing with an injectable clock: backoff doubles from the policy."""
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    group_org = await realm.organization("Other")
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "retry": {"max_attempts": 3, "backoff": "10s"},
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {
+                "id": "leave",
+                "type": "remove_membership",
+                "organization_id": group_org.id,
+                "retry": {"max_attempts": 2, "backoff": "5s"},
+            },
+        ],
+    }
+    wid = await publish(realm, definition)
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC), jitter=0.0)
+    r = runner(realm, clock)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    # remove_membership of a non-member is a permanent failure: compensation undoes the grant.
+    assert run.state == "compensated", (run.state, run.error_category)
+    assert run.error_category == "not_a_member"
+    assert [a.state for a in attempts] == ["succeeded", "failed"]
+    assert attempts[0].compensation_state == "done"
+    async with realm.sessions() as session:
+        left = await session.scalar(text("SELECT count(*) FROM role_assignments WHERE user_id = :u"), {"u": subject.id})
+    assert left == 0

@@ -1,0 +1,249 @@
+"""Canonical JSON, the definition hash, input versions, and the two kinds of diff."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from engine.definitions import (
+    canonical_json,
+    definition_hash,
+    input_version,
+    line_diff,
+    pretty_json,
+    structured_diff,
+)
+
+
+def rid(prefix: str, n: int = 0) -> str:
+    return f"{prefix}_{n:026d}"
+
+
+def definition() -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "triggers": [
+            {"type": "event", "event_types": ["organization.membership.added"], "organization_id": rid("org", 1)},
+            {"type": "manual"},
+        ],
+        "steps": [
+            {"id": "approve", "type": "approval", "approvers": [rid("usr", 1)], "expires_in": "72h"},
+            {"id": "grant", "type": "assign_role", "role_id": rid("rol", 1), "scope": "organization"},
+            {"id": "tell", "type": "notify", "notice": "access_granted"},
+            {"id": "done", "type": "end"},
+        ],
+        "retry": {"max_attempts": 3, "backoff": "30s"},
+    }
+
+
+# ---------------------------------------------------------------------------- canonical JSON and hash
+
+
+def test_canonical_json_is_sorted_compact_utf8() -> None:
+    assert canonical_json({"b": 1, "a": [True, None, "é"], "c": {"z": 0, "y": -2}}) == (
+        '{"a":[true,null,"é"],"b":1,"c":{"y":-2,"z":0}}'
+    )
+
+
+def test_hash_is_sha256_of_the_canonical_bytes() -> None:
+    value = definition()
+    expected = hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    assert definition_hash(value) == expected
+    assert len(expected) == 64
+
+
+def test_hash_ignores_key_order_and_whitespace_but_not_content() -> None:
+    value = definition()
+    reordered = json.loads(json.dumps(value, indent=4, sort_keys=True))
+    reordered["steps"][0] = dict(reversed(list(reordered["steps"][0].items())))
+    assert definition_hash(reordered) == definition_hash(value)
+    changed = copy.deepcopy(value)
+    changed["steps"][0]["expires_in"] = "48h"
+    assert definition_hash(changed) != definition_hash(value)
+    swapped = copy.deepcopy(value)
+    swapped["steps"][1], swapped["steps"][2] = swapped["steps"][2], swapped["steps"][1]
+    assert definition_hash(swapped) != definition_hash(value)  # list order is meaningful
+
+
+def test_canonical_json_refuses_nan() -> None:
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")})
+
+
+def test_pretty_json_is_sorted_with_two_spaces() -> None:
+    text = pretty_json({"b": [1], "a": "é"})
+    assert text == '{\n  "a": "é",\n  "b": [\n    1\n  ]\n}'
+    assert json.loads(text) == {"a": "é", "b": [1]}
+
+
+def test_input_version() -> None:
+    digest = definition_hash(definition())
+    assert input_version(3, digest, 1) == f"r3:{digest[:16]}:i1"
+    assert input_version(12, digest, "2") == f"r12:{digest[:16]}:i2"
+
+
+@pytest.mark.parametrize(
+    ("revision", "digest", "version"),
+    [(0, "a" * 64, 1), (True, "a" * 64, 1), (1, "abc", 1), (1, "A" * 64, 1), (1, "a" * 64, ""), (1, "a" * 64, "1:2")],
+)
+def test_input_version_refuses_malformed_parts(revision: Any, digest: Any, version: Any) -> None:
+    with pytest.raises(ValueError):
+        input_version(revision, digest, version)
+
+
+# ---------------------------------------------------------------------------- structured diff
+
+
+def test_identical_definitions_have_no_changes() -> None:
+    diff = structured_diff(definition(), definition())
+    assert diff["changed"] is False
+    assert diff["steps"]["added"] == diff["steps"]["removed"] == diff["steps"]["changed"] == []
+    assert diff["steps"]["moved"] == []
+    assert diff["steps"]["unchanged"] == ["approve", "grant", "tell", "done"]
+    assert diff["retry"] is None and diff["schema_version"] is None
+
+
+def test_steps_are_matched_by_id() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["steps"][0]["expires_in"] = "48h"  # changed
+    new["steps"][0]["approvers"].append(rid("usr", 2))
+    del new["steps"][2]  # "tell" removed
+    new["steps"].insert(1, {"id": "pause", "type": "wait", "duration": "1h"})  # added
+    new["steps"][2]["expires_in"] = "720h"  # "grant" gains a member
+    diff = structured_diff(old, new)["steps"]
+
+    assert [(s["id"], s["index"]) for s in diff["added"]] == [("pause", 1)]
+    assert [(s["id"], s["index"]) for s in diff["removed"]] == [("tell", 2)]
+    assert diff["moved"] == []  # shifting by an insertion is not a move
+    changed = {c["id"]: c for c in diff["changed"]}
+    assert changed["approve"]["changes"] == [
+        {"path": "/approvers", "change": "changed", "old": [rid("usr", 1)], "new": [rid("usr", 1), rid("usr", 2)]},
+        {"path": "/expires_in", "change": "changed", "old": "72h", "new": "48h"},
+    ]
+    assert changed["grant"] == {
+        "id": "grant",
+        "old_index": 1,
+        "new_index": 2,
+        "changes": [{"path": "/expires_in", "change": "added", "old": None, "new": "720h"}],
+    }
+    assert diff["unchanged"] == ["done"]
+    assert [(s["id"], s["status"]) for s in diff["order"]] == [
+        ("approve", "changed"),
+        ("pause", "added"),
+        ("grant", "changed"),
+        ("tell", "removed"),
+        ("done", "unchanged"),
+    ]
+
+
+def test_reordered_steps_are_moves() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["steps"] = [new["steps"][2], new["steps"][0], new["steps"][1], new["steps"][3]]
+    diff = structured_diff(old, new)
+    assert diff["changed"] is True
+    assert diff["steps"]["moved"] == [{"id": "tell", "old_index": 2, "new_index": 0}]
+    assert diff["steps"]["changed"] == []
+    assert [(s["id"], s["status"], s["moved"]) for s in diff["steps"]["order"]] == [
+        ("tell", "moved", True),
+        ("approve", "unchanged", False),
+        ("grant", "unchanged", False),
+        ("done", "unchanged", False),
+    ]
+
+
+def test_a_step_that_changes_type_lists_every_member() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["steps"][2] = {"id": "tell", "type": "wait", "duration": "1h"}
+    (change,) = structured_diff(old, new)["steps"]["changed"]
+    assert [(c["path"], c["change"]) for c in change["changes"]] == [
+        ("/duration", "added"),
+        ("/notice", "removed"),
+        ("/type", "changed"),
+    ]
+
+
+def test_trigger_changes() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["triggers"][0]["event_types"] = ["user.created"]
+    new["triggers"].remove({"type": "manual"})
+    new["triggers"].append({"type": "schedule", "every": "24h"})
+    diff = structured_diff(old, new)["triggers"]
+    assert diff["added"] == [{"index": 1, "trigger": {"type": "schedule", "every": "24h"}}]
+    assert diff["removed"] == [{"index": 1, "trigger": {"type": "manual"}}]
+    assert diff["changed"] == [
+        {
+            "old_index": 0,
+            "new_index": 0,
+            "type": "event",
+            "changes": [
+                {
+                    "path": "/event_types",
+                    "change": "changed",
+                    "old": ["organization.membership.added"],
+                    "new": ["user.created"],
+                }
+            ],
+        }
+    ]
+    assert diff["unchanged"] == []
+
+
+def test_retry_changes() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["retry"]["backoff"] = "1m"
+    assert structured_diff(old, new)["retry"] == {
+        "old": {"max_attempts": 3, "backoff": "30s"},
+        "new": {"max_attempts": 3, "backoff": "1m"},
+        "changes": [{"path": "/backoff", "change": "changed", "old": "30s", "new": "1m"}],
+    }
+    del new["retry"]
+    assert structured_diff(old, new)["retry"]["new"] is None
+
+
+@pytest.mark.parametrize("junk", [None, [], "x", {"steps": "x"}, {"steps": [1, {"id": 2}, {"id": "a"}, {"id": "a"}]}])
+def test_structured_diff_reads_anything(junk: Any) -> None:
+    diff = structured_diff(junk, definition())
+    assert diff["changed"] is True
+    assert structured_diff(junk, junk)["changed"] is False
+
+
+# ---------------------------------------------------------------------------- line diff
+
+
+def rebuild(runs: list[dict[str, Any]], side: str) -> list[str]:
+    return [line for run in runs for line in run[f"{side}_lines"]]
+
+
+def test_line_diff_runs_rebuild_both_sides_with_line_numbers() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["steps"][0]["expires_in"] = "48h"
+    new["steps"].insert(2, {"id": "pause", "type": "wait", "duration": "1h"})
+    runs = line_diff(old, new)
+    assert rebuild(runs, "old") == pretty_json(old).splitlines()
+    assert rebuild(runs, "new") == pretty_json(new).splitlines()
+    assert {run["op"] for run in runs} >= {"equal", "replace", "insert"}
+    replaced = next(run for run in runs if run["op"] == "replace")
+    assert replaced["old_lines"] == ['      "expires_in": "72h",']
+    assert replaced["new_lines"] == ['      "expires_in": "48h",']
+    old_lines = pretty_json(old).splitlines()
+    assert old_lines[replaced["old_start"] - 1] == replaced["old_lines"][0]
+    for before, after in itertools.pairwise(runs):
+        assert after["old_start"] == before["old_start"] + len(before["old_lines"])
+        assert after["new_start"] == before["new_start"] + len(before["new_lines"])
+
+
+def test_line_diff_of_equal_definitions_is_one_equal_run() -> None:
+    runs = line_diff(definition(), definition())
+    assert [run["op"] for run in runs] == ["equal"]
+    assert runs[0]["old_start"] == runs[0]["new_start"] == 1

@@ -1,0 +1,368 @@
+"""Properties of validation, canonical JSON and diffs over generated definitions and arbitrary values."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.definitions import (
+    BOUNDS,
+    ISSUE_CODES,
+    StaticReferences,
+    canonical_json,
+    definition_hash,
+    line_diff,
+    pretty_json,
+    structured_diff,
+    validate_definition,
+)
+from engine.errors import Issue
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+EVENT_TYPES = [
+    "user.created",
+    "user.suspended",
+    "user.reactivated",
+    "organization.membership.added",
+    "organization.membership.removed",
+    "role.assignment.expired",
+]
+NOTICES = [
+    "welcome",
+    "access_granted",
+    "access_expiring",
+    "access_removed",
+    "approval_requested",
+    "account_suspended",
+    "offboarding",
+]
+MEMBER_NAMES = [
+    "id",
+    "type",
+    "organization_id",
+    "retry",
+    "approvers",
+    "expires_in",
+    "duration",
+    "role_id",
+    "scope",
+    "group_id",
+    "notice",
+    "subscription_id",
+    "compensate",
+    "timeout_ms",
+    "max_attempts",
+    "backoff",
+    "every",
+    "select",
+    "event_types",
+    "granted_before",
+    "schema_version",
+    "triggers",
+    "steps",
+    "script",
+    "expression",
+]
+
+# ---------------------------------------------------------------------------- valid definitions
+
+
+ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def encode(number: int) -> str:
+    digits = []
+    for _ in range(26):
+        number, digit = divmod(number, 32)
+        digits.append(ALPHABET[digit])
+    return "".join(reversed(digits))
+
+
+def ids(prefix: str) -> st.SearchStrategy[str]:
+    # one draw per id (drawing 26 characters one by one makes generation slow)
+    return st.integers(0, 32**26 - 1).map(lambda n: f"{prefix}_{encode(n)}")
+
+
+def durations(where: str) -> st.SearchStrategy[str]:
+    bounds = BOUNDS[where]
+    options = []
+    for unit, seconds in (("s", 1), ("m", 60), ("h", 3600)):
+        low, high = max(1, math.ceil(bounds.minimum / seconds)), bounds.maximum // seconds
+        if low <= high:
+            options.append(st.integers(low, high).map(lambda n, unit=unit: f"{n}{unit}"))
+    return st.one_of(options)
+
+
+retries = st.fixed_dictionaries({"max_attempts": st.integers(1, 10), "backoff": durations("retry.backoff")})
+org = {"organization_id": ids("org")}
+retry = {"retry": retries}
+
+
+def body(kind: str, required: dict[str, Any], optional: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"type": st.just(kind), **required}, optional=optional)
+
+
+step_bodies = st.one_of(
+    body(
+        "approval",
+        {
+            "approvers": st.lists(ids("usr"), min_size=1, max_size=20, unique=True),
+            "expires_in": durations("approval.expires_in"),
+        },
+        org,
+    ),
+    body("wait", {"duration": durations("wait.duration")}, org),
+    body(
+        "assign_role",
+        {"role_id": ids("rol"), "scope": st.just("organization")},
+        {**org, **retry, "expires_in": durations("assign_role.expires_in")},
+    ),
+    body(
+        "assign_role",
+        {"role_id": ids("rol"), "scope": st.just("realm")},
+        {**retry, "expires_in": durations("assign_role.expires_in")},
+    ),
+    body("remove_role", {"role_id": ids("rol")}, {**org, **retry}),
+    body("add_to_group", {"group_id": ids("grp")}, {**org, **retry}),
+    body("remove_from_group", {"group_id": ids("grp")}, {**org, **retry}),
+    body("remove_membership", {}, {**org, **retry}),
+    body("suspend_user", {}, {**org, **retry}),
+    body("notify", {"notice": st.sampled_from(NOTICES)}, {**org, **retry}),
+    body(
+        "call_webhook",
+        {"subscription_id": ids("whk")},
+        {**org, **retry, "compensate": st.booleans(), "timeout_ms": st.integers(100, 30000)},
+    ),
+)
+step_ids = st.builds(
+    lambda first, rest: first + rest,
+    st.sampled_from("abcdefghijklmnopqrstuvwxyz"),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", max_size=39),
+)
+
+
+@st.composite
+def step_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    with_end = draw(st.booleans())
+    limit = 20 - int(with_end)
+    # mostly short, a few long, one in six at the limit
+    count = draw(st.sampled_from([1, 2, 3, 4, 0, limit])) or draw(st.integers(1, limit))
+    names = draw(st.lists(step_ids, min_size=count + int(with_end), max_size=count + int(with_end), unique=True))
+    steps = [{"id": name, **draw(step_bodies)} for name in names[:count]]
+    if with_end:
+        end: dict[str, Any] = {"id": names[-1], "type": "end"}
+        if draw(st.booleans()):
+            end["organization_id"] = draw(ids("org"))
+        steps.append(end)
+    return steps
+
+
+selectors = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.just("role_holders"),
+            "role_id": ids("rol"),
+            "granted_before": durations("role_holders.granted_before"),
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("organization_members"), "organization_id": ids("org")}),
+    st.fixed_dictionaries({"type": st.just("group_members"), "group_id": ids("grp")}),
+)
+event_triggers = st.fixed_dictionaries(
+    {"type": st.just("event"), "event_types": st.lists(st.sampled_from(EVENT_TYPES), min_size=1, unique=True)},
+    optional=org,
+)
+schedule_triggers = st.fixed_dictionaries(
+    {"type": st.just("schedule"), "every": durations("schedule.every")}, optional={"select": selectors}
+)
+
+
+@st.composite
+def trigger_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    manual = draw(st.booleans())
+    others = draw(
+        st.lists(
+            st.one_of(event_triggers, schedule_triggers),
+            min_size=0 if manual else 1,
+            max_size=5 - int(manual),
+            unique_by=canonical_json,
+        )
+    )
+    if manual:
+        others.insert(draw(st.integers(0, len(others))), {"type": "manual"})
+    return others
+
+
+definitions = st.fixed_dictionaries(
+    {"schema_version": st.just(1), "triggers": trigger_lists(), "steps": step_lists()},
+    optional={"retry": retries},
+)
+
+# ---------------------------------------------------------------------------- anything at all
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+    st.sampled_from(["30s", "1h", "approval", "manual", "end", "rol_" + "0" * 26, "usr_" + "1" * 26]),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=6)
+        | st.dictionaries(st.one_of(st.sampled_from(MEMBER_NAMES), st.text(max_size=8)), children, max_size=6)
+    ),
+    max_leaves=40,
+)
+python_values = st.recursive(
+    json_scalars | st.binary(max_size=4) | st.frozensets(st.integers(), max_size=3) | st.complex_numbers(),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.tuples(children, children)
+        | st.dictionaries(st.one_of(st.text(max_size=5), st.integers(), st.none(), st.booleans()), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+def assert_well_formed(issues: Any) -> None:
+    assert isinstance(issues, list)
+    for issue in issues:
+        assert isinstance(issue, Issue)
+        assert issue.path == "" or issue.path.startswith("/")
+        assert issue.code in ISSUE_CODES
+        assert issue.code != "unreadable", issue  # the last-resort answer would hide a defect
+        assert isinstance(issue.message, str) and issue.message
+
+
+@SETTINGS
+@given(json_values)
+def test_any_json_value_gets_issues_never_an_exception(raw: Any) -> None:
+    assert_well_formed(validate_definition(raw))
+    assert_well_formed(validate_definition(raw, references=StaticReferences()))
+
+
+@SETTINGS
+@given(python_values)
+def test_any_python_value_gets_issues_never_an_exception(raw: Any) -> None:
+    issues = validate_definition(raw)
+    assert_well_formed(issues)
+    assert isinstance(raw, dict) or issues
+
+
+# ---------------------------------------------------------------------------- mutations of valid definitions
+
+
+def containers(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found: list[tuple[Any, ...]] = []
+    if isinstance(value, dict):
+        found.append(path)
+        for key, item in value.items():
+            found.extend(containers(item, (*path, key)))
+    elif isinstance(value, list):
+        found.append(path)
+        for index, item in enumerate(value):
+            found.extend(containers(item, (*path, index)))
+    return found
+
+
+def at(value: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> dict[str, Any]:
+    definition: dict[str, Any] = copy.deepcopy(draw(definitions))
+    for _ in range(draw(st.integers(1, 4))):
+        target = at(definition, draw(st.sampled_from(containers(definition))))
+        operation = draw(st.sampled_from(["delete", "insert", "swap", "duplicate"]))
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        if operation == "delete" and keys:
+            del target[draw(st.sampled_from(keys))]
+        elif operation == "insert":
+            value = draw(json_values)
+            if isinstance(target, dict):
+                target[draw(st.sampled_from(MEMBER_NAMES))] = value
+            else:
+                target.insert(draw(st.integers(0, len(target))), value)
+        elif operation == "swap" and keys:
+            key = draw(st.sampled_from(keys))
+            old = target[key]
+            target[key] = draw(json_values.filter(lambda v, old=old: type(v) is not type(old)))
+        elif operation == "duplicate" and keys:
+            item = copy.deepcopy(target[draw(st.sampled_from(keys))])
+            if isinstance(target, list):
+                target.append(item)
+            else:
+                target[draw(st.sampled_from(MEMBER_NAMES))] = item
+    return definition
+
+
+@SETTINGS
+@given(mutated())
+def test_mutated_definitions_get_issues_never_an_exception(raw: dict[str, Any]) -> None:
+    issues = validate_definition(raw, references=StaticReferences())
+    assert_well_formed(issues)
+    structured_diff(raw, copy.deepcopy(raw))
+    if not any(i.code == "not_json" for i in issues):  # NaN has no line to show
+        line_diff(raw, {})
+
+
+# ---------------------------------------------------------------------------- valid definitions
+
+
+def shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = [(key, shuffled(item, rng)) for key, item in value.items()]
+        rng.shuffle(items)
+        return dict(items)
+    if isinstance(value, list):
+        return [shuffled(item, rng) for item in value]
+    return value
+
+
+@SETTINGS
+@given(definitions, st.randoms(use_true_random=False))
+def test_generated_definitions_are_valid_and_canonical_json_round_trips(
+    definition: dict[str, Any], rng: random.Random
+) -> None:
+    assert validate_definition(definition) == []
+    text = canonical_json(definition)
+    assert json.loads(text) == definition
+    assert canonical_json(json.loads(text)) == text
+    assert json.loads(pretty_json(definition)) == definition
+    reordered = shuffled(definition, rng)
+    assert definition_hash(reordered) == definition_hash(definition)
+    assert canonical_json(reordered) == text
+
+
+@settings(SETTINGS, max_examples=100)  # two definitions per example
+@given(definitions, definitions)
+def test_diffs_describe_any_two_valid_definitions(old: dict[str, Any], new: dict[str, Any]) -> None:
+    assert structured_diff(old, old)["changed"] is False
+    diff = structured_diff(old, new)
+    assert diff["changed"] == (canonical_json(old) != canonical_json(new))
+    old_ids = [s["id"] for s in old["steps"]]
+    new_ids = [s["id"] for s in new["steps"]]
+    order = diff["steps"]["order"]
+    assert [e["id"] for e in order if e["status"] != "removed"] == new_ids
+    assert sorted(e["id"] for e in order if e["status"] != "added") == sorted(old_ids)
+    runs = line_diff(old, new)
+    assert [line for run in runs for line in run["old_lines"]] == pretty_json(old).splitlines()
+    assert [line for run in runs for line in run["new_lines"]] == pretty_json(new).splitlines()
