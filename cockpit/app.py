@@ -18,6 +18,7 @@ from cockpit.api.audit import AuditEventsController
 from cockpit.api.health import HealthController
 from cockpit.api.organizations import GroupsController, OrganizationsController
 from cockpit.api.roles import PermissionsController, RoleAssignmentsController, RolesController
+from cockpit.api.runs import ManualRunsController, RunsController
 from cockpit.api.settings import PolicyController, TemplatesController
 from cockpit.api.tokens import ServicePrincipalTokensController, TokensController
 from cockpit.api.users import ServicePrincipalsController, UsersController
@@ -30,6 +31,7 @@ from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.roles import RolesPages
+from cockpit.pages.runs import RunsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
@@ -62,6 +64,8 @@ API_CONTROLLERS: list[type] = [
     ServicePrincipalTokensController,
     WorkflowsController,
     ContractsController,
+    ManualRunsController,
+    RunsController,
 ]
 
 
@@ -71,6 +75,7 @@ PAGE_CONTROLLERS: list[type] = [
     MfaPages,
     RealmHomeController,
     WorkflowsPages,
+    RunsPages,
     UsersPages,
     OrganizationsPages,
     RolesPages,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -118,12 +119,19 @@ class Runner:
                 if not await self.transition(run_id):
                     break
                 done += 1
+                if await self._finished(run_id):
+                    return done  # a finished run holds no lease any more
         except LeaseLost:
             log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
             return done
         async with self.sessions() as session, session.begin():
             await runstore.release_lease(session, run_id, self.worker_id)
         return done
+
+    async def _finished(self, run_id: str) -> bool:
+        async with self.sessions() as session:
+            state = await session.scalar(select(WorkflowRun.state).where(WorkflowRun.id == run_id))
+        return state in FINISHED
 
     async def release_all(self) -> int:
         async with self.sessions() as session, session.begin():

@@ -82,7 +82,7 @@ ISSUE_CODES: dict[str, str] = {
     "unreadable": "The definition could not be read at all.",
 }
 
-Path = tuple[str | int, ...]
+Parts = tuple[str | int, ...]
 
 
 # ---------------------------------------------------------------------------- references
@@ -364,7 +364,7 @@ def required_authority(step: Mapping[str, Any]) -> list[Requirement]:
 # ---------------------------------------------------------------------------- layer 1: size and JSON
 
 
-def _pointer(parts: Path) -> str:
+def _pointer(parts: Parts) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
@@ -393,12 +393,10 @@ def _canonical_size(raw: Any) -> int | None:
 
 
 def _too_large(size: int | None) -> Issue:
-    amount = f"{size:,} bytes" if size is not None else "more than that"
-    return Issue(
-        "",
-        "too_large",
-        f"The definition is {amount} as canonical JSON; at most {MAX_DEFINITION_BYTES:,} bytes (64 KiB) are allowed.",
-    )
+    limit = f"at most {MAX_DEFINITION_BYTES:,} bytes (64 KiB) are allowed"
+    if size is None:
+        return Issue("", "too_large", f"The definition is larger than its canonical JSON may be: {limit}.")
+    return Issue("", "too_large", f"The definition is {size:,} bytes as canonical JSON; {limit}.")
 
 
 def _json_issues(raw: Any) -> list[Issue]:
@@ -624,7 +622,7 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _label(parts: Path) -> str:
+def _label(parts: Parts) -> str:
     if not parts:
         return "The definition"
     last = parts[-1]
@@ -634,7 +632,7 @@ def _label(parts: Path) -> str:
     return _short(last)
 
 
-def _what(parts: Path, instance: Any) -> str:
+def _what(parts: Parts, instance: Any) -> str:
     """The object a member belongs to, in words: "an assign_role step", "a retry policy"."""
     kind = instance.get("type") if isinstance(instance, dict) else None
     if not parts:
@@ -658,7 +656,7 @@ def _step_members() -> dict[str, frozenset[str]]:
     return {kind: frozenset(defs[f"step_{kind}"]["properties"]) for kind in STEP_TYPES}
 
 
-def _unknown_member_message(member: str, parts: Path, instance: Any) -> str:
+def _unknown_member_message(member: str, parts: Parts, instance: Any) -> str:
     what = _what(parts, instance)
     name = _short(member)
     message = f"{name} is not a member of {what}."
@@ -675,7 +673,7 @@ def _unknown_member_message(member: str, parts: Path, instance: Any) -> str:
 
 
 def _map_error(error: ValidationError) -> Issue:
-    parts: Path = tuple(error.absolute_path)
+    parts: Parts = tuple(error.absolute_path)
     path = _pointer(parts)
     keyword = error.validator
     value = error.validator_value

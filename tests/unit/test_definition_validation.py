@@ -199,10 +199,23 @@ def test_step_call_contract_accepts_the_documented_body_and_nothing_more() -> No
     assert not validator.is_valid({**body, "action": "rollback"})
 
 
+DOCS = Path(__file__).parents[2] / "docs" / "definitions.md"
+
+
 def test_issue_codes_used_are_documented() -> None:
-    text = (Path(__file__).parents[2] / "docs" / "definitions.md").read_text(encoding="utf-8")
+    text = DOCS.read_text(encoding="utf-8")
     for code in ISSUE_CODES:
-        assert f"`{code}`" in text, code
+        assert f"| `{code}` |" in text, code
+
+
+def test_the_documented_examples_are_valid() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    complete = text.split("## A complete example", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    assert validate_definition(json.loads(complete)) == []
+    steps = [json.loads(block.split("```", 1)[0]) for block in text.split("```json")[1:]]
+    examples = [s for s in steps if isinstance(s, dict) and isinstance(s.get("id"), str)]
+    assert len(examples) == 11
+    assert validate_definition(minimal(*examples[:-1], examples[-1])) == []
 
 
 # ---------------------------------------------------------------------------- limits at their boundaries
@@ -627,7 +640,14 @@ def test_every_issue_is_returned_at_once_in_document_order() -> None:
 def test_member_names_are_escaped_in_pointers() -> None:
     definition = minimal()
     definition["a/b~c"] = 1
-    assert_only(validate_definition(definition), ("/a~1b~0c", "unknown_member"))
+    definition["²"] = 2  # a digit to str.isdigit, not to int()
+    definition["7"] = 3
+    assert_only(
+        validate_definition(definition),
+        ("/a~1b~0c", "unknown_member"),
+        ("/²", "unknown_member"),
+        ("/7", "unknown_member"),
+    )
 
 
 # ---------------------------------------------------------------------------- anything at all
