@@ -432,9 +432,7 @@ class RunsPages(Controller):
     ) -> Response[Any]:
         reason = data.reason.strip()
         try:
-            await runs.cancel_run(
-                db_session, principal.actor(request_id_of(request)), run_id, reason=reason or None
-            )
+            await runs.cancel_run(db_session, principal.actor(request_id_of(request)), run_id, reason=reason or None)
         except NotFound:
             raise
         except EngineError as exc:
@@ -563,8 +561,13 @@ class RunsPages(Controller):
                 index = int(match.group(1))
                 step_id = str(steps[index].get("id")) if index < len(steps) else None
                 step_errors.append(
-                    {"number": index + 1, "step_id": step_id, "path": issue.path, "code": issue.code,
-                     "message": issue.message}
+                    {
+                        "number": index + 1,
+                        "step_id": step_id,
+                        "path": issue.path,
+                        "code": issue.code,
+                        "message": issue.message,
+                    }
                 )
             fields.pop("definition", None)
         errors["step_errors"] = step_errors

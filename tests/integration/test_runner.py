@@ -134,3 +134,74 @@ async def test_transient_failures_back_off_and_exhaust_then_compensate(realm: Re
     async with realm.sessions() as session:
         left = await session.scalar(text("SELECT count(*) FROM role_assignments WHERE user_id = :u"), {"u": subject.id})
     assert left == 0
+
+
+async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeypatch: Any) -> None:
+    """A transient failure waits the backoff, doubling; attempts exhausted → retries_exhausted → failed."""
+    from engine.steps.groups import AddToGroup
+
+    calls: list[int] = []
+
+    async def flaky(self: AddToGroup, ctx: Any) -> Any:
+        calls.append(1)
+        raise ConnectionError("the directory is unreachable")
+
+    monkeypatch.setattr(AddToGroup, "perform", flaky)
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    from engine import organizations
+
+    authority = await _authority(realm)
+    async with realm.sessions() as session, session.begin():
+        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "team", "type": "add_to_group", "group_id": group.id, "retry": {"max_attempts": 3, "backoff": "10s"}}
+        ],
+    }
+    wid = await publish(realm, definition)
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    r = runner(realm, clock)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert [a.error_category for a in attempts] == ["error"]
+    assert run.state == "running" and run.due_at == clock.now() + timedelta(seconds=10)
+    clock.advance(seconds=9)
+    await drain(r)
+    assert len((await load(realm, run_id))[1]) == 1  # not due yet
+    clock.advance(seconds=1)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert len(attempts) == 2 and run.due_at == clock.now() + timedelta(seconds=20)  # doubled
+    clock.advance(seconds=20)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert [a.number for a in attempts] == [1, 2, 3]
+    assert all(a.max_attempts == 3 and a.backoff_ms == 10_000 for a in attempts)
+    assert run.state == "failed" and run.error_category == "retries_exhausted"  # nothing to undo
+    async with realm.sessions() as session:
+        failed = (
+            (
+                await session.execute(
+                    text(
+                        "SELECT details->>'phase' FROM audit_events WHERE subject_id = :r AND type = 'workflow.run.failed' ORDER BY id"
+                    ),
+                    {"r": run_id},
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert failed == ["compensating", "finished"]  # two workflow.run.failed events when nothing was undone
+    assert len(calls) == 3
+
+
+async def _authority(realm: RealmHandle) -> Any:
+    from engine.authz import load_authority
+
+    async with realm.sessions() as session:
+        return await load_authority(session, realm.id, "user", realm.admin.id)

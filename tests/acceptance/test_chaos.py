@@ -1,0 +1,448 @@
+"""Durable runs under kill -9 (seed 000 "Execution and idempotency").
+
+Two real ``cockpit worker`` processes advance runs while one of them is killed with SIGKILL at
+random moments and replaced, again and again. Afterwards every run has succeeded, each step has
+exactly one succeeded attempt, each effect happened exactly once (role assignment, group
+membership, role removal, audit events), and no run is left leased.
+
+The kill schedule comes from a seeded RNG; the seed is printed (``pytest -s``) and named in
+every failure. Replay a schedule with ``COCKPIT_CHAOS_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine import organizations, runstore
+from engine.authz import load_authority
+from engine.db import make_engine, make_sessionmaker
+from engine.retry import FixedClock
+from engine.runner import Runner, RunnerSettings
+from engine.runstore import LeaseLost
+from testing.chaos import (
+    Directory,
+    WorkerPool,
+    add_members,
+    add_subjects,
+    build_directory,
+    publish,
+    runs_leased_by_pid,
+    start_manual_runs,
+)
+from testing.processes import cockpit_env
+from tests.factories import RealmHandle
+
+LEASE_SECONDS = 3
+MANUAL_WAVES = (8, 8, 8)  # manual runs started at the first kills
+EVENT_WAVES = (5, 5)  # memberships added (each starts an event-triggered run)
+MIN_KILLS = 8
+CHAOS_SECONDS = 75  # kills stop after this, even when fewer than MIN_KILLS happened
+DEADLINE_SECONDS = 130  # everything, calm phase included
+STEP_IDS = ("grant", "join", "drop", "done")
+# What one run leaves in the audit trail, counted by its correlation id (the run id).
+AUDIT_PER_RUN = Counter(
+    {
+        "workflow.run.started": 1,
+        "role.assigned": 1,
+        "group.member_added": 1,
+        "role.revoked": 1,
+        "workflow.step.succeeded": len(STEP_IDS),
+        "workflow.run.succeeded": 1,
+    }
+)
+
+
+def chaos_seed() -> int:
+    given = os.environ.get("COCKPIT_CHAOS_SEED")
+    return int(given) if given else random.SystemRandom().randrange(2**32)
+
+
+def definition(directory: Directory, group_id: str, trigger: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "triggers": [trigger],
+        "retry": {"max_attempts": 3, "backoff": "1s"},
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": directory.role_ids["granted"], "scope": "realm"},
+            {"id": "join", "type": "add_to_group", "group_id": group_id},
+            {"id": "drop", "type": "remove_role", "role_id": directory.role_ids["legacy"]},
+            {"id": "done", "type": "end"},
+        ],
+    }
+
+
+@dataclass
+class Scenario:
+    directory: Directory
+    manual_workflow_id: str
+    event_workflow_id: str
+    newcomers_org_id: str
+    newcomers_group_id: str
+    newcomer_ids: list[str]
+    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def subject_count(self) -> int:
+        return len(self.directory.subject_ids) + len(self.newcomer_ids)
+
+
+async def prepare(sessions: async_sessionmaker[AsyncSession]) -> Scenario:
+    """Members who hold ``legacy``; a manual workflow for them and an event workflow for newcomers."""
+    directory = await build_directory(
+        sessions, subjects=sum(MANUAL_WAVES), roles=["granted", "legacy"], groups=1, held_by_subjects=["legacy"]
+    )
+    newcomer_ids = await add_subjects(sessions, directory, sum(EVENT_WAVES), held=["legacy"])
+    actor = directory.actor
+    async with sessions() as session, session.begin():
+        org = await organizations.create_organization(session, actor, name="Newcomers")
+        authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
+        group, _ = await organizations.create_group(session, actor, authority, org.id, name="Onboarding")
+    manual = await publish(
+        sessions, actor, "Reorganize", definition(directory, directory.group_ids[0], {"type": "manual"})
+    )
+    event = await publish(
+        sessions,
+        actor,
+        "Onboard",
+        definition(
+            directory,
+            group.id,
+            {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id},
+        ),
+    )
+    return Scenario(directory, manual, event, org.id, group.id, newcomer_ids)
+
+
+async def unfinished_runs(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
+    async with sessions() as session:
+        count = await session.scalar(
+            text(
+                "SELECT count(*) FROM workflow_runs WHERE realm_id = :realm "
+                "AND state NOT IN ('succeeded', 'failed', 'compensated', 'compensation_failed', 'cancelled')"
+            ),
+            {"realm": realm_id},
+        )
+    return int(count or 0)
+
+
+async def unstarted_events(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
+    async with sessions() as session:
+        count = await session.scalar(
+            text("SELECT count(*) FROM outbox_events WHERE realm_id = :realm AND dispatched_at IS NULL"),
+            {"realm": realm_id},
+        )
+    return int(count or 0)
+
+
+async def unleash(
+    sessions: async_sessionmaker[AsyncSession], scenario: Scenario, pool: WorkerPool, rng: random.Random
+) -> None:
+    """Start work in waves while killing a worker every 1.5–4 s; then let the survivors finish."""
+    directory = scenario.directory
+    manual = [
+        directory.subject_ids[sum(MANUAL_WAVES[:i]) : sum(MANUAL_WAVES[: i + 1])] for i in range(len(MANUAL_WAVES))
+    ]
+    event = [scenario.newcomer_ids[sum(EVENT_WAVES[:i]) : sum(EVENT_WAVES[: i + 1])] for i in range(len(EVENT_WAVES))]
+    waves: list[tuple[str, list[str]]] = []
+    for index in range(max(len(manual), len(event))):
+        waves += [("manual", manual[index])] if index < len(manual) else []
+        waves += [("event", event[index])] if index < len(event) else []
+    started = time.monotonic()
+    pool.spawn()
+    pool.spawn()
+    while time.monotonic() - started < CHAOS_SECONDS:
+        await asyncio.sleep(rng.uniform(1.5, 4.0))
+        if waves:
+            kind, subjects = waves.pop(0)
+            if kind == "manual":
+                scenario.run_ids += await start_manual_runs(
+                    sessions, directory.actor, scenario.manual_workflow_id, subjects
+                )
+            else:
+                await add_members(sessions, directory.actor, scenario.newcomers_org_id, subjects)
+            await asyncio.sleep(rng.uniform(0.2, 1.5))  # let the workers get into the new work
+        pid = pool.kill_random()
+        if pid is not None:
+            pool.record_kill(pid, await runs_leased_by_pid(sessions, pid))
+        pool.spawn()
+        if not waves and len(pool.kills) >= MIN_KILLS:
+            break
+    assert not waves, "the chaos phase ended before all work was started"
+    while time.monotonic() - started < DEADLINE_SECONDS - 20:
+        if not await unfinished_runs(sessions, directory.realm_id) and not await unstarted_events(
+            sessions, directory.realm_id
+        ):
+            return
+        await asyncio.sleep(0.5)
+
+
+@dataclass
+class Observed:
+    runs: list[Any]
+    attempts: dict[str, Counter[tuple[str, str]]]
+    audit: dict[str, Counter[str]]
+    granted: list[Any]
+    legacy_left: int
+    group_rows: list[Any]
+    undispatched: int
+
+
+async def observe(sessions: async_sessionmaker[AsyncSession], scenario: Scenario) -> Observed:
+    realm = {"realm": scenario.directory.realm_id}
+    async with sessions() as session:
+        run_rows = (
+            await session.execute(
+                text(
+                    "SELECT id, workflow_id, subject_id, state, trigger_type, trigger_key, lease_owner, "
+                    "lease_expires_at, error_category, last_error FROM workflow_runs WHERE realm_id = :realm"
+                ),
+                realm,
+            )
+        ).all()
+        attempts: dict[str, Counter[tuple[str, str]]] = {r.id: Counter() for r in run_rows}
+        for run_id, step_id, state, count in await session.execute(
+            text(
+                "SELECT run_id, step_id, state, count(*) FROM step_attempts WHERE realm_id = :realm "
+                "GROUP BY run_id, step_id, state"
+            ),
+            realm,
+        ):
+            attempts.setdefault(run_id, Counter())[(step_id, state)] += count
+        audit: dict[str, Counter[str]] = {r.id: Counter() for r in run_rows}
+        for correlation_id, event_type, count in await session.execute(
+            text(
+                "SELECT correlation_id, type, count(*) FROM audit_events "
+                "WHERE realm_id = :realm AND correlation_id LIKE 'wrn\\_%' GROUP BY correlation_id, type"
+            ),
+            realm,
+        ):
+            audit.setdefault(correlation_id, Counter())[event_type] += count
+        granted = (
+            await session.execute(
+                text("SELECT user_id, source_run_id FROM role_assignments WHERE role_id = :role"),
+                {"role": scenario.directory.role_ids["granted"]},
+            )
+        ).all()
+        legacy_left = await session.scalar(
+            text("SELECT count(*) FROM role_assignments WHERE role_id = :role"),
+            {"role": scenario.directory.role_ids["legacy"]},
+        )
+        group_rows = (
+            await session.execute(
+                text("SELECT group_id, user_id, source_run_id FROM group_members WHERE realm_id = :realm"), realm
+            )
+        ).all()
+        undispatched = await session.scalar(
+            text("SELECT count(*) FROM outbox_events WHERE realm_id = :realm AND dispatched_at IS NULL"), realm
+        )
+    return Observed(
+        runs=list(run_rows),
+        attempts=attempts,
+        audit=audit,
+        granted=list(granted),
+        legacy_left=int(legacy_left or 0),
+        group_rows=list(group_rows),
+        undispatched=int(undispatched or 0),
+    )
+
+
+def test_every_run_succeeds_with_each_effect_once_while_workers_are_killed(database_url: str, tmp_path: Path) -> None:
+    seed = chaos_seed()
+    print(f"\nchaos seed {seed} (replay: COCKPIT_CHAOS_SEED={seed})")
+    rng = random.Random(seed)
+    env = cockpit_env(database_url, tmp_path / "home", COCKPIT_WORKER_LEASE_SECONDS=str(LEASE_SECONDS))
+    pool = WorkerPool(env, tmp_path / "workers", rng)
+
+    async def scenario_under_fire() -> tuple[Scenario, Observed]:
+        db = make_engine(database_url, pool_size=2)
+        sessions = make_sessionmaker(db)
+        try:
+            scenario = await prepare(sessions)
+            try:
+                await unleash(sessions, scenario, pool, rng)
+            finally:
+                pool.stop()
+            return scenario, await observe(sessions, scenario)
+        finally:
+            await db.dispose()
+
+    scenario, seen = asyncio.run(scenario_under_fire())
+    context = (
+        f"seed {seed}; kills {[(k.at, k.leased_runs) for k in pool.kills]}; "
+        f"worker errors {pool.log_excerpt('Traceback') + pool.log_excerpt('level=error')}"
+    )
+    print(
+        f"{len(pool.kills)} workers killed (seconds in, runs they held): {[(k.at, k.leased_runs) for k in pool.kills]}"
+    )
+
+    assert len(pool.kills) >= MIN_KILLS, context
+    assert sum(1 for k in pool.kills if k.leased_runs) >= 1, f"no kill hit a worker holding runs; {context}"
+    assert not pool.unexpected_exits(), f"workers died on their own: {pool.unexpected_exits()}; {context}"
+
+    # Every run ended, succeeded, and nothing holds it any more.
+    assert len(seen.runs) == scenario.subject_count, context
+    assert {r.state for r in seen.runs} == {"succeeded"}, (
+        [(r.id, r.state, r.error_category, r.last_error) for r in seen.runs if r.state != "succeeded"],
+        context,
+    )
+    assert [r.id for r in seen.runs if r.lease_owner or r.lease_expires_at] == [], context
+    assert seen.undispatched == 0, context
+
+    # One run per subject: manual runs for the members, one event run per membership added.
+    by_subject = Counter(r.subject_id for r in seen.runs)
+    assert set(by_subject) == set(scenario.directory.subject_ids) | set(scenario.newcomer_ids), context
+    assert set(by_subject.values()) == {1}, context
+    assert sorted(r.id for r in seen.runs if r.trigger_type == "manual") == sorted(scenario.run_ids), context
+    event_runs = [r for r in seen.runs if r.trigger_type == "event"]
+    assert {r.subject_id for r in event_runs} == set(scenario.newcomer_ids), context
+    assert len({r.trigger_key for r in event_runs}) == len(event_runs), context
+
+    # Per run and step exactly one succeeded attempt (and no attempt left started).
+    for run in seen.runs:
+        attempts = seen.attempts[run.id]
+        succeeded = {step: attempts[(step, "succeeded")] for step in STEP_IDS}
+        assert succeeded == dict.fromkeys(STEP_IDS, 1), (run.id, dict(attempts), context)
+        assert not [key for key in attempts if key[1] == "started"], (run.id, dict(attempts), context)
+
+    # Every effect exactly once, made by the run itself.
+    run_of = {r.subject_id: r.id for r in seen.runs}
+    assert sorted((g.user_id, g.source_run_id) for g in seen.granted) == sorted(run_of.items()), context
+    assert seen.legacy_left == 0, context
+    expected_groups = {
+        **dict.fromkeys(scenario.directory.subject_ids, scenario.directory.group_ids[0]),
+        **dict.fromkeys(scenario.newcomer_ids, scenario.newcomers_group_id),
+    }
+    assert sorted((g.group_id, g.user_id, g.source_run_id) for g in seen.group_rows) == sorted(
+        (expected_groups[subject], subject, run_id) for subject, run_id in run_of.items()
+    ), context
+
+    # The audit trail of each run, counted by correlation id: nothing twice, nothing failed.
+    wrong = {run.id: dict(seen.audit[run.id]) for run in seen.runs if seen.audit[run.id] != AUDIT_PER_RUN}
+    assert wrong == {}, context
+
+
+# --- A worker that lost its lease commits nothing -----------------------------------------------------
+
+
+async def counts(realm: RealmHandle, run_id: str) -> dict[str, int]:
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = :r) AS attempts, "
+                    "(SELECT count(*) FROM role_assignments WHERE source_run_id = :r) AS assignments, "
+                    "(SELECT count(*) FROM group_members WHERE source_run_id = :r) AS memberships, "
+                    "(SELECT count(*) FROM audit_events WHERE correlation_id = :r) AS audit, "
+                    "(SELECT step_index FROM workflow_runs WHERE id = :r) AS step_index"
+                ),
+                {"r": run_id},
+            )
+        ).one()
+    return dict(row._mapping)
+
+
+async def lease_of(realm: RealmHandle, run_id: str) -> tuple[str | None, str]:
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(text("SELECT lease_owner, state FROM workflow_runs WHERE id = :r"), {"r": run_id})
+        ).one()
+    return row.lease_owner, row.state
+
+
+async def claim(runner: Runner) -> list[str]:
+    async with runner.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session,
+            runner.worker_id,
+            now=runner.clock.now(),
+            lease=runner.settings.lease,
+            batch_size=runner.settings.batch_size,
+            tenant_share=runner.settings.tenant_share,
+        )
+    return [c.run_id for c in claimed]
+
+
+async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) -> None:
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Builders")
+    directory = Directory(realm.id, realm.admin.id, org.id, [group.id], {"granted": role.id}, [subject.id])
+    flow = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {"id": "join", "type": "add_to_group", "group_id": group.id},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    workflow_id = await publish(realm.sessions, directory.actor, "Lease", flow)
+    (run_id,) = await start_manual_runs(realm.sessions, directory.actor, workflow_id, [subject.id])
+
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    settings = RunnerSettings(lease=timedelta(seconds=LEASE_SECONDS))
+    a = Runner(realm.sessions, "worker-chaos-101-aaaaaaaa", settings=settings, clock=clock)
+    b = Runner(realm.sessions, "worker-chaos-202-bbbbbbbb", settings=settings, clock=clock)
+
+    # A claims the run and makes progress (pending -> running) under its lease.
+    assert await claim(a) == [run_id]
+    assert await claim(b) == []  # a live lease is never taken over
+    assert await a.transition(run_id) is True
+    assert await lease_of(realm, run_id) == (a.worker_id, "running")
+
+    # A stalls past its lease. Even with nobody else holding the run, A may not commit.
+    clock.advance(seconds=LEASE_SECONDS + 1)
+    before = await counts(realm, run_id)
+    with pytest.raises(LeaseLost):
+        await a.transition(run_id)
+    assert await counts(realm, run_id) == before
+
+    # B claims the run and applies the first step.
+    assert await claim(b) == [run_id]
+    assert await b.transition(run_id) is True
+    after_b = await counts(realm, run_id)
+    assert after_b["attempts"] == 1 and after_b["assignments"] == 1 and after_b["step_index"] == 1
+
+    # A wakes up and tries its transition: nothing commits, and B keeps the run.
+    with pytest.raises(LeaseLost):
+        await a.transition(run_id)
+    assert await a.advance(run_id) == 0  # gives up without handing back B's lease
+    assert await counts(realm, run_id) == after_b
+    assert await lease_of(realm, run_id) == (b.worker_id, "running")
+
+    # B finishes; every effect exactly once.
+    assert await b.advance(run_id) == 2
+    final = await counts(realm, run_id)
+    assert final["attempts"] == 3 and final["assignments"] == 1 and final["memberships"] == 1
+    assert await lease_of(realm, run_id) == (None, "succeeded")
+    async with realm.sessions() as session:
+        types = Counter(
+            (
+                await session.execute(text("SELECT type FROM audit_events WHERE correlation_id = :r"), {"r": run_id})
+            ).scalars()
+        )
+    assert types == Counter(
+        {
+            "workflow.run.started": 1,
+            "role.assigned": 1,
+            "group.member_added": 1,
+            "workflow.step.succeeded": 3,
+            "workflow.run.succeeded": 1,
+        }
+    )
