@@ -108,6 +108,7 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
             continue
         raw = str(item.get("message") or "invalid value")
         source = item.get("source")
+        source = getattr(source, "value", source)  # Litestar's ParamType enum
         key = str(item.get("key") or "")
         if source and source != "body":
             out.append({"path": f"{source}:{key}", "code": "invalid", "message": raw})

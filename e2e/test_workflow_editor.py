@@ -85,6 +85,12 @@ def test_an_admin_writes_fixes_and_saves_a_second_approves_the_first_publishes(
     expect(page.locator("#definition-gutter .bad")).to_have_text("6")
     expect(page.locator("#editor-preview")).to_contain_text("pause")
 
+    # Saving it is refused with the same error, and the text stays as typed.
+    page.get_by_role("button", name="Save as new draft revision").click()
+    expect(page.locator(".flash.bad")).to_contain_text("The request is not valid.")
+    expect(feedback.locator("ol.issues li")).to_contain_text("/definition/steps/0/duration")
+    assert page.locator("#definition-text").input_value() == TYPED
+
     # Clicking the error puts the caret on that line; typing replaces it.
     issue.locator("a.goto-line").click()
     selected = page.evaluate(

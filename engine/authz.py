@@ -175,7 +175,8 @@ def check_assignment(
 
     - the grant ceiling: the granter holds every permission of the role in that scope;
     - a role that requires approval needs an independent approver: approver ≠ granter ≠ subject,
-      and the approver could assign the role themselves.
+      and the approver could assign the role themselves (an approver named for any other role is
+      held to the same rules).
     """
     permissions = list(role_permissions)
     if not granter.can_assign(permissions, organization_id):
@@ -183,10 +184,11 @@ def check_assignment(
             f"Assigning {role_name} needs every permission of the role in that scope: "
             + ", ".join(sorted(p for p in permissions if not granter.holds(p, organization_id)))
         )
-    if not requires_approval:
-        return
     if approver is None:
-        raise invalid(approver_path, f"The role {role_name} requires an independent approver.", "approver_required")
+        if requires_approval:
+            raise invalid(approver_path, f"The role {role_name} requires an independent approver.", "approver_required")
+        return
+    # An approver, when named, is independent whether or not the role requires one: the record must be true.
     if approver.principal_id in {granter.principal_id, subject_id} or granter.principal_id == subject_id:
         raise Forbidden("The approver must be someone other than the granter and the subject.")
     if not approver.can_assign(permissions, organization_id):

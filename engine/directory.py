@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine import crypto
 from engine.audit import Actor, emit_event, record_audit
-from engine.errors import Conflict, NotFound, invalid
+from engine.authz import Authority, load_authority
+from engine.errors import Conflict, Forbidden, NotFound, invalid
 from engine.identity import create_user, now
 from engine.ids import new_id
 from engine.models import ServicePrincipal, User
@@ -67,6 +68,24 @@ async def list_users(
     return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
 
 
+async def require_outranks(session: AsyncSession, actor: Actor, authority: Authority | None, user: User) -> None:
+    """Changing someone's password or status needs every permission they hold realm-wide.
+
+    Otherwise a holder of realm.users.write could take over an administrator's account, or a
+    holder of realm.users.suspend lock every administrator out.
+    """
+    if authority is None:
+        return
+    target = await load_authority(session, actor.realm_id, "user", user.id)
+    missing = sorted(p for p in target.permissions_in(None) if not authority.holds(p))
+    if missing:
+        raise Forbidden(
+            "This user holds permissions you do not hold (" + ", ".join(missing) + "); you cannot change their "
+            "password or status.",
+            code="target_outranks_actor",
+        )
+
+
 async def update_user(
     session: AsyncSession,
     actor: Actor,
@@ -75,8 +94,11 @@ async def update_user(
     display_name: str | None,
     guest: bool | None,
     password: str | None,
+    authority: Authority | None = None,
 ) -> User:
     user = await get_user(session, actor.realm_id, user_id)
+    if password is not None and user.id != actor.id:
+        await require_outranks(session, actor, authority, user)
     changed: list[str] = []
     if display_name is not None and display_name != user.display_name:
         user.display_name = display_name
@@ -96,9 +118,16 @@ async def update_user(
     return user
 
 
-async def set_user_status(session: AsyncSession, actor: Actor, user_id: str, status: str) -> User:
-    """Suspend or reactivate; a suspended user's sessions and tokens stop working at once."""
+async def set_user_status(
+    session: AsyncSession, actor: Actor, user_id: str, status: str, *, authority: Authority | None = None
+) -> User:
+    """Suspend or reactivate; a suspended user's sessions and tokens stop working at once.
+
+    With ``authority`` (the caller's), suspending someone needs every permission they hold.
+    """
     user = await get_user(session, actor.realm_id, user_id)
+    if status == "suspended":
+        await require_outranks(session, actor, authority, user)
     if user.status == status:
         raise Conflict(f"The user is already {status}.")
     if status == "suspended" and actor.id == user.id:

@@ -422,7 +422,8 @@ async def list_workflows(
             )
         query = query.where(Workflow.state == state)
     if q:
-        query = query.where(Workflow.name.ilike("%" + q.replace("%", "\\%").replace("_", "\\_") + "%"))  # type: ignore[attr-defined]
+        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(Workflow.name.ilike("%" + escaped + "%"))  # type: ignore[attr-defined]
     return await keyset_page(session, query, Workflow.id, cursor=cursor, limit=limit)
 
 
@@ -634,7 +635,13 @@ class Publication:
 
 
 async def _publish(
-    session: AsyncSession, actor: Actor, workflow: Workflow, revision: WorkflowRevision, *, rollback: bool
+    session: AsyncSession,
+    actor: Actor,
+    workflow: Workflow,
+    revision: WorkflowRevision,
+    *,
+    rollback: bool,
+    comment: str | None = None,
 ) -> Publication:
     if actor.type != "user" or actor.id is None:
         raise Forbidden("Only a user can be accountable for a published revision.")
@@ -667,7 +674,13 @@ async def _publish(
         category=CATEGORY,
         subject_type="workflow",
         subject_id=workflow.id,
-        details={"revision": revision.number, "superseded": superseded, "hash": revision.hash, "state": workflow.state},
+        details={
+            "revision": revision.number,
+            "superseded": superseded,
+            "hash": revision.hash,
+            "state": workflow.state,
+            "comment": comment,
+        },
     )
     return Publication(workflow, revision, superseded)
 
@@ -687,7 +700,7 @@ async def publish_revision(
         raise Conflict("A rejected revision cannot be published.")
     if workflow.requires_approval and revision.status != "approved":
         raise Forbidden("This workflow requires an approved revision before publishing.", code="approval_required")
-    return await _publish(session, actor, workflow, revision, rollback=False)
+    return await _publish(session, actor, workflow, revision, rollback=False, comment=comment)
 
 
 async def rollback(session: AsyncSession, actor: Actor, workflow_id: str, number: int) -> Publication:

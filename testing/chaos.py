@@ -13,7 +13,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,9 +69,12 @@ class WorkerPool:
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.processes if p.poll() is None]
 
-    def kill_random(self) -> int | None:
-        """SIGKILL one live worker chosen at random and reap it; its pid, or None when none is alive."""
-        alive = self.alive
+    def kill_random(self, among: Collection[int] | None = None) -> int | None:
+        """SIGKILL one live worker (whose pid is in ``among``, when given) chosen at random, and reap it.
+
+        Returns its pid, or None when no worker qualifies.
+        """
+        alive = [p for p in self.alive if among is None or p.pid in among]
         if not alive:
             return None
         victim = self.rng.choice(alive)
@@ -116,14 +119,25 @@ class WorkerPool:
         return found[:limit]
 
 
-async def runs_leased_by_pid(sessions: async_sessionmaker[AsyncSession], pid: int) -> int:
-    """Runs whose lease names a worker of process ``pid`` (worker-<host>-<pid>-<suffix>)."""
+async def leases_by_pid(sessions: async_sessionmaker[AsyncSession]) -> dict[int, int]:
+    """Runs leased per worker process (a lease owner is ``worker-<host>-<pid>-<suffix>``)."""
     async with sessions() as session:
-        count = await session.scalar(
-            text("SELECT count(*) FROM workflow_runs WHERE lease_owner LIKE :pattern"),
-            {"pattern": f"worker-%-{pid}-%"},
+        rows = await session.execute(
+            text("SELECT lease_owner, count(*) FROM workflow_runs WHERE lease_owner IS NOT NULL GROUP BY lease_owner")
         )
-    return int(count or 0)
+        held: dict[int, int] = {}
+        for owner, count in rows:
+            pid = str(owner).rsplit("-", 2)[-2]
+            if pid.isdigit():
+                held[int(pid)] = held.get(int(pid), 0) + int(count)
+        return held
+
+
+async def working_pids(sessions: async_sessionmaker[AsyncSession]) -> set[int]:
+    """Process ids of workers that have started work (they record a heartbeat before they take jobs)."""
+    async with sessions() as session:
+        rows = await session.execute(text("SELECT pid FROM worker_heartbeats WHERE stopped_at IS NULL"))
+        return {int(pid) for pid in rows.scalars()}
 
 
 async def listening_workers(sessions: async_sessionmaker[AsyncSession]) -> int:

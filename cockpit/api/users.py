@@ -91,6 +91,7 @@ class UsersController(Controller):
             display_name=data.display_name.strip() if data.display_name else None,
             guest=data.guest,
             password=data.password,
+            authority=principal.authority,
         )
         return directory.user_view(user)
 
@@ -101,7 +102,7 @@ class UsersController(Controller):
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> dict[str, Any]:
         user = await directory.set_user_status(
-            db_session, principal.actor(request_id_of(request)), user_id, "suspended"
+            db_session, principal.actor(request_id_of(request)), user_id, "suspended", authority=principal.authority
         )
         return directory.user_view(user)
 

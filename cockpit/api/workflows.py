@@ -211,7 +211,8 @@ class WorkflowsController(Controller):
     ) -> dict[str, Any]:
         if against is None:
             workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
-            against = workflow.published_revision if workflow.published_revision is not None else max(n - 1, 1)
+            published = workflow.published_revision
+            against = published if published is not None and published != n else max(n - 1, 1)
         return await workflows.diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
 
     @post(

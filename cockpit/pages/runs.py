@@ -21,11 +21,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Response, get, post
-from litestar.params import FromPath, FromQuery, URLEncodedBody
+from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
@@ -327,7 +327,7 @@ class RunsPages(Controller):
         request: AnyRequest,
         db_session: DbSession,
         principal: CurrentPrincipal,
-        state: FromQuery[str | None] = None,
+        run_state: Annotated[str | None, QueryParameter(name="state")] = None,
         workflow_id: FromQuery[str | None] = None,
         subject: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
@@ -338,7 +338,7 @@ class RunsPages(Controller):
             principal,
             workflow=None,
             workflow_id=workflow_id,
-            state=state,
+            state=run_state,
             subject=subject,
             cursor=cursor,
         )
@@ -350,7 +350,7 @@ class RunsPages(Controller):
         workflow_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        state: FromQuery[str | None] = None,
+        run_state: Annotated[str | None, QueryParameter(name="state")] = None,
         subject: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
     ) -> Template:
@@ -361,7 +361,7 @@ class RunsPages(Controller):
             principal,
             workflow=workflow,
             workflow_id=None,
-            state=state,
+            state=run_state,
             subject=subject,
             cursor=cursor,
         )

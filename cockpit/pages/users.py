@@ -185,7 +185,9 @@ class UsersPages(Controller):
     ) -> Response[Any]:
         user = await directory.get_user(db_session, principal.realm.id, user_id)
         try:
-            user = await directory.set_user_status(db_session, principal.actor(request_id_of(request)), user_id, status)
+            user = await directory.set_user_status(
+                db_session, principal.actor(request_id_of(request)), user_id, status, authority=principal.authority
+            )
         except EngineError as exc:
             return await self._detail(request, db_session, principal, user, status_code=exc.status, error=exc.detail)
         if targets(request, STATUS_ID):

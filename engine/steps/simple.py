@@ -30,7 +30,9 @@ class SuspendUser(StepType):
         if ctx.run.subject_id == ctx.run.publisher_id:
             raise StepFailure("self_action", "A run never suspends its own accountable publisher.", permanent=True)
         try:
-            await directory.set_user_status(ctx.session, ctx.actor, ctx.run.subject_id, "suspended")
+            await directory.set_user_status(
+                ctx.session, ctx.actor, ctx.run.subject_id, "suspended", authority=ctx.authority
+            )
         except Conflict as exc:
             raise StepFailure("conflict", exc.detail, permanent=True) from exc
         except EngineError as exc:

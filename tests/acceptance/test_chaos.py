@@ -37,19 +37,20 @@ from testing.chaos import (
     add_members,
     add_subjects,
     build_directory,
+    leases_by_pid,
     publish,
-    runs_leased_by_pid,
     start_manual_runs,
+    working_pids,
 )
 from testing.processes import cockpit_env
 from tests.factories import RealmHandle
 
 LEASE_SECONDS = 3
-MANUAL_WAVES = (8, 8, 8)  # manual runs started at the first kills
-EVENT_WAVES = (5, 5)  # memberships added (each starts an event-triggered run)
+MANUAL_WAVES = (8, 8, 8)  # manual runs, started one wave at a time
+EVENT_WAVES = (4, 4, 4)  # memberships added (each starts an event-triggered run)
 MIN_KILLS = 8
 CHAOS_SECONDS = 75  # kills stop after this, even when fewer than MIN_KILLS happened
-DEADLINE_SECONDS = 130  # everything, calm phase included
+DEADLINE_SECONDS = 120  # from the first worker to the last run, calm phase included
 STEP_IDS = ("grant", "join", "drop", "done")
 # What one run leaves in the audit trail, counted by its correlation id (the run id).
 AUDIT_PER_RUN = Counter(
@@ -125,22 +126,15 @@ async def prepare(sessions: async_sessionmaker[AsyncSession]) -> Scenario:
     return Scenario(directory, manual, event, org.id, group.id, newcomer_ids)
 
 
-async def unfinished_runs(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
+async def unfinished_work(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
+    """Runs not yet finished plus events not yet dispatched (each of those starts a run)."""
     async with sessions() as session:
         count = await session.scalar(
             text(
-                "SELECT count(*) FROM workflow_runs WHERE realm_id = :realm "
-                "AND state NOT IN ('succeeded', 'failed', 'compensated', 'compensation_failed', 'cancelled')"
+                "SELECT (SELECT count(*) FROM workflow_runs WHERE realm_id = :realm AND state NOT IN "
+                "('succeeded', 'failed', 'compensated', 'compensation_failed', 'cancelled')) + "
+                "(SELECT count(*) FROM outbox_events WHERE realm_id = :realm AND dispatched_at IS NULL)"
             ),
-            {"realm": realm_id},
-        )
-    return int(count or 0)
-
-
-async def unstarted_events(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
-    async with sessions() as session:
-        count = await session.scalar(
-            text("SELECT count(*) FROM outbox_events WHERE realm_id = :realm AND dispatched_at IS NULL"),
             {"realm": realm_id},
         )
     return int(count or 0)
@@ -149,7 +143,11 @@ async def unstarted_events(sessions: async_sessionmaker[AsyncSession], realm_id:
 async def unleash(
     sessions: async_sessionmaker[AsyncSession], scenario: Scenario, pool: WorkerPool, rng: random.Random
 ) -> None:
-    """Start work in waves while killing a worker every 1.5–4 s; then let the survivors finish."""
+    """Start work in waves while a worker is killed every 1–3 s; then let the survivors finish.
+
+    The victim is mostly one that holds runs at that moment (so the kill lands in the middle of
+    their steps), sometimes any live worker, starting ones included. A replacement starts at once.
+    """
     directory = scenario.directory
     manual = [
         directory.subject_ids[sum(MANUAL_WAVES[:i]) : sum(MANUAL_WAVES[: i + 1])] for i in range(len(MANUAL_WAVES))
@@ -162,8 +160,10 @@ async def unleash(
     started = time.monotonic()
     pool.spawn()
     pool.spawn()
+    while not {p.pid for p in pool.alive} & await working_pids(sessions):
+        assert time.monotonic() - started < 60, "no worker started within 60 s"
+        await asyncio.sleep(0.2)
     while time.monotonic() - started < CHAOS_SECONDS:
-        await asyncio.sleep(rng.uniform(1.5, 4.0))
         if waves:
             kind, subjects = waves.pop(0)
             if kind == "manual":
@@ -172,18 +172,18 @@ async def unleash(
                 )
             else:
                 await add_members(sessions, directory.actor, scenario.newcomers_org_id, subjects)
-            await asyncio.sleep(rng.uniform(0.2, 1.5))  # let the workers get into the new work
-        pid = pool.kill_random()
+        await asyncio.sleep(rng.uniform(1.0, 3.0))
+        held = await leases_by_pid(sessions)
+        holders = [p.pid for p in pool.alive if held.get(p.pid)]
+        pid = pool.kill_random(among=holders if holders and rng.random() < 0.8 else None)
         if pid is not None:
-            pool.record_kill(pid, await runs_leased_by_pid(sessions, pid))
+            pool.record_kill(pid, held.get(pid, 0))
         pool.spawn()
         if not waves and len(pool.kills) >= MIN_KILLS:
             break
-    assert not waves, "the chaos phase ended before all work was started"
-    while time.monotonic() - started < DEADLINE_SECONDS - 20:
-        if not await unfinished_runs(sessions, directory.realm_id) and not await unstarted_events(
-            sessions, directory.realm_id
-        ):
+    assert not waves, f"the chaos phase ended before all work was started ({len(waves)} waves left)"
+    while time.monotonic() - started < DEADLINE_SECONDS:
+        if not await unfinished_work(sessions, directory.realm_id):
             return
         await asyncio.sleep(0.5)
 

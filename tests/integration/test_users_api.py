@@ -99,3 +99,23 @@ async def test_another_realms_token_gets_404_and_no_token_401(
     assert (await client.get(realm.api + "/users", headers=other_realm.headers)).status_code == 404
     assert (await client.get("/api/v1/realms/no-such-realm/users", headers=other_realm.headers)).status_code == 404
     assert (await client.get(realm.api + "/users")).status_code == 401
+
+
+async def test_nobody_takes_over_or_locks_out_someone_more_powerful(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    helpdesk_role = await realm.role("helpdesk", ["realm.users.read", "realm.users.write", "realm.users.suspend"])
+    helpdesk = await realm.user("helpdesk@example.com")
+    await realm.assign(helpdesk, helpdesk_role)
+    token = {"Authorization": f"Bearer {await realm.token(helpdesk)}"}
+    takeover = await client.patch(
+        f"{realm.api}/users/{realm.admin.id}", json={"password": "a-new-password-123"}, headers=token
+    )
+    assert takeover.status_code == 403 and takeover.json()["code"] == "target_outranks_actor"
+    lockout = await client.post(f"{realm.api}/users/{realm.admin.id}/suspend", headers=token)
+    assert lockout.status_code == 403
+    peer = await realm.user("peer@example.com")
+    assert (await client.post(f"{realm.api}/users/{peer.id}/suspend", headers=token)).status_code == 200
+    assert (
+        await client.patch(f"{realm.api}/users/{peer.id}", json={"password": "another-password-1"}, headers=token)
+    ).status_code == 200

@@ -1,0 +1,199 @@
+"""Runs in a real browser: an administrator starts a run from the cockpit and watches it finish.
+
+The live server runs ``cockpit serve`` and ``cockpit worker`` on a fresh database; the timeline
+follows the run by polling itself and stops once the run has finished.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from playwright.sync_api import Page, Request, expect
+
+from e2e.conftest import LiveServer
+from engine.config import PROJECT_ROOT
+
+FINISH_TIMEOUT = 30_000
+
+
+def admin_cli(live_server: LiveServer, *args: str) -> str:
+    t0 = time.monotonic()
+    try:
+        return _admin_cli(live_server, *args)
+    finally:
+        print("CLI", args[0], round(time.monotonic() - t0, 2))
+
+
+def _admin_cli(live_server: LiveServer, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "admin", *args],
+        env=live_server.env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class Setup:
+    realm: str
+    admin_email: str
+    subject_email: str
+    role_id: str
+    org_id: str
+    group_id: str
+    api: httpx.Client
+
+
+def setup_realm(live_server: LiveServer, slug: str) -> Setup:
+    """A realm, a subject who is a member of an organization with a group, and a role to grant."""
+    admin_email = f"admin@{slug}.example"
+    admin_cli(live_server, "create-realm", slug, "--admin-email", admin_email, "--admin-name", "Ada Admin")
+    token = admin_cli(live_server, "token", "--realm", slug, "--email", admin_email, "--audience", "admin")
+    api = httpx.Client(
+        base_url=f"{live_server.url}/api/v1/realms/{slug}", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = api.post(path, json=body)
+        assert response.status_code in (200, 201), (path, response.status_code, response.text)
+        result: dict[str, Any] = response.json()
+        return result
+
+    subject = post("/users", {"email": "grace@example.com", "display_name": "Grace Hopper"})
+    role = post("/roles", {"name": "workflow-reader", "permissions": ["realm.workflows.read"], "boundary": "realm"})
+    org = post("/organizations", {"name": "Acme"})
+    post(f"/organizations/{org['id']}/members", {"user_id": subject["id"]})
+    group = post(f"/organizations/{org['id']}/groups", {"name": "Engineering"})
+    return Setup(
+        realm=slug,
+        admin_email=admin_email,
+        subject_email=subject["email"],
+        role_id=role["id"],
+        org_id=org["id"],
+        group_id=group["id"],
+        api=api,
+    )
+
+
+def publish(setup: Setup, name: str, steps: list[dict[str, Any]]) -> str:
+    definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
+    created = setup.api.post("/workflows", json={"name": name, "definition": definition})
+    assert created.status_code in (200, 201), created.text
+    workflow_id: str = created.json()["id"]
+    published = setup.api.post(f"/workflows/{workflow_id}/revisions/1/publish", json={})
+    assert published.status_code == 200, published.text
+    return workflow_id
+
+
+def sign_in(live_server: LiveServer, page: Page, setup: Setup) -> None:
+    link = admin_cli(live_server, "sign-in-link", "--realm", setup.realm, "--email", setup.admin_email)
+    parts = urlsplit(link)
+    page.goto(f"{live_server.url}{parts.path}?{parts.query}")
+    page.get_by_role("button", name="Continue").click()
+    page.wait_for_url(re.compile(rf"/realms/{setup.realm}/?$"))
+
+
+def test_a_run_started_from_the_cockpit_is_followed_until_it_succeeds(live_server: LiveServer, page: Page) -> None:
+    setup = setup_realm(live_server, "runs-ok")
+    workflow_id = publish(
+        setup,
+        "Joiner",
+        [
+            {"id": "grant", "type": "assign_role", "role_id": setup.role_id, "scope": "realm"},
+            {"id": "team", "type": "add_to_group", "group_id": setup.group_id},
+            {"id": "done", "type": "end"},
+        ],
+    )
+    sign_in(live_server, page, setup)
+    page.goto(f"{live_server.url}/realms/{setup.realm}/workflows/{workflow_id}")
+
+    # The start form loads into the workflow's page.
+    form = page.locator("#run-start form")
+    expect(form).to_be_visible()
+    form.get_by_label("Subject").fill(setup.subject_email)
+    form.get_by_label("Organization").select_option(label="Acme")
+    form.get_by_role("button", name="Start run").click()
+
+    page.wait_for_url(re.compile(rf"/realms/{setup.realm}/runs/wrn_[^/?]+"))
+    run_url = page.url.split("?", 1)[0]
+    expect(page.get_by_role("status")).to_contain_text("Run started")
+    page.evaluate("() => { window.sameDocument = true }")
+    polls: list[str] = []
+
+    def note(request: Request) -> None:
+        if request.url.split("?", 1)[0] == run_url and request.headers.get("hx-target") == "run-timeline":
+            polls.append(request.url)
+
+    page.on("request", note)
+
+    t0 = time.monotonic()
+    expect(page.locator("#run-state")).to_have_text("succeeded", timeout=FINISH_TIMEOUT)
+    print("WAIT", round(time.monotonic() - t0, 2), len(polls))
+    assert page.evaluate("() => window.sameDocument === true")  # the fragment refreshed itself, no reload
+    for step in ("grant", "team", "done"):
+        expect(page.locator(f"#step-{step} .step-head .badge")).to_have_text("succeeded")
+        expect(page.locator(f"#step-{step} table.attempts tbody tr")).to_have_count(1)
+    expect(page.locator("#step-grant")).to_contain_text(f"{run_url.rsplit('/', 1)[1]}.grant")
+    expect(page.locator("#run-timeline")).not_to_have_attribute("hx-trigger", re.compile("every"))
+    expect(page.get_by_text("Cancel run")).to_have_count(0)
+
+    # Finished: the timeline has stopped asking for itself.
+    settled = len(polls)
+    time.sleep(5)
+    assert len(polls) == settled
+
+    # The run is in the realm's list, with its workflow, subject and state.
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Runs").click()
+    row = page.locator("#runs-table tbody tr").first
+    expect(row).to_contain_text("Joiner")
+    expect(row).to_contain_text(setup.subject_email)
+    expect(row.locator(".badge")).to_have_text("succeeded")
+
+
+def test_a_run_whose_last_step_fails_undoes_its_steps_and_ends_compensated(live_server: LiveServer, page: Page) -> None:
+    setup = setup_realm(live_server, "runs-undo")
+    elsewhere = setup.api.post("/organizations", json={"name": "Elsewhere"}).json()
+    workflow_id = publish(
+        setup,
+        "Mover",
+        [
+            {"id": "grant", "type": "assign_role", "role_id": setup.role_id, "scope": "realm"},
+            {"id": "team", "type": "add_to_group", "group_id": setup.group_id},
+            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere["id"]},
+        ],
+    )
+    sign_in(live_server, page, setup)
+    page.goto(f"{live_server.url}/realms/{setup.realm}/workflows/{workflow_id}")
+    form = page.locator("#run-start form")
+    form.get_by_label("Subject").fill(setup.subject_email)
+    form.get_by_role("button", name="Start run").click()
+    page.wait_for_url(re.compile(rf"/realms/{setup.realm}/runs/wrn_[^/?]+"))
+
+    expect(page.locator("#run-state")).to_have_text("compensated", timeout=FINISH_TIMEOUT)
+    expect(page.locator("#step-leave .step-head .badge")).to_have_text("failed")
+    expect(page.locator("#step-leave")).to_contain_text("not_a_member")
+    undo = page.locator("table.compensations tbody tr")
+    expect(undo).to_have_count(2)
+    # Newest first: the group membership is undone before the role.
+    expect(undo.nth(0)).to_contain_text("team")
+    expect(undo.nth(1)).to_contain_text("grant")
+    for i in range(2):
+        expect(undo.nth(i)).to_contain_text("undo")
+        expect(undo.nth(i).locator(".badge")).to_have_text("done")
+    expect(page.locator("#run-timeline")).to_contain_text("The subject is not a member of the organization.")
+
+    # What was undone is gone from the directory.
+    subject = setup.api.get("/users", params={"q": setup.subject_email}).json()["items"][0]
+    assignments = setup.api.get("/role-assignments", params={"user_id": subject["id"]}).json()["items"]
+    assert [a for a in assignments if a["role_id"] == setup.role_id] == []

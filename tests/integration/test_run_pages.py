@@ -1,0 +1,441 @@
+"""The run pages as a signed-in browser sees them: lists, the timeline, cancelling, starting by hand."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine import runs, workflows
+from engine.identity import now as utc_now
+from engine.ids import new_id
+from engine.models import User
+from engine.runner import Runner
+from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+
+Client = AsyncTestClient[Litestar]
+POLLING = 'hx-trigger="every 2s'
+
+
+async def signed_in(client: Client, realm: RealmHandle, user: User | None = None) -> BrowserLogin:
+    login = await browser_session(realm, user or realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    return login
+
+
+def htmx(login: BrowserLogin, target: str) -> dict[str, str]:
+    return HTML | {"HX-Request": "true", "HX-Target": target, "X-CSRF-Token": login.csrf}
+
+
+def manual(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
+
+
+async def publish(realm: RealmHandle, definition: dict[str, Any], name: str) -> str:
+    async with realm.sessions() as session, session.begin():
+        workflow, _ = await workflows.create_workflow(
+            session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
+        )
+    async with realm.sessions() as session, session.begin():
+        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+    return workflow.id
+
+
+async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
+    async with realm.sessions() as session, session.begin():
+        run = await runs.start_manual_run(
+            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=None
+        )
+        return run.id
+
+
+async def drain(realm: RealmHandle, rounds: int = 10) -> None:
+    runner = Runner(realm.sessions, "worker-test-pages-aaaa")
+    for _ in range(rounds):
+        if not await runner.run_pass():
+            return
+
+
+async def run_state(realm: RealmHandle, run_id: str) -> str:
+    async with realm.sessions() as session:
+        return str(await session.scalar(text("SELECT state FROM workflow_runs WHERE id = :r"), {"r": run_id}))
+
+
+def step_block(page: str, step_id: str) -> str:
+    """The HTML of one step of the timeline."""
+    return page.split(f'id="step-{step_id}"', 1)[1].split("</li>", 1)[0]
+
+
+# --- Lists ----------------------------------------------------------------------------------------
+
+
+async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, realm: RealmHandle) -> None:
+    await signed_in(client, realm)
+    grace = await realm.user("grace@example.com")
+    linus = await realm.user("linus@example.com")
+    onboarding = await publish(realm, manual({"id": "done", "type": "end"}), "Onboarding")
+    offboarding = await publish(realm, manual({"id": "bye", "type": "end"}), "Offboarding")
+    first = await start(realm, onboarding, grace.id)
+    await drain(realm)
+    second = await start(realm, offboarding, linus.id)  # stays pending
+
+    base = f"/realms/{realm.slug}/runs"
+    page = await client.get(base, headers=HTML)
+    assert page.status_code == 200 and "<html" in page.text
+    assert 'aria-current="page"' in page.text.split(f'href="{base}"', 1)[1][:30]
+    assert first in page.text and second in page.text
+    assert page.text.index(second) < page.text.index(first)  # newest first
+    row = page.text.split(f'href="{base}/{first}"', 1)[1].split("</tr>", 1)[0]
+    assert "Onboarding" in row and "grace@example.com" in row and 'class="badge succeeded"' in row
+    pending = page.text.split(f'href="{base}/{second}"', 1)[1].split("</tr>", 1)[0]
+    assert "Offboarding" in pending and 'class="badge pending"' in pending and "<code>bye</code>" in pending
+    for state in ("awaiting approval", "compensation failed", "cancelled"):
+        assert f">{state}</option>" in page.text
+
+    succeeded = await client.get(base, params={"state": "succeeded"}, headers=HTML)
+    assert first in succeeded.text and second not in succeeded.text
+    by_workflow = await client.get(base, params={"workflow_id": offboarding}, headers=HTML)
+    assert second in by_workflow.text and first not in by_workflow.text
+    by_email = await client.get(base, params={"subject": "GRACE@example.com"}, headers=HTML)
+    assert first in by_email.text and second not in by_email.text
+    by_id = await client.get(base, params={"subject": linus.id}, headers=HTML)
+    assert second in by_id.text and first not in by_id.text
+    nobody = await client.get(base, params={"subject": "nobody@example.com"}, headers=HTML)
+    assert "There is no user nobody@example.com in this realm." in nobody.text and first not in nobody.text
+    none = await client.get(base, params={"state": "failed"}, headers=HTML)
+    assert "No run matches these filters." in none.text
+    bad = await client.get(base, params={"state": "exploded"}, headers=HTML)
+    assert bad.status_code == 422 and "state is one of pending" in bad.text
+
+    fragment = await client.get(
+        base, params={"state": "pending"}, headers=HTML | {"HX-Request": "true", "HX-Target": "runs-table"}
+    )
+    assert fragment.text.lstrip().startswith('<div id="runs-table">') and "<html" not in fragment.text
+    assert second in fragment.text and first not in fragment.text
+
+    # One workflow's runs, linked from its page.
+    overview = await client.get(f"/realms/{realm.slug}/workflows/{onboarding}", headers=HTML)
+    assert f'href="/realms/{realm.slug}/workflows/{onboarding}/runs"' in overview.text
+    own = await client.get(f"/realms/{realm.slug}/workflows/{onboarding}/runs", headers=HTML)
+    assert own.status_code == 200 and "Runs of Onboarding" in own.text
+    assert first in own.text and second not in own.text
+    missing = await client.get(f"/realms/{realm.slug}/workflows/wfl_nope/runs", headers=HTML)
+    assert missing.status_code == 404
+
+    for _ in range(50):
+        await start(realm, offboarding, linus.id)
+    paged = await client.get(base, params={"subject": linus.id}, headers=HTML)
+    assert "Next page" in paged.text and second not in paged.text
+    href = paged.text.split('<nav class="pager"', 1)[1].split('href="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    assert f"subject={linus.id}" in href
+    following = await client.get(href, headers=HTML)
+    assert following.status_code == 200 and second in following.text and first not in following.text
+
+
+async def test_runs_of_another_realm_are_not_found(
+    client: Client, realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    await signed_in(client, realm)
+    subject = await other_realm.user("someone@example.com")
+    wid = await publish(other_realm, manual({"id": "done", "type": "end"}), "Theirs")
+    theirs = await start(other_realm, wid, subject.id)
+    page = await client.get(f"/realms/{realm.slug}/runs/{theirs}", headers=HTML)
+    assert page.status_code == 404
+    listed = await client.get(f"/realms/{realm.slug}/runs", headers=HTML)
+    assert theirs not in listed.text and "No runs yet." in listed.text
+
+
+# --- The timeline ---------------------------------------------------------------------------------
+
+
+async def test_the_timeline_shows_attempts_and_compensation_and_polls_only_until_finished(
+    client: Client, realm: RealmHandle
+) -> None:
+    await signed_in(client, realm)
+    subject = await realm.user("subject@example.com", display_name="Sam Subject")
+    elsewhere = await realm.organization("Elsewhere")
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    wid = await publish(
+        realm,
+        manual(
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
+            {"id": "done", "type": "end"},
+        ),
+        "Joiner",
+    )
+    run_id = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{run_id}"
+
+    before = await client.get(url, headers=HTML)
+    assert before.status_code == 200 and "<html" in before.text
+    assert POLLING in before.text and f'hx-get="{url}"' in before.text
+    assert 'class="badge pending"' in before.text
+    assert "up next" in step_block(before.text, "grant")
+    assert "not reached" in step_block(before.text, "leave") and "not reached" in step_block(before.text, "done")
+    assert f'href="/realms/{realm.slug}/workflows/{wid}/revisions/1"' in before.text
+    assert "subject@example.com" in before.text and realm.admin.display_name in before.text
+    assert "Cancel run" in before.text
+
+    await drain(realm)
+    assert await run_state(realm, run_id) == "compensated"
+    fragment = await client.get(url, headers=HTML | {"HX-Request": "true", "HX-Target": "run-timeline"})
+    assert fragment.status_code == 200 and "<html" not in fragment.text
+    assert fragment.text.lstrip().startswith('<div id="run-timeline"')
+    assert "hx-trigger" not in fragment.text and "hx-get" not in fragment.text.split(">", 1)[0]
+    assert 'class="badge compensated"' in fragment.text and "not_a_member" in fragment.text
+    assert "Cancel run" not in fragment.text
+
+    grant = step_block(fragment.text, "grant")
+    assert 'class="badge succeeded"' in grant and f"{run_id}.grant" in grant
+    assert re.search(r"r1:[0-9a-f]{16}:i1", grant)
+    leave = step_block(fragment.text, "leave")
+    assert 'class="badge failed"' in leave and "The subject is not a member of the organization." in leave
+    assert f"{run_id}.leave" in leave and "<code>not_a_member</code>" in leave
+    assert "not reached" in step_block(fragment.text, "done")
+
+    compensation = fragment.text.split('id="compensation-title"', 1)[1]
+    entry = compensation.split("<tbody>", 1)[1].split("</tr>", 1)[0]
+    assert "<code>grant</code>" in entry and "undo" in entry and 'class="badge done"' in entry
+    assert "<td>1</td>" in entry  # tries
+    assert "<time" in entry  # when it was undone
+
+    # The API tells the same story.
+    api = await client.get(f"{realm.api}/workflow-runs/{run_id}", headers=realm.headers)
+    assert [a["state"] for a in api.json()["attempts"]] == ["succeeded", "failed"]
+
+
+async def test_a_waiting_retry_shows_when_the_next_attempt_is(client: Client, realm: RealmHandle) -> None:
+    await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    wid = await publish(
+        realm,
+        manual(
+            {
+                "id": "grant",
+                "type": "assign_role",
+                "role_id": role.id,
+                "scope": "realm",
+                "retry": {"max_attempts": 3, "backoff": "5m"},
+            }
+        ),
+        "Retrying",
+    )
+    run_id = await start(realm, wid, subject.id)
+    due = utc_now() + timedelta(minutes=5)
+    # The state the runner leaves after a transient failure: still running, due later, one failed attempt.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET state = 'running', due_at = :due, error_category = 'error',"
+                " last_error = 'the directory did not answer' WHERE id = :r"
+            ),
+            {"due": due, "r": run_id},
+        )
+        await session.execute(
+            text(
+                "INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number,"
+                " idempotency_key, state, input, input_version, error_category, error_message, max_attempts,"
+                " backoff_ms, compensation_strategy, compensation_attempts, started_at, finished_at)"
+                " VALUES (:id, :r, :realm, 'grant', 0, 'assign_role', 1, :key, 'failed', '{}'::jsonb,"
+                " 'r1:0123456789abcdef:i1', 'error', 'the directory did not answer', 3, 300000, 'none', 0,"
+                " now(), now())"
+            ),
+            {"id": new_id("wsa"), "r": run_id, "realm": realm.id, "key": f"{run_id}.grant"},
+        )
+    page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
+    grant = step_block(page.text, "grant")
+    assert 'class="badge retrying"' in grant
+    assert "next attempt at" in grant and due.strftime("%Y-%m-%d %H:%M:%S") in grant
+    assert "the directory did not answer" in grant and "1<span" in grant and "/3</span>" in grant
+    assert POLLING in page.text
+
+
+# --- Cancelling -----------------------------------------------------------------------------------
+
+
+async def test_cancel_asks_for_a_reason_and_answers_409_when_it_cannot(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Cancellable")
+    run_id = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{run_id}"
+
+    page = await client.get(url, headers=HTML)
+    form = page.text.split('<details class="cancel-run"', 1)[1].split("</details>", 1)[0]
+    assert "Cancel run" in form and 'name="reason"' in form and "<textarea" in form
+    assert 'name="_csrf"' in form and f'action="{url}/cancel"' in form
+
+    no_csrf = await client.post(f"{url}/cancel", data={"reason": "x"}, headers=HTML)
+    assert no_csrf.status_code == 403
+
+    too_long = await client.post(f"{url}/cancel", data={"reason": "x" * 501}, headers=htmx(login, "run-timeline"))
+    assert too_long.status_code == 422 and "at most 500 characters" in too_long.text
+    assert '<details class="cancel-run" open' in too_long.text  # the form stays open with what was typed
+    assert await run_state(realm, run_id) == "pending"
+
+    done = await client.post(f"{url}/cancel", data={"reason": "Hired by mistake"}, headers=htmx(login, "run-timeline"))
+    assert done.status_code == 200 and "<html" not in done.text
+    assert "Cancellation requested" in done.text
+    assert "<q>Hired by mistake</q>" in done.text and realm.admin.display_name in done.text
+    assert "Cancel run" not in done.text and POLLING in done.text
+    async with realm.sessions() as session:
+        audit = (
+            await session.execute(
+                text(
+                    "SELECT actor_id, details->>'reason' FROM audit_events WHERE type = 'workflow.run.cancel_requested'"
+                )
+            )
+        ).all()
+    assert audit == [(realm.admin.id, "Hired by mistake")]
+
+    again = await client.post(f"{url}/cancel", data={"reason": "twice"}, headers=htmx(login, "run-timeline"))
+    assert again.status_code == 409
+    assert "A cancellation was requested already." in again.text and "<code>conflict</code>" in again.text
+
+    await drain(realm)
+    assert await run_state(realm, run_id) == "cancelled"
+    finished = await client.get(url, headers=HTML)
+    assert 'class="badge cancelled"' in finished.text and "hx-trigger" not in finished.text
+    assert "<code>cancelled</code>" in finished.text
+    late = await client.post(f"{url}/cancel", data={"reason": "late", "_csrf": login.csrf}, headers=HTML)
+    assert late.status_code == 409 and "The run has finished (cancelled)." in late.text and "<html" in late.text
+
+    # Without JavaScript: a plain form post, then the run's page.
+    other = await start(realm, wid, subject.id)
+    plain = await client.post(
+        f"/realms/{realm.slug}/runs/{other}/cancel",
+        data={"reason": "", "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert plain.status_code == 303 and plain.headers["location"].endswith(f"/runs/{other}?done=cancel-requested")
+    shown = await client.get(plain.headers["location"], headers=HTML)
+    assert "Cancellation requested" in shown.text and "(no reason given)" in shown.text
+
+
+async def test_readers_see_runs_but_cannot_cancel_or_start(client: Client, realm: RealmHandle) -> None:
+    reader = await realm.user("reader@example.com")
+    await realm.assign(reader, await realm.builtin_role("realm-auditor"))
+    login = await signed_in(client, realm, reader)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Readable")
+    run_id = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{run_id}"
+    page = await client.get(url, headers=HTML)
+    assert page.status_code == 200 and "Cancel run" not in page.text
+    refused = await client.post(f"{url}/cancel", data={"_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 403 and await run_state(realm, run_id) == "pending"
+    overview = await client.get(f"/realms/{realm.slug}/workflows/{wid}", headers=HTML)
+    assert overview.status_code == 200 and 'id="run-start"' not in overview.text
+    start_page = await client.get(f"/realms/{realm.slug}/workflows/{wid}/runs/start", headers=HTML)
+    assert start_page.status_code == 403
+
+
+# --- Starting by hand -----------------------------------------------------------------------------
+
+
+async def test_the_start_form_starts_a_run_and_opens_its_timeline(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("grace@example.com", display_name="Grace Hopper")
+    org = await realm.organization("Acme")
+    closed = await realm.organization("Closed Co")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Hand started")
+    start_url = f"/realms/{realm.slug}/workflows/{wid}/runs/start"
+
+    overview = await client.get(f"/realms/{realm.slug}/workflows/{wid}", headers=HTML)
+    placeholder = overview.text.split('id="run-start"', 1)[1].split("</section>", 1)[0]
+    assert f'hx-get="{start_url}"' in placeholder and 'hx-trigger="load"' in placeholder
+    assert f'href="{start_url}"' in placeholder
+
+    fragment = await client.get(start_url, headers=HTML | {"HX-Request": "true", "HX-Target": "run-start"})
+    assert fragment.status_code == 200 and fragment.text.lstrip().startswith('<section id="run-start"')
+    assert '<option value="grace@example.com">Grace Hopper</option>' in fragment.text
+    assert f'<option value="{org.id}"' in fragment.text and closed.id not in fragment.text
+    assert 'name="_csrf"' in fragment.text
+
+    started = await client.post(
+        start_url,
+        data={"subject": "Grace@Example.com", "organization_id": org.id, "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert started.status_code == 303
+    location = started.headers["location"]
+    assert re.fullmatch(rf"/realms/{realm.slug}/runs/wrn_[^/?]+\?done=started", location)
+    timeline = await client.get(location, headers=HTML)
+    assert "Run started." in timeline.text and "grace@example.com" in timeline.text and "Acme" in timeline.text
+    assert "manual" in timeline.text and POLLING in timeline.text
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(
+                text("SELECT subject_id, organization_id, starter_id, trigger_type FROM workflow_runs")
+            )
+        ).one()
+    assert tuple(row) == (subject.id, org.id, realm.admin.id, "manual")
+
+    # With htmx the answer tells the browser where to go instead of swapping the timeline into the form.
+    by_htmx = await client.post(start_url, data={"subject": subject.id}, headers=htmx(login, "run-start"))
+    assert by_htmx.status_code == 200 and by_htmx.headers["hx-redirect"].startswith(f"/realms/{realm.slug}/runs/wrn_")
+
+
+async def test_the_start_form_shows_every_error(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    closed = await realm.organization("Closed Co")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    powerful = await realm.role("powerful", ["realm.users.suspend"])
+    wid = await publish(
+        realm,
+        manual(
+            {"id": "grant", "type": "assign_role", "role_id": powerful.id, "scope": "realm"},
+            {"id": "done", "type": "end"},
+        ),
+        "Guarded",
+    )
+    start_url = f"/realms/{realm.slug}/workflows/{wid}/runs/start"
+    target = htmx(login, "run-start")
+
+    both = await client.post(start_url, data={"subject": "", "organization_id": closed.id}, headers=target)
+    assert both.status_code == 422 and both.text.lstrip().startswith('<section id="run-start"')
+    assert "Give the subject&#39;s email or user id." in both.text and "The organization is inactive." in both.text
+    assert both.text.count('class="field-error"') == 2
+
+    unknown = await client.post(start_url, data={"subject": "ghost@example.com"}, headers=target)
+    assert unknown.status_code == 422 and "There is no user ghost@example.com in this realm." in unknown.text
+    assert 'value="ghost@example.com"' in unknown.text  # what was typed stays
+
+    myself = await client.post(start_url, data={"subject": realm.admin.email}, headers=target)
+    assert myself.status_code == 403 and "Nobody starts a run about themselves." in myself.text
+    assert "<code>self_action</code>" in myself.text
+
+    # An operator who may run workflows but could not grant the role the first step assigns.
+    operator = await realm.user("operator@example.com")
+    await realm.assign(operator, await realm.role("runner", ["realm.workflows.read", "realm.workflows.run"]))
+    operator_login = await signed_in(client, realm, operator)
+    short = await client.post(start_url, data={"subject": subject.id}, headers=htmx(operator_login, "run-start"))
+    assert short.status_code == 403 and "<code>forbidden</code>" in short.text
+    listed = short.text.split('<ul class="step-errors">', 1)[1].split("</ul>", 1)[0]
+    assert "Step 1 <code>grant</code>" in listed and "realm.users.suspend" in listed
+    assert "/definition/steps/0" in listed and "<code>done</code>" not in listed
+
+    login = await signed_in(client, realm)
+    async with realm.sessions() as session, session.begin():
+        await workflows.set_enabled(session, realm.actor, wid, False)
+    disabled = await client.post(start_url, data={"subject": subject.id}, headers=htmx(login, "run-start"))
+    assert disabled.status_code == 409 and "The workflow is disabled" in disabled.text
+    assert "This workflow is disabled" in disabled.text
+
+    # Without JavaScript the errors come on the start page itself.
+    plain = await client.post(start_url, data={"subject": "", "_csrf": login.csrf}, headers=HTML)
+    assert plain.status_code == 422 and "<html" in plain.text and "Start a run of Guarded" in plain.text
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM workflow_runs")) == 0
