@@ -6,6 +6,7 @@ Crockford base32, so ids sort by creation time as plain strings.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -45,11 +46,27 @@ def _encode(value: int, length: int) -> str:
     return "".join(reversed(out))
 
 
+_last_millis = 0
+_last_rand = 0
+_lock = threading.Lock()
+
+
 def new_id(prefix: str) -> str:
+    """A new id; ids made by one process in the same millisecond still sort in creation order."""
+    global _last_millis, _last_rand
     if prefix not in PREFIXES:
         raise ValueError(f"unknown id prefix {prefix!r}")
-    millis = int(time.time() * 1000) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
+    with _lock:
+        millis = int(time.time() * 1000) & ((1 << 48) - 1)
+        if millis <= _last_millis:
+            millis = _last_millis
+            rand = (_last_rand + 1 + int.from_bytes(os.urandom(2), "big")) & ((1 << 80) - 1)
+            if rand <= _last_rand:  # the random part overflowed: borrow the next millisecond
+                millis += 1
+                rand = int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1
+        _last_millis, _last_rand = millis, rand
     return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
 
 

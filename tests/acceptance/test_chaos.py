@@ -46,23 +46,31 @@ from testing.processes import cockpit_env
 from tests.factories import RealmHandle
 
 LEASE_SECONDS = 3
-MANUAL_WAVES = (8, 8, 8)  # manual runs, started one wave at a time
+MANUAL_WAVES = (8, 8, 8)  # manual runs, one wave per kill
 EVENT_WAVES = (4, 4, 4)  # memberships added (each starts an event-triggered run)
 MIN_KILLS = 8
 CHAOS_SECONDS = 75  # kills stop after this, even when fewer than MIN_KILLS happened
 DEADLINE_SECONDS = 120  # from the first worker to the last run, calm phase included
-STEP_IDS = ("grant", "join", "drop", "done")
+GRANTS = 4  # assign_role steps per run (one role each)
+JOINS = 4  # add_to_group steps per run (one group each)
+STEP_IDS = (
+    *(f"grant-{n}" for n in range(1, GRANTS + 1)),
+    *(f"join-{n}" for n in range(1, JOINS + 1)),
+    "drop",
+    "done",
+)
 # What one run leaves in the audit trail, counted by its correlation id (the run id).
 AUDIT_PER_RUN = Counter(
     {
         "workflow.run.started": 1,
-        "role.assigned": 1,
-        "group.member_added": 1,
+        "role.assigned": GRANTS,
+        "group.member_added": JOINS,
         "role.revoked": 1,
         "workflow.step.succeeded": len(STEP_IDS),
         "workflow.run.succeeded": 1,
     }
 )
+GRANTED = [f"granted-{n}" for n in range(1, GRANTS + 1)]
 
 
 def chaos_seed() -> int:
@@ -70,14 +78,22 @@ def chaos_seed() -> int:
     return int(given) if given else random.SystemRandom().randrange(2**32)
 
 
-def definition(directory: Directory, group_id: str, trigger: dict[str, Any]) -> dict[str, Any]:
+def definition(directory: Directory, group_ids: list[str], trigger: dict[str, Any]) -> dict[str, Any]:
+    """Grant four roles and join four groups one step at a time, then drop ``legacy`` and end."""
+    grants = [
+        {"id": f"grant-{n}", "type": "assign_role", "role_id": directory.role_ids[name], "scope": "realm"}
+        for n, name in enumerate(GRANTED, start=1)
+    ]
+    joins = [
+        {"id": f"join-{n}", "type": "add_to_group", "group_id": group_id} for n, group_id in enumerate(group_ids, 1)
+    ]
+    steps = [step for pair in zip(grants, joins, strict=True) for step in pair]
     return {
         "schema_version": 1,
         "triggers": [trigger],
         "retry": {"max_attempts": 3, "backoff": "1s"},
         "steps": [
-            {"id": "grant", "type": "assign_role", "role_id": directory.role_ids["granted"], "scope": "realm"},
-            {"id": "join", "type": "add_to_group", "group_id": group_id},
+            *steps,
             {"id": "drop", "type": "remove_role", "role_id": directory.role_ids["legacy"]},
             {"id": "done", "type": "end"},
         ],
@@ -90,7 +106,7 @@ class Scenario:
     manual_workflow_id: str
     event_workflow_id: str
     newcomers_org_id: str
-    newcomers_group_id: str
+    newcomers_group_ids: list[str]
     newcomer_ids: list[str]
     run_ids: list[str] = field(default_factory=list)
 
@@ -100,30 +116,29 @@ class Scenario:
 
 
 async def prepare(sessions: async_sessionmaker[AsyncSession]) -> Scenario:
-    """Members who hold ``legacy``; a manual workflow for them and an event workflow for newcomers."""
+    """Members who hold ``legacy``, with a manual workflow; newcomers, with an event-triggered one."""
     directory = await build_directory(
-        sessions, subjects=sum(MANUAL_WAVES), roles=["granted", "legacy"], groups=1, held_by_subjects=["legacy"]
+        sessions,
+        subjects=sum(MANUAL_WAVES),
+        roles=[*GRANTED, "legacy"],
+        groups=JOINS,
+        held_by_subjects=["legacy"],
     )
     newcomer_ids = await add_subjects(sessions, directory, sum(EVENT_WAVES), held=["legacy"])
     actor = directory.actor
     async with sessions() as session, session.begin():
         org = await organizations.create_organization(session, actor, name="Newcomers")
         authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
-        group, _ = await organizations.create_group(session, actor, authority, org.id, name="Onboarding")
+        group_ids = [
+            (await organizations.create_group(session, actor, authority, org.id, name=f"Onboarding {n}"))[0].id
+            for n in range(1, JOINS + 1)
+        ]
     manual = await publish(
-        sessions, actor, "Reorganize", definition(directory, directory.group_ids[0], {"type": "manual"})
+        sessions, actor, "Reorganize", definition(directory, directory.group_ids, {"type": "manual"})
     )
-    event = await publish(
-        sessions,
-        actor,
-        "Onboard",
-        definition(
-            directory,
-            group.id,
-            {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id},
-        ),
-    )
-    return Scenario(directory, manual, event, org.id, group.id, newcomer_ids)
+    trigger = {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id}
+    event = await publish(sessions, actor, "Onboard", definition(directory, group_ids, trigger))
+    return Scenario(directory, manual, event, org.id, group_ids, newcomer_ids)
 
 
 async def unfinished_work(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
@@ -146,7 +161,7 @@ async def unleash(
     """Start work in waves while a worker is killed every 1–3 s; then let the survivors finish.
 
     The victim is mostly one that holds runs at that moment (so the kill lands in the middle of
-    their steps), sometimes any live worker, starting ones included. A replacement starts at once.
+    their steps), otherwise any worker that has started working; a replacement starts at once.
     """
     directory = scenario.directory
     manual = [
@@ -175,10 +190,11 @@ async def unleash(
         await asyncio.sleep(rng.uniform(1.0, 3.0))
         held = await leases_by_pid(sessions)
         holders = [p.pid for p in pool.alive if held.get(p.pid)]
-        pid = pool.kill_random(among=holders if holders and rng.random() < 0.8 else None)
+        victims = holders if holders and rng.random() < 0.8 else await working_pids(sessions)
+        pid = pool.kill_random(among=victims)
         if pid is not None:
             pool.record_kill(pid, held.get(pid, 0))
-        pool.spawn()
+            pool.spawn()
         if not waves and len(pool.kills) >= MIN_KILLS:
             break
     assert not waves, f"the chaos phase ended before all work was started ({len(waves)} waves left)"
@@ -231,8 +247,8 @@ async def observe(sessions: async_sessionmaker[AsyncSession], scenario: Scenario
             audit.setdefault(correlation_id, Counter())[event_type] += count
         granted = (
             await session.execute(
-                text("SELECT user_id, source_run_id FROM role_assignments WHERE role_id = :role"),
-                {"role": scenario.directory.role_ids["granted"]},
+                text("SELECT role_id, user_id, source_run_id FROM role_assignments WHERE role_id = ANY(:roles)"),
+                {"roles": [scenario.directory.role_ids[name] for name in GRANTED]},
             )
         ).all()
         legacy_left = await session.scalar(
@@ -318,14 +334,17 @@ def test_every_run_succeeds_with_each_effect_once_while_workers_are_killed(datab
 
     # Every effect exactly once, made by the run itself.
     run_of = {r.subject_id: r.id for r in seen.runs}
-    assert sorted((g.user_id, g.source_run_id) for g in seen.granted) == sorted(run_of.items()), context
+    role_ids = [scenario.directory.role_ids[name] for name in GRANTED]
+    assert sorted((g.role_id, g.user_id, g.source_run_id) for g in seen.granted) == sorted(
+        (role_id, subject, run_id) for subject, run_id in run_of.items() for role_id in role_ids
+    ), context
     assert seen.legacy_left == 0, context
-    expected_groups = {
-        **dict.fromkeys(scenario.directory.subject_ids, scenario.directory.group_ids[0]),
-        **dict.fromkeys(scenario.newcomer_ids, scenario.newcomers_group_id),
+    groups_of = {
+        **dict.fromkeys(scenario.directory.subject_ids, scenario.directory.group_ids),
+        **dict.fromkeys(scenario.newcomer_ids, scenario.newcomers_group_ids),
     }
     assert sorted((g.group_id, g.user_id, g.source_run_id) for g in seen.group_rows) == sorted(
-        (expected_groups[subject], subject, run_id) for subject, run_id in run_of.items()
+        (group_id, subject, run_id) for subject, run_id in run_of.items() for group_id in groups_of[subject]
     ), context
 
     # The audit trail of each run, counted by correlation id: nothing twice, nothing failed.

@@ -47,3 +47,8 @@ def test_url_variants_for_each_driver() -> None:
 def test_non_postgres_url_is_refused() -> None:
     with pytest.raises(ConfigError):
         normalize_url("mysql://localhost/db")
+
+
+def test_ids_made_in_the_same_millisecond_keep_their_order() -> None:
+    ids = [new_id("rol") for _ in range(2000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
