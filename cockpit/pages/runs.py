@@ -40,7 +40,11 @@ from engine.states import (
     ATTEMPT_STARTED,
     ATTEMPT_SUCCEEDED,
     AWAITING_APPROVAL,
+    CANCELLED,
+    COMPENSATED,
     COMPENSATING,
+    COMPENSATION_FAILED,
+    FAILED,
     FINISHED,
     PENDING,
     RUN_STATES,
@@ -62,6 +66,9 @@ FLASHES = {
     "started": "Run started. It runs in the background; this page follows it.",
     "cancel-requested": "Cancellation requested: the run undoes what it did and ends cancelled.",
 }
+
+# A run in one of these states has entered (or finished) undoing what it did.
+COMPENSATION_PHASE = frozenset({COMPENSATING, FAILED, COMPENSATED, COMPENSATION_FAILED, CANCELLED})
 
 _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
 
@@ -403,6 +410,7 @@ class RunsPages(Controller):
             workflow=workflow,
             steps=step_lines(run, steps, attempts),
             compensations=compensation_lines(attempts),
+            compensation_started=run.state in COMPENSATION_PHASE or run.cancel_requested_at is not None,
             approvals=approvals,
             users=users,
             organization_name=org_names.get(run.organization_id or "", run.organization_id),

@@ -1,0 +1,56 @@
+"""Any input whatever to the definition endpoints gives a result or a 422, never a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from tests.factories import RealmHandle
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    max_leaves=30,
+)
+
+step_like = st.fixed_dictionaries(
+    {"id": st.text(max_size=10), "type": st.sampled_from(["assign_role", "wait", "end", "approval", "notify", "x"])},
+    optional={
+        "role_id": st.text(max_size=30),
+        "duration": st.text(max_size=6),
+        "approvers": st.lists(st.text(max_size=30), max_size=3),
+        "retry": json_values,
+        "script": json_values,
+    },
+)
+definition_like = st.fixed_dictionaries(
+    {"schema_version": st.integers(0, 2), "steps": st.lists(step_like, max_size=4)},
+    optional={"triggers": st.lists(json_values, max_size=3), "retry": json_values, "expression": json_values},
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(json_values, definition_like))
+async def test_validate_and_create_never_answer_500(
+    client: AsyncTestClient[Litestar], realm: RealmHandle, body: Any
+) -> None:
+    validate = await client.post(realm.api + "/workflows/validate", json={"definition": body}, headers=realm.headers)
+    assert validate.status_code == 200, validate.text
+    assert isinstance(validate.json()["valid"], bool)
+    created = await client.post(
+        realm.api + "/workflows", json={"name": "Property", "definition": body}, headers=realm.headers
+    )
+    assert created.status_code in {201, 409, 422}, created.text
+    if created.status_code == 201:
+        assert validate.json()["valid"] is True
+        await client.delete(f"{realm.api}/workflows/{created.json()['id']}", headers=realm.headers)
+    raw = await client.post(
+        realm.api + "/workflows/validate",
+        content=b"{not json",
+        headers={**realm.headers, "content-type": "application/json"},
+    )
+    assert raw.status_code in {400, 422}
