@@ -115,9 +115,6 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     _check_port(host, port)
     url = _database(settings)
     _migrate(url)
-    from cockpit.bootstrap import first_start
-
-    messages = first_start(settings, url)
     env = dict(os.environ)
     env["COCKPIT_DATABASE_URL"] = url
     env["COCKPIT_HOME"] = str(settings.home)
@@ -137,6 +134,10 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         children.append(subprocess.Popen([*base, "serve", "--no-migrate"], env=env, start_new_session=True))
         for _ in range(max(1, args.workers)):
             children.append(subprocess.Popen([*base, "worker", "--no-migrate"], env=env, start_new_session=True))
+        # The demo realm is prepared while the children start (they do not need it to come up).
+        from cockpit.bootstrap import first_start
+
+        messages = first_start(settings, url)
         shown_host = "localhost" if host in {"127.0.0.1", "0.0.0.0", "::"} else host  # noqa: S104
         public = f"http://{shown_host}:{port}/"
         print(f"Lifecycle Cockpit is starting at {public}", flush=True)
