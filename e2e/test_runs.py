@@ -191,6 +191,14 @@ def test_a_run_started_from_the_cockpit_is_followed_until_it_succeeds(live_serve
     time.sleep(5)
     assert len(polls) == settled
 
+    # Links in the timeline open their pages.
+    page.locator("#run-timeline").get_by_role("link", name="revision 1").click()
+    page.wait_for_url(f"**/workflows/{workflow_id}/revisions/1")
+    expect(page.locator("#run-timeline")).to_have_count(0)
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    page.go_back()
+    expect(page.locator("#run-state")).to_have_text("succeeded")
+
     # The run is in the realm's list, with its workflow, subject and state.
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Runs").click()
     row = page.locator("#runs-table tbody tr").first

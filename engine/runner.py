@@ -45,13 +45,14 @@ from engine.states import (
     COMPENSATION_FAILED,
     FAILED,
     FINISHED,
+    FORWARD,
     PENDING,
     RUNNING,
     SUCCEEDED,
     TransitionRefused,
 )
 from engine.steps import STEP_TYPES, StepContext, StepFailure
-from engine.workflow_models import StepAttempt, WorkflowRevision, WorkflowRun
+from engine.workflow_models import StepAttempt, Workflow, WorkflowRevision, WorkflowRun
 
 log = logging.getLogger("cockpit.engine")
 
@@ -108,7 +109,16 @@ class Runner:
             )
         transitions = 0
         for item in claimed:
-            transitions += await self.advance(item.run_id)
+            try:
+                transitions += await self.advance(item.run_id)
+            except Exception:
+                # One run's trouble (a lost connection, a bug) must not strand the rest of the batch.
+                log.exception("advancing a run failed; its lease is handed back", extra={"run_id": item.run_id})
+                try:
+                    async with self.sessions() as session, session.begin():
+                        await runstore.release_lease(session, item.run_id, self.worker_id)
+                except Exception:
+                    log.warning("could not hand back a lease", exc_info=True, extra={"run_id": item.run_id})
         return transitions
 
     async def advance(self, run_id: str) -> int:
@@ -150,6 +160,10 @@ class Runner:
             if revision is None:
                 await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
                 return True
+            if run.state in FORWARD and run.cancel_requested_at is None:
+                workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
+                if workflow_state == "disabled":
+                    return False  # paused while its workflow is disabled; compensation and cancellation go on
             if run.cancel_requested_at is not None and run.state != COMPENSATING:
                 await self._start_compensating(
                     session, run, "cancelled", run.cancel_reason or "Cancelled.", reason="cancelled"

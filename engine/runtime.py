@@ -37,6 +37,17 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1)
 
 
+async def _beat(sessions: async_sessionmaker[AsyncSession], worker_id: str, interval_s: int) -> None:
+    """This worker's own heartbeat (the periodic task beats for whichever worker runs it)."""
+    while True:
+        await asyncio.sleep(max(1, interval_s))
+        try:
+            async with transaction(sessions) as session:
+                await record_heartbeat(session, worker_id)
+        except Exception:
+            log.warning("heartbeat failed", exc_info=True)
+
+
 async def _listen(
     database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
 ) -> None:
@@ -116,6 +127,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
                 watchers.append(asyncio.create_task(_listen(database_url, runner, sessions, stop)))
+                watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if stopper in done and not worker_task.done():

