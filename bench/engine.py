@@ -77,6 +77,7 @@ class Results:
     pgbench_tps: dict[int, float] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
     server_version: str = ""
+    load_average: str = ""  # at the start: others' work on the machine shows in the figures
 
 
 @dataclass
@@ -303,7 +304,7 @@ def machine() -> str:
 
 
 async def measure(url: str, options: Options, work: Path) -> Results:
-    results = Results()
+    results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
     env = cockpit_env(url, work / "home", COCKPIT_LOG_LEVEL="WARNING")
@@ -352,7 +353,7 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
     width = max(len(name) for name, _ in rows)
     lines = [
         f"date      {started:%Y-%m-%d %H:%M} UTC",
-        f"machine   {machine()}",
+        f"machine   {machine()}, load average {results.load_average}",
         f"database  PostgreSQL {results.server_version}, {redact(url)}",
         f"workload  {options.runs} runs × {options.steps} internal steps per phase "
         f"({options.steps + 1} transitions per run), {len(results.latencies_ms)} latency samples, "

@@ -244,7 +244,7 @@ class Runner:
         attempt.result = outcome.result
         attempt.compensation_strategy = outcome.strategy
         attempt.compensation_state = outcome.compensation_state
-        attempt.finished_at = now
+        attempt.finished_at = self.clock.now()
         await runstore.record_attempt(session, attempt)
         await record_audit(
             session,

@@ -5,8 +5,9 @@ random moments and replaced, again and again. Afterwards every run has succeeded
 exactly one succeeded attempt, each effect happened exactly once (role assignment, group
 membership, role removal, audit events), and no run is left leased.
 
-The kill schedule comes from a seeded RNG; the seed is printed (``pytest -s``) and named in
-every failure. Replay a schedule with ``COCKPIT_CHAOS_SEED=<seed>``.
+When to kill and whom is drawn from a seeded RNG; the seed is printed (``pytest -s``, and with
+the output of a failed test) and named in every failure message. ``COCKPIT_CHAOS_SEED=<seed>``
+replays the same draws (what they hit still depends on timing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise, zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,11 @@ async def unfinished_work(sessions: async_sessionmaker[AsyncSession], realm_id: 
     return int(count or 0)
 
 
+def in_waves(ids: list[str], sizes: tuple[int, ...]) -> list[list[str]]:
+    bounds = [sum(sizes[:n]) for n in range(len(sizes) + 1)]
+    return [ids[start:end] for start, end in pairwise(bounds)]
+
+
 async def unleash(
     sessions: async_sessionmaker[AsyncSession], scenario: Scenario, pool: WorkerPool, rng: random.Random
 ) -> None:
@@ -165,14 +172,9 @@ async def unleash(
     their steps), otherwise any worker that has started working; a replacement starts at once.
     """
     directory = scenario.directory
-    manual = [
-        directory.subject_ids[sum(MANUAL_WAVES[:i]) : sum(MANUAL_WAVES[: i + 1])] for i in range(len(MANUAL_WAVES))
-    ]
-    event = [scenario.newcomer_ids[sum(EVENT_WAVES[:i]) : sum(EVENT_WAVES[: i + 1])] for i in range(len(EVENT_WAVES))]
-    waves: list[tuple[str, list[str]]] = []
-    for index in range(max(len(manual), len(event))):
-        waves += [("manual", manual[index])] if index < len(manual) else []
-        waves += [("event", event[index])] if index < len(event) else []
+    manual = [("manual", wave) for wave in in_waves(directory.subject_ids, MANUAL_WAVES)]
+    event = [("event", wave) for wave in in_waves(scenario.newcomer_ids, EVENT_WAVES)]
+    waves = [wave for pair in zip_longest(manual, event) for wave in pair if wave is not None]
     started = time.monotonic()
     pool.spawn()
     pool.spawn()
