@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -126,10 +126,11 @@ class Runner:
         done = 0
         try:
             while done < MAX_TRANSITIONS:
-                if not await self.transition(run_id):
+                progressed, finished = await self._transition(run_id)
+                if not progressed:
                     break
                 done += 1
-                if await self._finished(run_id):
+                if finished:
                     return done  # a finished run holds no lease any more
         except LeaseLost:
             log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
@@ -137,11 +138,6 @@ class Runner:
         async with self.sessions() as session, session.begin():
             await runstore.release_lease(session, run_id, self.worker_id)
         return done
-
-    async def _finished(self, run_id: str) -> bool:
-        async with self.sessions() as session:
-            state = await session.scalar(select(WorkflowRun.state).where(WorkflowRun.id == run_id))
-        return state in FINISHED
 
     async def release_all(self) -> int:
         async with self.sessions() as session, session.begin():
@@ -151,32 +147,41 @@ class Runner:
 
     async def transition(self, run_id: str) -> bool:
         """Make one step of progress in one transaction; False when the run has nothing to do now."""
+        progressed, _ = await self._transition(run_id)
+        return progressed
+
+    async def _transition(self, run_id: str) -> tuple[bool, bool]:
+        """(progress made, run finished)."""
         now = self.clock.now()
         async with self.sessions() as session, session.begin():
             run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
-            if run.state in FINISHED or run.due_at is None or run.due_at > now:
-                return False
-            revision = await session.get(WorkflowRevision, run.revision_id)
-            if revision is None:
-                await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
-                return True
-            if run.state in FORWARD and run.cancel_requested_at is None:
-                workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
-                if workflow_state == "disabled":
-                    return False  # paused while its workflow is disabled; compensation and cancellation go on
-            if run.cancel_requested_at is not None and run.state != COMPENSATING:
-                await self._start_compensating(
-                    session, run, "cancelled", run.cancel_reason or "Cancelled.", reason="cancelled"
-                )
-                return True
-            if run.state == PENDING:
-                await runstore.move_run(session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now)
-                return True
-            if run.state == RUNNING:
-                return await self._run_step(session, run, revision)
-            if run.state == COMPENSATING:
-                return await self._compensate(session, run, revision)
+            progressed = await self._dispatch(session, run, now)
+        return progressed, run.state in FINISHED
+
+    async def _dispatch(self, session: AsyncSession, run: WorkflowRun, now: datetime) -> bool:
+        if run.state in FINISHED or run.due_at is None or run.due_at > now:
             return False
+        revision = await session.get(WorkflowRevision, run.revision_id)
+        if revision is None:
+            await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
+            return True
+        if run.state in FORWARD and run.cancel_requested_at is None:
+            workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
+            if workflow_state == "disabled":
+                return False  # paused while its workflow is disabled; compensation and cancellation go on
+        if run.cancel_requested_at is not None and run.state != COMPENSATING:
+            await self._start_compensating(
+                session, run, "cancelled", run.cancel_reason or "Cancelled.", reason="cancelled"
+            )
+            return True
+        if run.state == PENDING:
+            # Starting and the first step share one transaction (one commit less per run).
+            await runstore.move_run(session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now)
+        if run.state == RUNNING:
+            return await self._run_step(session, run, revision)
+        if run.state == COMPENSATING:
+            return await self._compensate(session, run, revision)
+        return False
 
     async def _run_step(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
         now = self.clock.now()

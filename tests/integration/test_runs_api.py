@@ -162,8 +162,7 @@ class TestCancellation:
             await runstore.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
-        assert await r.transition(run_id)  # pending -> running
-        assert await r.transition(run_id)  # grant succeeded
+        assert await r.transition(run_id)  # pending -> running, and the grant succeeded
         async with realm.sessions() as session, session.begin():
             await runstore.release_lease(session, run_id, r.worker_id)
         cancel_token = await realm.token(other_admin)
@@ -239,8 +238,7 @@ class TestRunTimeCeiling:
             await runstore.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
-        assert await r.transition(run_id)  # running
-        assert await r.transition(run_id)  # team: added to the group
+        assert await r.transition(run_id)  # running, and team: added to the group
         # The publisher loses realm-admin while the run is in flight.
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM role_assignments WHERE id = :a"), {"a": assignment.id})
