@@ -213,7 +213,12 @@ class Runner:
             step_type=step_type.name,
             number=number,
             idempotency_key=f"{run.id}.{step['id']}",
-            input=step,
+            # The resolved input: the step as published, for this subject, in this organization.
+            input={
+                "step": step,
+                "subject_id": run.subject_id,
+                "organization_id": step.get("organization_id") or run.organization_id,
+            },
             input_version=input_version(revision.number, revision.hash, run.input_version),
             max_attempts=policy.max_attempts if step_type.retried else 1,
             backoff_ms=policy.backoff_ms if step_type.retried else 0,
@@ -378,7 +383,7 @@ class Runner:
         ctx = StepContext(
             session=session,
             run=run,
-            step=attempt.input,
+            step=attempt.input.get("step", attempt.input),
             step_index=attempt.step_index,
             organization_id=attempt.input.get("organization_id") or run.organization_id,
             actor=actor,

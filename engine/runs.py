@@ -42,6 +42,7 @@ def attempt_view(attempt: StepAttempt) -> dict[str, Any]:
         "number": attempt.number,
         "state": attempt.state,
         "idempotency_key": attempt.idempotency_key,
+        "input": attempt.input,
         "input_version": attempt.input_version,
         "error_category": attempt.error_category,
         "error_message": attempt.error_message,
@@ -85,6 +86,8 @@ def run_view(run: WorkflowRun, attempts: list[StepAttempt] | None = None) -> dic
         "publisher_id": run.publisher_id,
         "starter_id": run.starter_id,
         "depth": run.depth,
+        "parent_run_id": run.parent_run_id,
+        "correlation_id": run.correlation_id,
         "due_at": run.due_at,
         "cancel_requested_at": run.cancel_requested_at,
         "cancel_requested_by": run.cancel_requested_by,
@@ -119,6 +122,7 @@ class StartRequest:
     starter_id: str | None = None
     depth: int = 0
     parent_run_id: str | None = None
+    correlation_id: str | None = None
 
 
 async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun | None:
@@ -141,6 +145,7 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
         "starter_id": request.starter_id,
         "depth": request.depth,
         "parent_run_id": request.parent_run_id,
+        "correlation_id": request.correlation_id,
         "state": PENDING,
         "step_index": 0,
         "context": {},
@@ -237,6 +242,7 @@ async def start_manual_run(
             input_version=int(revision.definition.get("schema_version", 1)),
             publisher_id=revision.published_by or actor.id,
             starter_id=actor.id,
+            correlation_id=actor.request_id,
         ),
     )
     assert run is not None
@@ -353,6 +359,7 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                     publisher_id=revision.published_by or workflow.created_by or "",
                     depth=depth,
                     parent_run_id=parent.id if parent else None,
+                    correlation_id=event.correlation_id or event.id,
                 ),
             )
         event.dispatched_at = moment

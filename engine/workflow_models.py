@@ -100,6 +100,9 @@ class WorkflowRun(SQLModel, table=True):
     starter_id: str | None = Field(default=None, max_length=40)
     depth: int = Field(default=0)
     parent_run_id: str | None = Field(default=None, max_length=40)
+    # What caused the run: the request that started it by hand, or the triggering event's
+    # correlation (a run id when another run caused the event) or the event itself.
+    correlation_id: str | None = Field(default=None, max_length=100)
     state: str = Field(default="pending", max_length=30)
     step_index: int = Field(default=0)
     context: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False, server_default=text("'{}'::jsonb")))

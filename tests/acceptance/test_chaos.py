@@ -424,11 +424,13 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
     a = Runner(realm.sessions, "worker-chaos-101-aaaaaaaa", settings=settings, clock=clock)
     b = Runner(realm.sessions, "worker-chaos-202-bbbbbbbb", settings=settings, clock=clock)
 
-    # A claims the run and makes progress (pending -> running) under its lease.
+    # A claims the run and makes progress (it starts, and the grant commits) under its lease.
     assert await claim(a) == [run_id]
     assert await claim(b) == []  # a live lease is never taken over
     assert await a.transition(run_id) is True
     assert await lease_of(realm, run_id) == (a.worker_id, "running")
+    after_a = await counts(realm, run_id)
+    assert after_a["attempts"] == 1 and after_a["assignments"] == 1 and after_a["step_index"] == 1
 
     # A stalls past its lease. Even with nobody else holding the run, A may not commit.
     clock.advance(seconds=LEASE_SECONDS + 1)
@@ -437,11 +439,12 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
         await a.transition(run_id)
     assert await counts(realm, run_id) == before
 
-    # B claims the run and applies the first step.
+    # B claims the run and applies the next step.
     assert await claim(b) == [run_id]
     assert await b.transition(run_id) is True
     after_b = await counts(realm, run_id)
-    assert after_b["attempts"] == 1 and after_b["assignments"] == 1 and after_b["step_index"] == 1
+    assert after_b["attempts"] == 2 and after_b["assignments"] == 1 and after_b["step_index"] == 2
+    assert after_b["memberships"] == 1
 
     # A wakes up and tries its transition: nothing commits, and B keeps the run.
     with pytest.raises(LeaseLost):
@@ -451,7 +454,7 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
     assert await lease_of(realm, run_id) == (b.worker_id, "running")
 
     # B finishes; every effect exactly once.
-    assert await b.advance(run_id) == 2
+    assert await b.advance(run_id) == 1
     final = await counts(realm, run_id)
     assert final["attempts"] == 3 and final["assignments"] == 1 and final["memberships"] == 1
     assert await lease_of(realm, run_id) == (None, "succeeded")
