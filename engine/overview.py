@@ -140,3 +140,58 @@ async def user_groups(session: AsyncSession, realm_id: str, user_id: str) -> lis
         .order_by(Organization.name, Group.name)
     )
     return [GroupLine(group.id, group.name, org.id, org.name) for group, org in rows]
+
+
+@dataclass
+class WorkflowKpis:
+    """The workflow strip of the realm's home. None means unknown (shown as "—", never as 0)."""
+
+    active_workflows: int | None = None
+    runs_in_flight: int | None = None
+    failed_24h: int | None = None
+    compensated_24h: int | None = None
+    compensation_failed_24h: int | None = None
+    pending_approvals: int | None = None
+    oldest_due_run_at: datetime | None = None
+    oldest_due_run_id: str | None = None
+
+
+async def workflow_kpis(session: AsyncSession, realm_id: str) -> WorkflowKpis:
+    from sqlalchemy import text
+
+    row = (
+        await session.execute(
+            text(
+                """
+                SELECT
+                  (SELECT count(*) FROM workflows WHERE realm_id = :r AND state = 'active'),
+                  (SELECT count(*) FROM workflow_runs WHERE realm_id = :r AND finished_at IS NULL),
+                  count(*) FILTER (WHERE state = 'failed'),
+                  count(*) FILTER (WHERE state = 'compensated'),
+                  count(*) FILTER (WHERE state = 'compensation_failed')
+                FROM workflow_runs
+                WHERE realm_id = :r AND finished_at > now() - interval '24 hours'
+                """
+            ),
+            {"r": realm_id},
+        )
+    ).one()
+    oldest = (
+        await session.execute(
+            text(
+                "SELECT id, due_at FROM workflow_runs WHERE realm_id = :r AND due_at IS NOT NULL "
+                "AND state IN ('pending', 'running', 'compensating') ORDER BY due_at LIMIT 1"
+            ),
+            {"r": realm_id},
+        )
+    ).first()
+    return WorkflowKpis(
+        active_workflows=int(row[0]),
+        runs_in_flight=int(row[1]),
+        failed_24h=int(row[2]),
+        compensated_24h=int(row[3]),
+        compensation_failed_24h=int(row[4]),
+        pending_approvals=None,  # approvals are not recorded by this version: unknown, not zero
+        oldest_due_run_at=oldest[1] if oldest else None,
+        oldest_due_run_id=oldest[0] if oldest else None,
+    )

@@ -11,7 +11,7 @@ from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.authz import load_authority
-from engine.overview import REALM_COUNTS, latest_audit_events, principal_names, realm_counts
+from engine.overview import REALM_COUNTS, latest_audit_events, principal_names, realm_counts, workflow_kpis
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -57,6 +57,7 @@ class RealmHomeController(Controller):
             {"name": name, "label": label, "value": counts.get(name), "href": f"/realms/{realm.slug}/{name}"}
             for name, (_permission, label) in REALM_COUNTS.items()
         ]
+        kpis = await workflow_kpis(db_session, realm.id) if authority.holds("realm.workflows.read") else None
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):
@@ -70,6 +71,7 @@ class RealmHomeController(Controller):
             "pages/realm_home.html",
             nav="home",
             tiles=tiles,
+            kpis=kpis,
             events=events,
             names=names,
             ready=ready,

@@ -208,3 +208,32 @@ async def test_the_realm_home_shows_counts_activity_and_status(client: Client, r
     await signed_in(client, realm, plain)
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
     assert home.status_code == 200 and "needs the permission <code>realm.audit.read</code>" in home.text
+
+
+async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: RealmHandle) -> None:
+    from tests.integration.test_runner import drain, publish, runner, start
+
+    subject = await realm.user("s@example.com")
+    wid = await publish(
+        realm, {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    )
+    await start(realm, wid, subject.id)
+    await signed_in(client, realm)
+
+    def tile(text: str, name: str) -> str:
+        return text.split(f'id="kpi-{name}"', 1)[1].split("</a>", 1)[0]
+
+    home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    assert '<span class="kpi">1</span>' in tile(home, "active-workflows")
+    assert '<span class="kpi">1</span>' in tile(home, "runs-in-flight")
+    assert "<time" in tile(home, "oldest-due")
+    assert '<span class="kpi">—</span>' in tile(home, "pending-approvals")  # unknown, never 0
+    await drain(runner(realm))
+    home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    assert '<span class="kpi">0</span>' in tile(home, "runs-in-flight")
+    assert '<span class="kpi">0</span>' in tile(home, "failed")
+
+    plain = await realm.user("plain@example.com")
+    await signed_in(client, realm, plain)
+    home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    assert '<span class="kpi">—</span>' in tile(home, "active-workflows")  # may not read workflows

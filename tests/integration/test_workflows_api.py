@@ -338,7 +338,9 @@ class TestWorkflowRevisionsRollbackAndDisable:
 
 async def test_decisions_and_cancellation_take_an_optional_body(client: Client, realm: RealmHandle) -> None:
     wid = (
-        await client.post(realm.api + "/workflows", json={"name": "B", "definition": definition()}, headers=realm.headers)
+        await client.post(
+            realm.api + "/workflows", json={"name": "B", "definition": definition()}, headers=realm.headers
+        )
     ).json()["id"]
     published = await client.post(f"{realm.api}/workflows/{wid}/revisions/1/publish", headers=realm.headers)
     assert published.status_code == 200, published.text
