@@ -46,6 +46,7 @@ from engine.policy import publish_approval_required
 from engine.workflow_models import Workflow, WorkflowRevision
 
 CATEGORY = "workflow"
+MAX_NAMED_REFERENCES = 500
 
 
 # --- Views ----------------------------------------------------------------------------------------
@@ -181,10 +182,17 @@ async def load_references(session: AsyncSession, realm_id: str, definition: Any)
 
 
 async def validate_for_realm(session: AsyncSession, realm_id: str, definition: Any) -> list[Issue]:
-    """Schema, semantics and references in the realm: every issue at once."""
-    issues = validate_definition(definition)
-    if issues:
-        return issues
+    """Schema, semantics and references in the realm: every issue at once, in one pass.
+
+    A definition naming more ids than any valid one could (20 steps) is checked without its
+    references first, so junk never turns into large lookups.
+    """
+    refs = collect_references(definition)
+    named = len(refs.roles) + len(refs.groups) + len(refs.approvers) + len(refs.organizations) + len(refs.webhooks)
+    if named > MAX_NAMED_REFERENCES:
+        issues = validate_definition(definition)
+        if issues:
+            return issues
     references = await load_references(session, realm_id, definition)
     return validate_definition(definition, references=references)
 
