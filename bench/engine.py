@@ -155,8 +155,8 @@ async def throughput(
     committed = time.time()  # the runs became visible here
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     query = text(
-        "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = ANY(:ids) AND state = 'succeeded') "
-        "+ (SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND state <> 'pending') AS transitions, "
+        # One committed transition per succeeded attempt (a run's start shares its first step's commit).
+        "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = ANY(:ids) AND state = 'succeeded') AS transitions, "
         "(SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND finished_at IS NULL) AS open, "
         "(SELECT max(finished_at) FROM workflow_runs WHERE id = ANY(:ids)) AS last"
     )
@@ -356,7 +356,7 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         f"machine   {machine()}, load average {results.load_average}",
         f"database  PostgreSQL {results.server_version}, {redact(url)}",
         f"workload  {options.runs} runs × {options.steps} internal steps per phase "
-        f"({options.steps + 1} transitions per run), {len(results.latencies_ms)} latency samples, "
+        f"({options.steps} transitions per run), {len(results.latencies_ms)} latency samples, "
         f"pgbench {options.pgbench_seconds} s per client count",
         "",
         f"{'measure'.ljust(width)}  value",
