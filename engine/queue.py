@@ -62,7 +62,7 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
 
 
 @app.periodic(cron="* * * * * *", periodic_id="workflows_run")
-@app.task(name="workflows.run", queue="workflows", pass_context=True)
+@app.task(name="workflows.run", queue="workflows", pass_context=True, queueing_lock="workflows.run")
 async def workflows_run(context: JobContext, timestamp: int) -> None:
     """The 1-second pass: claim due runs and advance them (LISTEN/NOTIFY wakes workers sooner)."""
     runtime = runtime_of(context)
@@ -71,7 +71,7 @@ async def workflows_run(context: JobContext, timestamp: int) -> None:
 
 
 @app.periodic(cron="* * * * * *", periodic_id="outbox_dispatch")
-@app.task(name="outbox.dispatch", queue="workflows", pass_context=True)
+@app.task(name="outbox.dispatch", queue="workflows", pass_context=True, queueing_lock="outbox.dispatch")
 async def outbox_dispatch(context: JobContext, timestamp: int) -> None:
     """Start runs for new domain events (the transaction covers the whole batch)."""
     from engine.runs import dispatch_outbox

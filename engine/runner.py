@@ -163,6 +163,8 @@ class Runner:
             return False
         revision = await session.get(WorkflowRevision, run.revision_id)
         if revision is None:
+            if run.state == COMPENSATING:
+                return await self._compensate(session, run, None)
             await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
             return True
         if run.state in FORWARD and run.cancel_requested_at is None:
@@ -195,6 +197,9 @@ class Runner:
         attempts = await runstore.attempts_of_step(session, run.id, step["id"])
         if any(a.state == ATTEMPT_SUCCEEDED for a in attempts):
             # Already applied (by an earlier transaction that committed): skip, never apply again.
+            if step.get("type") == "end" or run.step_index + 1 >= len(steps):
+                await self._succeed_run(session, run, step_index=run.step_index + 1)
+                return True
             await runstore.move_run(
                 session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
             )
@@ -238,7 +243,12 @@ class Runner:
         try:
             async with session.begin_nested():
                 await self._recheck_authority(session, ctx, step)
-                outcome = await step_type.perform(ctx)
+                try:
+                    outcome = await step_type.perform(ctx)
+                except IntegrityError as exc:
+                    # The directory refused the change (a concurrent duplicate, a vanished row):
+                    # a permanent conflict, not a reason to retry the transaction forever.
+                    raise StepFailure("conflict", str(exc.orig)[:500], permanent=True) from exc
         except StepFailure as failure:
             await self._record_failure(session, run, attempt, failure, policy)
             return True
@@ -275,8 +285,14 @@ class Runner:
 
     async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
         """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
+        from engine.models import User
         from engine.workflows import requirement_issue
 
+        publisher = await session.get(User, ctx.run.publisher_id)
+        if publisher is None or publisher.status != "active":
+            raise StepFailure(
+                "publisher_lacks_authority", "The accountable publisher's account is not active.", permanent=True
+            )
         if not ctx.authority.holds("realm.workflows.publish"):
             raise StepFailure(
                 "publisher_lacks_authority",
@@ -290,7 +306,9 @@ class Runner:
                 session, ctx.run.realm_id, ctx.authority, requirement, ctx.organization_id, ""
             )
             if issue is not None:
-                raise StepFailure("publisher_lacks_authority", issue.message, permanent=True)
+                # A reference that vanished is not an authority problem: report it as what it is.
+                category = "not_found" if issue.code == "not_found" else "publisher_lacks_authority"
+                raise StepFailure(category, issue.message, permanent=True)
 
     async def _record_failure(
         self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure, policy: RetryPolicy
@@ -368,7 +386,7 @@ class Runner:
 
     # --- compensation ----------------------------------------------------------------------------
 
-    async def _compensate(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+    async def _compensate(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision | None) -> bool:
         now = self.clock.now()
         summary = await runstore.compensation_summary(session, run.id)
         if summary.get(COMP_FAILED):

@@ -173,6 +173,7 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
             "revision": run.revision,
             "subject_id": run.subject_id,
             "trigger": run.trigger_type,
+            "trigger_key": run.trigger_key,
             "starter_id": run.starter_id,
             "depth": run.depth,
         },

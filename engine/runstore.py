@@ -57,30 +57,33 @@ async def claim_due_runs(
     """
     limit = max(1, min(batch_size, MAX_BATCH))
     share = max(1, tenant_share)
+    # Rank due runs within each realm first, so one realm's backlog never hides the others;
+    # then lock the chosen ones, skipping those another worker holds. The outer WHERE repeats the
+    # lease condition so a row leased meanwhile is re-checked once locked.
     rows = await session.execute(
         text(
             """
+            WITH ranked AS (
+                SELECT r.id, r.due_at,
+                       row_number() OVER (PARTITION BY r.realm_id ORDER BY r.due_at) AS place
+                  FROM workflow_runs r JOIN workflows w ON w.id = r.workflow_id
+                 WHERE r.due_at IS NOT NULL AND r.due_at <= :now
+                   AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
+                   AND (w.state <> 'disabled' OR r.state = 'compensating' OR r.cancel_requested_at IS NOT NULL)
+            )
             SELECT r.id, r.realm_id
-              FROM workflow_runs r JOIN workflows w ON w.id = r.workflow_id
-             WHERE r.due_at IS NOT NULL AND r.due_at <= :now
+              FROM workflow_runs r JOIN ranked k ON k.id = r.id
+             WHERE k.place <= :share
+               AND r.due_at IS NOT NULL AND r.due_at <= :now
                AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
-               AND (w.state <> 'disabled' OR r.state = 'compensating' OR r.cancel_requested_at IS NOT NULL)
-             ORDER BY r.due_at
-             LIMIT :scan
+             ORDER BY k.due_at
+             LIMIT :limit
                FOR UPDATE OF r SKIP LOCKED
             """
         ),
-        {"now": now, "scan": limit * 4},
+        {"now": now, "share": share, "limit": limit},
     )
-    chosen: list[Claimed] = []
-    per_realm: dict[str, int] = {}
-    for run_id, realm_id in rows:
-        if per_realm.get(realm_id, 0) >= share:
-            continue
-        per_realm[realm_id] = per_realm.get(realm_id, 0) + 1
-        chosen.append(Claimed(run_id, realm_id))
-        if len(chosen) >= limit:
-            break
+    chosen = [Claimed(run_id, realm_id) for run_id, realm_id in rows]
     if chosen:
         await session.execute(
             update(WorkflowRun)

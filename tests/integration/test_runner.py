@@ -205,3 +205,28 @@ async def _authority(realm: RealmHandle) -> Any:
 
     async with realm.sessions() as session:
         return await load_authority(session, realm.id, "user", realm.admin.id)
+
+
+async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHandle, other_realm: RealmHandle) -> None:
+    """A busy realm's backlog never hides another realm's runs; at most 50 per pass."""
+    from engine import runstore
+
+    end = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    busy_wid = await publish(realm, end)
+    quiet_wid = await publish(other_realm, end)
+    for i in range(12):
+        await start(realm, busy_wid, (await realm.user(f"busy{i}@example.com")).id)
+    for i in range(2):
+        await start(other_realm, quiet_wid, (await other_realm.user(f"quiet{i}@example.com")).id)
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, "worker-share-1-aaaa", now=later, lease=timedelta(seconds=30), batch_size=8, tenant_share=5
+        )
+    by_realm = {r: sum(1 for c in claimed if c.realm_id == r) for r in (realm.id, other_realm.id)}
+    assert by_realm == {realm.id: 5, other_realm.id: 2}
+    async with realm.sessions() as session, session.begin():
+        more = await runstore.claim_due_runs(
+            session, "worker-share-2-bbbb", now=later, lease=timedelta(seconds=30), batch_size=500, tenant_share=500
+        )
+    assert len(more) == 7 and not {c.run_id for c in more} & {c.run_id for c in claimed}  # leased runs are not taken
