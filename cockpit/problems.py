@@ -17,6 +17,7 @@ from urllib.parse import quote
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect, Template
+from sqlalchemy.exc import IntegrityError
 
 from engine.errors import EngineError, TooManyRequests
 
@@ -141,6 +142,19 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
             headers["WWW-Authenticate"] = "Bearer"
         issues = [{"path": i.path, "code": i.code, "message": i.message} for i in exc.issues]
         return Problem(exc.status, exc.code, exc.detail, issues), headers
+    if isinstance(exc, RecursionError):
+        return Problem(
+            422,
+            "validation_failed",
+            "The request is nested too deeply to read.",
+            [{"path": "", "code": "too_deep", "message": "values are nested too deeply"}],
+        ), {}
+    if isinstance(exc, IntegrityError) and "23505" in (
+        getattr(exc.orig, "sqlstate", None),
+        getattr(exc.orig, "pgcode", None),
+    ):
+        # A concurrent change made the same unique value first (checked-then-inserted names).
+        return Problem(409, "conflict", "This conflicts with a change made at the same time; reload and retry."), {}
     if isinstance(exc, ProblemError):
         return Problem(exc.status, exc.code, exc.detail, [e.as_dict() for e in exc.errors]), exc.headers
     if isinstance(exc, ValidationException):

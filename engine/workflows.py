@@ -94,11 +94,12 @@ def revision_view(revision: WorkflowRevision, *, with_definition: bool = True) -
 def name_issues(path: str, name: str | None) -> list[Issue]:
     if name is None:
         return []
-    if not name.strip():
+    stripped = name.strip()
+    if not stripped:
         return [Issue(path, "too_short", "A workflow name has 1 to 100 characters.")]
-    if len(name) > 100:
+    if len(stripped) > 100:
         return [Issue(path, "too_long", "A workflow name has at most 100 characters.")]
-    if "\n" in name or "\r" in name:
+    if name.splitlines() != [name]:  # any line break, Unicode's included
         return [Issue(path, "invalid", "A workflow name has no line breaks.")]
     return []
 

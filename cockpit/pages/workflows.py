@@ -247,6 +247,9 @@ def parse_text(text: str) -> ParsedText:
     except RecursionError:
         issue = EditorIssue("/definition", "too_deep", "Values are nested too deeply to read.", line=1)
         return ParsedText(text, issues=(issue,))
+    except ValueError as exc:  # e.g. an integer with thousands of digits
+        issue = EditorIssue("/definition", "invalid_json", f"This JSON cannot be read: {exc}.", line=1)
+        return ParsedText(text, issues=(issue,))
     return ParsedText(text, value=value, parsed=True)
 
 

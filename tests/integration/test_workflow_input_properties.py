@@ -54,3 +54,19 @@ async def test_validate_and_create_never_answer_500(
         headers={**realm.headers, "content-type": "application/json"},
     )
     assert raw.status_code in {400, 422}
+
+
+async def test_deep_nesting_huge_numbers_and_odd_line_breaks_are_422_not_500(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    deep = b'{"definition": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    for path in ("/workflows/validate", "/workflows"):
+        response = await client.post(
+            realm.api + path, content=deep, headers={**realm.headers, "content-type": "application/json"}
+        )
+        assert response.status_code in {400, 422}, (path, response.status_code, response.text[:200])
+    for name in ("line\u2028separator", "next\u0085line", "vertical\vtab"):
+        refused = await client.post(realm.api + "/workflows", json={"name": name}, headers=realm.headers)
+        assert refused.status_code == 422, name
+    trimmed = await client.post(realm.api + "/workflows", json={"name": " " + "n" * 100}, headers=realm.headers)
+    assert trimmed.status_code == 201 and trimmed.json()["name"] == "n" * 100

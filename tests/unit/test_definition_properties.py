@@ -185,7 +185,7 @@ event_triggers = st.fixed_dictionaries(
     optional=org,
 )
 schedule_triggers = st.fixed_dictionaries(
-    {"type": st.just("schedule"), "every": durations("schedule.every")}, optional={"select": selectors}
+    {"type": st.just("schedule"), "every": durations("schedule.every"), "select": selectors}
 )
 
 

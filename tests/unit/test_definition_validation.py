@@ -385,7 +385,14 @@ DURATION_SITES: dict[str, tuple[str, Any]] = {
     "approval.expires_in": ("/steps/0/expires_in", lambda d: minimal(step("approval", expires_in=d))),
     "wait.duration": ("/steps/0/duration", lambda d: minimal(step("wait", duration=d))),
     "assign_role.expires_in": ("/steps/0/expires_in", lambda d: minimal(step("assign_role", expires_in=d))),
-    "schedule.every": ("/triggers/0/every", lambda d: minimal(triggers=[{"type": "schedule", "every": d}])),
+    "schedule.every": (
+        "/triggers/0/every",
+        lambda d: minimal(
+            triggers=[
+                {"type": "schedule", "every": d, "select": {"type": "organization_members", "organization_id": ORG}}
+            ]
+        ),
+    ),
     "role_holders.granted_before": (
         "/triggers/0/select/granted_before",
         lambda d: minimal(
@@ -583,8 +590,16 @@ def test_trigger_and_selector_members() -> None:
         ("/triggers/3/every", "unknown_member"),
         ("/triggers/4/type", "invalid_value"),
     )
+    assert_only(
+        validate_definition(minimal(triggers=[{"type": "schedule", "every": "24h"}])),
+        ("/triggers/0/select", "required"),
+    )  # a schedule always names its population
     valid = [
-        {"type": "schedule", "every": "24h"},
+        {
+            "type": "schedule",
+            "every": "24h",
+            "select": {"type": "role_holders", "role_id": ORG_ROLE, "granted_before": "24h"},
+        },
         {"type": "schedule", "every": "24h", "select": {"type": "group_members", "group_id": GROUP}},
         {"type": "schedule", "every": "24h", "select": {"type": "organization_members", "organization_id": ORG}},
     ]
