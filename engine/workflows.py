@@ -509,6 +509,35 @@ async def delete_workflow(session: AsyncSession, actor: Actor, workflow_id: str)
     await session.flush()
 
 
+async def _pause_or_resume_runs(session: AsyncSession, workflow_id: str, enabled: bool) -> None:
+    """Paused runs leave the due index (so claims never walk past them) and come back when enabled.
+
+    Compensating runs and runs asked to cancel go on: they only remove access.
+    """
+    if not await session.scalar(text("SELECT to_regclass('workflow_runs') IS NOT NULL")):
+        return
+    if enabled:
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET due_at = COALESCE((context->>'paused_due_at')::timestamptz, now()), "
+                "context = context - 'paused_due_at' "
+                "WHERE workflow_id = :w AND context->>'paused_due_at' IS NOT NULL"
+            ),
+            {"w": workflow_id},
+        )
+        await session.execute(text("SELECT pg_notify('cockpit_runs_due', '')"))
+    else:
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET due_at = NULL, "
+                "context = context || jsonb_build_object('paused_due_at', due_at) "
+                "WHERE workflow_id = :w AND due_at IS NOT NULL AND cancel_requested_at IS NULL "
+                "AND state IN ('pending', 'running', 'waiting', 'awaiting_approval')"
+            ),
+            {"w": workflow_id},
+        )
+
+
 async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, enabled: bool) -> Workflow:
     """Disable: nothing fires and runs in flight pause. Enable: active again (draft without a published revision)."""
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
@@ -523,6 +552,7 @@ async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, ena
         workflow.state = "disabled"
     workflow.updated_at = now()
     await session.flush()
+    await _pause_or_resume_runs(session, workflow.id, enabled)
     await record_audit(
         session,
         actor,

@@ -170,6 +170,9 @@ async def test_a_disabled_workflows_runs_pause_until_enabled(realm: RealmHandle)
         await workflows.set_enabled(session, realm.actor, wid, False)
     await drain(runner(realm))
     assert [r.state for r in await runs_of(realm, wid)] == ["pending"]
+    async with realm.sessions() as session:
+        due = await session.scalar(text("SELECT due_at FROM workflow_runs WHERE workflow_id = :w"), {"w": wid})
+    assert due is None  # paused runs leave the due index
     async with realm.sessions() as session, session.begin():
         await workflows.set_enabled(session, realm.actor, wid, True)
     await drain(runner(realm))
