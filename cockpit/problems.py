@@ -17,7 +17,7 @@ from urllib.parse import quote
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect, Template
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from engine.errors import EngineError, TooManyRequests
 
@@ -148,6 +148,17 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
             "validation_failed",
             "The request is nested too deeply to read.",
             [{"path": "", "code": "too_deep", "message": "values are nested too deeply"}],
+        ), {}
+    if isinstance(exc, DBAPIError) and {"22021", "22P05"} & {
+        getattr(exc.orig, "sqlstate", None),
+        getattr(exc.orig, "pgcode", None),
+    }:
+        # Text PostgreSQL cannot store (a NUL character): the input's fault, and nothing was changed.
+        return Problem(
+            422,
+            "validation_failed",
+            "The request contains a character that cannot be stored (NUL).",
+            [{"path": "", "code": "invalid_character", "message": "text must not contain NUL characters"}],
         ), {}
     if isinstance(exc, IntegrityError) and "23505" in (
         getattr(exc.orig, "sqlstate", None),

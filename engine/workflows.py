@@ -101,13 +101,37 @@ def name_issues(path: str, name: str | None) -> list[Issue]:
         return [Issue(path, "too_long", "A workflow name has at most 100 characters.")]
     if name.splitlines() != [name]:  # any line break, Unicode's included
         return [Issue(path, "invalid", "A workflow name has no line breaks.")]
+    if "\x00" in name:
+        return [Issue(path, "invalid_character", "A workflow name has no NUL characters.")]
     return []
 
 
 def description_issues(path: str, description: str | None) -> list[Issue]:
     if description is not None and len(description) > 500:
         return [Issue(path, "too_long", "A description has at most 500 characters.")]
+    if description is not None and "\x00" in description:
+        return [Issue(path, "invalid_character", "A description has no NUL characters.")]
     return []
+
+
+def nul_issues(value: Any, path: str = "", found: list[Issue] | None = None) -> list[Issue]:
+    """NUL characters anywhere in a definition (PostgreSQL cannot store them); at most 20 reported."""
+    found = [] if found is None else found
+    if len(found) >= 20:
+        return found
+    if isinstance(value, str):
+        if "\x00" in value:
+            found.append(Issue(path, "invalid_character", "Text must not contain NUL characters."))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            segment = str(key).replace("~", "~0").replace("/", "~1")
+            if "\x00" in str(key):
+                found.append(Issue(f"{path}/{segment}", "invalid_character", "Names must not contain NUL characters."))
+            nul_issues(item, f"{path}/{segment}", found)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            nul_issues(item, f"{path}/{index}", found)
+    return found
 
 
 def comment_issues(path: str, comment: str | None) -> list[Issue]:
@@ -188,6 +212,12 @@ async def validate_for_realm(session: AsyncSession, realm_id: str, definition: A
     A definition naming more ids than any valid one could (20 steps) is checked without its
     references first, so junk never turns into large lookups.
     """
+    try:
+        nul = nul_issues(definition)
+    except RecursionError:
+        nul = []  # validation reports the nesting itself
+    if nul:
+        return nul
     refs = collect_references(definition)
     named = len(refs.roles) + len(refs.groups) + len(refs.approvers) + len(refs.organizations) + len(refs.webhooks)
     if named > MAX_NAMED_REFERENCES:

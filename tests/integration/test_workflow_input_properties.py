@@ -70,3 +70,20 @@ async def test_deep_nesting_huge_numbers_and_odd_line_breaks_are_422_not_500(
         assert refused.status_code == 422, name
     trimmed = await client.post(realm.api + "/workflows", json={"name": " " + "n" * 100}, headers=realm.headers)
     assert trimmed.status_code == 201 and trimmed.json()["name"] == "n" * 100
+
+
+async def test_nul_characters_are_refused_not_stored(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    bad = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "done", "type": "end", "x\u0000": "\u0000"}],
+    }
+    validate = await client.post(realm.api + "/workflows/validate", json={"definition": bad}, headers=realm.headers)
+    assert validate.status_code == 200 and validate.json()["valid"] is False
+    for body in ({"name": "a\u0000b"}, {"name": "ok", "description": "\u0000"}, {"name": "ok2", "definition": bad}):
+        response = await client.post(realm.api + "/workflows", json=body, headers=realm.headers)
+        assert response.status_code == 422, (body, response.text)
+    user = await client.post(
+        realm.api + "/users", json={"email": "n@example.com", "display_name": "N\u0000"}, headers=realm.headers
+    )
+    assert user.status_code == 422  # anywhere else, the safety net answers 422 too
