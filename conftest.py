@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.config import Settings, load_settings
 from engine.db import make_engine, make_sessionmaker
 from testing.databases import clone_database, drop_database, ensure_template, server_maintenance_url
+
+# Property tests explore the same examples on every run, so CI never fails by chance; set
+# COCKPIT_HYPOTHESIS_RANDOM=1 to explore new ones locally.
+hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore")
+hypothesis_settings.load_profile("explore" if os.environ.get("COCKPIT_HYPOTHESIS_RANDOM") else "repeatable")
 
 _TIER_BY_FOLDER = {"unit": "unit", "integration": "integration", "acceptance": "acceptance"}
 
