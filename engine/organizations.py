@@ -182,12 +182,26 @@ async def list_members(
     return await keyset_page(session, query, Membership.id, cursor=cursor, limit=limit)
 
 
-async def remove_member(session: AsyncSession, actor: Actor, org_id: str, user_id: str) -> None:
-    """Remove a membership, and with it the user's places in the organization's groups."""
+async def remove_member(
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+) -> None:
+    """Remove a membership, and with it the user's places in the organization's groups.
+
+    Leaving a group takes away the roles it grants, so with the caller's ``authority`` the
+    removal needs the ceiling for those roles too, exactly as removing from one group does.
+    """
     org = await get_organization(session, actor.realm_id, org_id)
     membership = await _membership(session, org.id, user_id)
     if membership is None or membership.realm_id != actor.realm_id:
         raise NotFound("The user is not a member of this organization.")
+    if authority is not None:
+        joined = await session.execute(
+            select(Group)
+            .join(GroupMember, GroupMember.group_id == Group.id)
+            .where(GroupMember.user_id == user_id, Group.organization_id == org.id)
+        )
+        for group in joined.scalars().all():
+            await check_group_grant(session, authority, group, "revoke")
     left = await session.execute(
         delete(GroupMember)
         .where(

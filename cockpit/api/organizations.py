@@ -136,7 +136,9 @@ class OrganizationsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> None:
-        await orgs.remove_member(db_session, principal.actor(request_id_of(request)), org_id, user_id)
+        await orgs.remove_member(
+            db_session, principal.actor(request_id_of(request)), org_id, user_id, authority=principal.authority
+        )
 
 
 class GroupsController(Controller):

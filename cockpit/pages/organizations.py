@@ -269,7 +269,13 @@ class OrganizationsPages(Controller):
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                await orgs.remove_member(db_session, principal.actor(request_id_of(request)), org.id, user_id)
+                await orgs.remove_member(
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    org.id,
+                    user_id,
+                    authority=principal.authority,
+                )
         except EngineError as exc:
             return await self._detail(
                 request, db_session, principal, org, status_code=exc.status, errors={"members": form_errors(exc)}

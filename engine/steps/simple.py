@@ -13,7 +13,9 @@ class RemoveMembership(StepType):
     async def perform(self, ctx: StepContext) -> Outcome:
         organization_id = ctx.require_organization()
         try:
-            await organizations.remove_member(ctx.session, ctx.actor, organization_id, ctx.run.subject_id)
+            await organizations.remove_member(
+                ctx.session, ctx.actor, organization_id, ctx.run.subject_id, authority=ctx.authority
+            )
         except NotFound as exc:
             raise StepFailure(
                 "not_a_member", "The subject is not a member of the organization.", permanent=True

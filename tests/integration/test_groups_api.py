@@ -207,3 +207,39 @@ async def test_moving_groups_never_makes_a_cycle(client: AsyncTestClient[Litesta
     assert root.json()["parent_id"] is None
     kept = await client.patch(f"{url}/{b['id']}", json={"name": "B2"}, headers=realm.headers)
     assert kept.json()["parent_id"] == a["id"]
+
+
+async def test_removing_a_member_needs_the_ceiling_of_the_groups_they_leave(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """Leaving the organization takes the user out of its groups: the same check as leaving one group."""
+    org = await realm.organization("Eng")
+    powerful = await realm.role("powerful", ["realm.users.write"], boundary="organization")
+    group = (
+        await client.post(
+            f"{realm.api}/organizations/{org.id}/groups",
+            json={"name": "Core", "role_ids": [powerful.id]},
+            headers=realm.headers,
+        )
+    ).json()
+    member = await realm.user("member@example.com")
+    await realm.member(org, member)
+    added = await client.post(
+        f"{realm.api}/organizations/{org.id}/groups/{group['id']}/members",
+        json={"user_id": member.id},
+        headers=realm.headers,
+    )
+    assert added.status_code in {200, 201}, added.text
+    manager_role = await realm.role("member-manager", ["org.members.write", "realm.organizations.read"])
+    manager = await realm.user("manager@example.com")
+    await realm.assign(manager, manager_role)
+    token = {"Authorization": f"Bearer {await realm.token(manager)}"}
+    refused = await client.delete(f"{realm.api}/organizations/{org.id}/members/{member.id}", headers=token)
+    assert refused.status_code == 403 and refused.json()["code"] == "grant_ceiling_exceeded"
+    still = await client.get(f"{realm.api}/organizations/{org.id}/groups/{group['id']}/members", headers=realm.headers)
+    assert [m["user_id"] for m in still.json()["items"]] == [member.id]  # nothing changed
+    plain = await realm.user("plain@example.com")
+    await realm.member(org, plain)
+    assert (
+        await client.delete(f"{realm.api}/organizations/{org.id}/members/{plain.id}", headers=token)
+    ).status_code == 204
