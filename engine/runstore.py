@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import String, func, literal, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.states import (
@@ -229,7 +230,15 @@ async def request_cancel(
             WorkflowRun.state.in_(sorted(FORWARD)),  # type: ignore[attr-defined]
             WorkflowRun.cancel_requested_at.is_(None),  # type: ignore[union-attr]
         )
-        .values(cancel_requested_at=now, cancel_requested_by=by, cancel_reason=reason, due_at=now, updated_at=now)
+        .values(
+            cancel_requested_at=now,
+            cancel_requested_by=by,
+            cancel_reason=reason,
+            due_at=now,
+            updated_at=now,
+            # A run paused by a disabled workflow is due now: the kept due time no longer applies.
+            context=WorkflowRun.context.op("-", return_type=JSONB)(literal("paused_due_at", String())),  # type: ignore[attr-defined]
+        )
         .returning(WorkflowRun)
     )
     return result.scalar_one_or_none()

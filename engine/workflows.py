@@ -542,14 +542,20 @@ async def delete_workflow(session: AsyncSession, actor: Actor, workflow_id: str)
 async def _pause_or_resume_runs(session: AsyncSession, workflow_id: str, enabled: bool) -> None:
     """Paused runs leave the due index (so claims never walk past them) and come back when enabled.
 
-    Compensating runs and runs asked to cancel go on: they only remove access.
+    Compensating runs and runs asked to cancel go on: they only remove access. Enabling gives the
+    kept due time back only to a run that is still paused — unfinished, not cancelled, not
+    compensating, without a due time of its own — and drops the kept time everywhere else: a
+    finished run never becomes due again, and a compensation waiting for its retry keeps its wait.
     """
     if not await session.scalar(text("SELECT to_regclass('workflow_runs') IS NOT NULL")):
         return
     if enabled:
         await session.execute(
             text(
-                "UPDATE workflow_runs SET due_at = COALESCE((context->>'paused_due_at')::timestamptz, now()), "
+                "UPDATE workflow_runs SET due_at = CASE"
+                " WHEN due_at IS NULL AND cancel_requested_at IS NULL"
+                " AND state IN ('pending', 'running', 'waiting', 'awaiting_approval')"
+                " THEN COALESCE((context->>'paused_due_at')::timestamptz, now()) ELSE due_at END, "
                 "context = context - 'paused_due_at' "
                 "WHERE workflow_id = :w AND context->>'paused_due_at' IS NOT NULL"
             ),

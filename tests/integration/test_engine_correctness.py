@@ -1,0 +1,160 @@
+"""Engine correctness on a real database: paused runs that come back, the database's own
+invariants on finished runs, provenance that only the engine makes, and fair claims."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine import runs, runstore, workflows
+from engine.retry import FixedClock
+from tests.factories import RealmHandle
+from tests.integration.test_runner import drain, load, publish, runner, start
+
+Client = AsyncTestClient[Litestar]
+
+
+def definition(*steps: dict[str, Any], retry: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
+    if retry:
+        out["retry"] = retry
+    return out
+
+
+async def refuse_role_changes(realm: RealmHandle) -> None:
+    """A database trigger that refuses changes to assignments of the roles listed in refused_roles.
+
+    The refusal is an ordinary database error inside the effect, so the engine treats it as a
+    transient failure and retries later.
+    """
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("CREATE TABLE refused_roles (role_id text NOT NULL, op text NOT NULL)"))
+        await session.execute(
+            text(
+                """
+                CREATE FUNCTION refuse_role_change() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF TG_OP = 'DELETE' THEN
+                        IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = OLD.role_id) THEN
+                            RAISE EXCEPTION 'assignment change refused';
+                        END IF;
+                        RETURN OLD;
+                    END IF;
+                    IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = NEW.role_id) THEN
+                        RAISE EXCEPTION 'assignment change refused';
+                    END IF;
+                    RETURN NEW;
+                END $$
+                """
+            )
+        )
+        await session.execute(
+            text(
+                "CREATE TRIGGER refuse_role_change BEFORE INSERT OR DELETE ON role_assignments "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_role_change()"
+            )
+        )
+
+
+async def refuse(realm: RealmHandle, role_id: str, op: str) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("INSERT INTO refused_roles VALUES (:r, :op)"), {"r": role_id, "op": op})
+
+
+async def claimable(realm: RealmHandle, at: datetime) -> set[str]:
+    """Every run a claim at ``at`` would take (the claim is rolled back)."""
+    async with realm.sessions() as session, session.begin():
+        taken = await runstore.claim_due_runs(
+            session, "worker-probe-1-pppp", now=at, lease=timedelta(seconds=1), batch_size=50, tenant_share=50
+        )
+        await session.rollback()
+    return {c.run_id for c in taken}
+
+
+class TestPausedRunsComeBackUnfinishedOnly:
+    async def test_disable_cancel_enable_then_a_new_run_succeeds_and_no_finished_run_is_claimed(
+        self, client: Client, realm: RealmHandle
+    ) -> None:
+        """The path the 409 for deleting a workflow suggests: disable, cancel what is in flight, enable."""
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        subjects = [await realm.user(f"s{i}@example.com") for i in range(13)]
+        api = realm.api
+        started = []
+        for subject in subjects[:12]:  # more than a realm's share of one pass
+            response = await client.post(
+                f"{api}/workflows/{wid}/runs", json={"subject_id": subject.id}, headers=realm.headers
+            )
+            assert response.status_code == 202, response.text
+            started.append(response.json()["id"])
+        assert (await client.post(f"{api}/workflows/{wid}/disable", headers=realm.headers)).status_code == 200
+        for run_id in started:
+            response = await client.post(f"{api}/workflow-runs/{run_id}/cancel", headers=realm.headers)
+            assert response.status_code == 202, response.text
+        worker = runner(realm)
+        await drain(worker)
+        for run_id in started:
+            run, _ = await load(realm, run_id)
+            assert run.state == "cancelled", (run.state, run.error_category)
+        assert (await client.post(f"{api}/workflows/{wid}/enable", headers=realm.headers)).status_code == 200
+        response = await client.post(
+            f"{api}/workflows/{wid}/runs", json={"subject_id": subjects[12].id}, headers=realm.headers
+        )
+        assert response.status_code == 202, response.text
+        fresh = response.json()["id"]
+        await drain(worker)
+        run, _ = await load(realm, fresh)
+        assert run.state == "succeeded", (run.state, run.error_category)
+        for run_id in started:
+            run, _ = await load(realm, run_id)
+            assert run.state == "cancelled"
+            assert (run.due_at, run.lease_owner, run.lease_expires_at) == (None, None, None)
+            assert "paused_due_at" not in run.context
+        # Never again: not now, not in a year.
+        later = datetime.now(UTC) + timedelta(days=365)
+        assert not (await claimable(realm, later)) & {*started, fresh}
+
+    async def test_enabling_keeps_a_compensation_retry_wait(self, realm: RealmHandle) -> None:
+        """A cancelled run whose compensation waits for a retry is not made due at its old paused time."""
+        first = await realm.role("first", ["realm.workflows.read"])
+        second = await realm.role("second", ["realm.workflows.read"])
+        subject = await realm.user("s@example.com")
+        await refuse_role_changes(realm)
+        wid = await publish(
+            realm,
+            definition(
+                {"id": "one", "type": "assign_role", "role_id": first.id, "scope": "realm"},
+                {"id": "two", "type": "assign_role", "role_id": second.id, "scope": "realm"},
+                retry={"max_attempts": 3, "backoff": "10s"},
+            ),
+        )
+        run_id = await start(realm, wid, subject.id)
+        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+        worker = runner(realm, clock)
+        await refuse(realm, second.id, "INSERT")
+        await drain(worker)
+        run, attempts = await load(realm, run_id)
+        assert [(a.step_id, a.state) for a in attempts] == [("one", "succeeded"), ("two", "failed")]
+        assert run.due_at == clock.now() + timedelta(seconds=10)  # the step's retry
+        async with realm.sessions() as session, session.begin():
+            await workflows.set_enabled(session, realm.actor, wid, False)  # paused with its retry time kept
+        async with realm.sessions() as session, session.begin():
+            await runs.cancel_run(session, realm.actor, run_id, reason=None)
+        await refuse(realm, first.id, "DELETE")
+        await drain(worker)
+        run, attempts = await load(realm, run_id)
+        assert run.state == "compensating"
+        assert attempts[0].compensation_attempts == 1
+        retry_at = clock.now() + timedelta(seconds=30)  # the first compensation retry, no jitter
+        assert run.due_at == retry_at
+        async with realm.sessions() as session, session.begin():
+            await workflows.set_enabled(session, realm.actor, wid, True)
+        run, _ = await load(realm, run_id)
+        assert run.due_at == retry_at
+        clock.advance(seconds=11)  # past the old paused time, before the compensation's retry
+        await drain(worker)
+        run, attempts = await load(realm, run_id)
+        assert attempts[0].compensation_attempts == 1
