@@ -93,6 +93,7 @@ class Runner:
         self.worker_id = worker_id
         self.settings = settings or RunnerSettings()
         self.clock = clock or Clock()
+        self._last_realm: str | None = None
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -106,7 +107,10 @@ class Runner:
                 lease=self.settings.lease,
                 batch_size=self.settings.batch_size,
                 tenant_share=self.settings.tenant_share,
+                after_realm=self._last_realm,
             )
+        if claimed:
+            self._last_realm = claimed[-1].realm_id  # the next pass starts with the realm after it
         transitions = 0
         for item in claimed:
             try:

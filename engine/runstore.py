@@ -42,6 +42,55 @@ class Claimed:
     realm_id: str
 
 
+# Each realm with due runs, found by skipping through ix_workflow_runs_realm_due (one index probe
+# per realm, whatever the number of due runs); then, per realm, at most ``share`` claimable runs
+# read in due order from the same index (LATERAL … LIMIT). Realms are visited round-robin,
+# starting after the realm the previous pass ended with, and the first run of every realm comes
+# before the second of any: a realm with only new runs is never starved by older backlogs. The
+# outer query locks the chosen rows, skipping those another worker holds, and re-checks them once
+# locked. Only unfinished states are ever selected.
+CLAIM_SQL = text(
+    """
+    WITH RECURSIVE realms(realm_id) AS (
+        (SELECT realm_id FROM workflow_runs WHERE due_at IS NOT NULL ORDER BY realm_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.realm_id FROM workflow_runs r
+                 WHERE r.due_at IS NOT NULL AND r.realm_id > realms.realm_id
+                 ORDER BY r.realm_id LIMIT 1)
+          FROM realms WHERE realms.realm_id IS NOT NULL
+    ),
+    visits AS (
+        SELECT realm_id, row_number() OVER (ORDER BY realm_id <= :after, realm_id) AS turn
+          FROM realms WHERE realm_id IS NOT NULL
+    ),
+    candidates AS (
+        SELECT c.id, c.due_at, v.turn,
+               row_number() OVER (PARTITION BY v.realm_id ORDER BY c.due_at, c.id) AS place
+          FROM visits v
+          CROSS JOIN LATERAL (
+              SELECT r.id, r.due_at
+                FROM workflow_runs r JOIN workflows w ON w.id = r.workflow_id
+               WHERE r.realm_id = v.realm_id
+                 AND r.due_at IS NOT NULL AND r.due_at <= :now
+                 AND r.state IN ('pending', 'running', 'waiting', 'awaiting_approval', 'compensating')
+                 AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
+                 AND (w.state <> 'disabled' OR r.state = 'compensating' OR r.cancel_requested_at IS NOT NULL)
+               ORDER BY r.due_at
+               LIMIT :share
+          ) c
+    )
+    SELECT r.id, r.realm_id
+      FROM candidates k JOIN workflow_runs r ON r.id = k.id
+     WHERE r.due_at IS NOT NULL AND r.due_at <= :now
+       AND r.state IN ('pending', 'running', 'waiting', 'awaiting_approval', 'compensating')
+       AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
+     ORDER BY k.place, k.turn
+     LIMIT :limit
+       FOR UPDATE OF r SKIP LOCKED
+    """
+)
+
+
 async def claim_due_runs(
     session: AsyncSession,
     worker_id: str,
@@ -50,40 +99,19 @@ async def claim_due_runs(
     lease: timedelta,
     batch_size: int,
     tenant_share: int,
+    after_realm: str | None = None,
 ) -> list[Claimed]:
     """Lease up to ``min(batch_size, 50)`` due runs, at most ``tenant_share`` of one realm.
 
-    Runs of a disabled workflow are skipped unless compensating or cancelled (those only
-    remove access). ``FOR UPDATE SKIP LOCKED`` lets any number of workers claim at once.
+    Realms are visited round-robin from the one after ``after_realm`` (pass the realm of the last
+    run the previous claim returned). Runs of a disabled workflow are skipped unless compensating
+    or cancelled (those only remove access). ``FOR UPDATE SKIP LOCKED`` lets any number of
+    workers claim at once. The cost depends on the number of realms with due runs and on the
+    batch, never on the number of due runs.
     """
     limit = max(1, min(batch_size, MAX_BATCH))
-    share = max(1, tenant_share)
-    # Rank due runs within each realm first, so one realm's backlog never hides the others;
-    # then lock the chosen ones, skipping those another worker holds. The outer WHERE repeats the
-    # lease condition so a row leased meanwhile is re-checked once locked.
-    rows = await session.execute(
-        text(
-            """
-            WITH ranked AS (
-                SELECT r.id, r.due_at,
-                       row_number() OVER (PARTITION BY r.realm_id ORDER BY r.due_at) AS place
-                  FROM workflow_runs r JOIN workflows w ON w.id = r.workflow_id
-                 WHERE r.due_at IS NOT NULL AND r.due_at <= :now
-                   AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
-                   AND (w.state <> 'disabled' OR r.state = 'compensating' OR r.cancel_requested_at IS NOT NULL)
-            )
-            SELECT r.id, r.realm_id
-              FROM workflow_runs r JOIN ranked k ON k.id = r.id
-             WHERE k.place <= :share
-               AND r.due_at IS NOT NULL AND r.due_at <= :now
-               AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
-             ORDER BY k.due_at
-             LIMIT :limit
-               FOR UPDATE OF r SKIP LOCKED
-            """
-        ),
-        {"now": now, "share": share, "limit": limit},
-    )
+    share = max(1, min(tenant_share, limit))
+    rows = await session.execute(CLAIM_SQL, {"now": now, "share": share, "limit": limit, "after": after_realm or ""})
     chosen = [Claimed(run_id, realm_id) for run_id, realm_id in rows]
     if chosen:
         await session.execute(

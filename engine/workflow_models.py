@@ -77,7 +77,14 @@ class WorkflowRun(SQLModel, table=True):
             name="state",
         ),
         CheckConstraint("trigger_type IN ('manual', 'event', 'schedule')", name="trigger_type"),
-        Index("ix_workflow_runs_due", "due_at", postgresql_where=text("due_at IS NOT NULL")),
+        # A finished run is never due and never leased: the claim can never take it again.
+        CheckConstraint(
+            "state NOT IN ('succeeded', 'failed', 'compensated', 'compensation_failed', 'cancelled')"
+            " OR (due_at IS NULL AND lease_owner IS NULL AND lease_expires_at IS NULL)",
+            name="finished_not_due",
+        ),
+        # The claim reads each realm's due runs in due order (finished and paused runs leave it).
+        Index("ix_workflow_runs_realm_due", "realm_id", "due_at", postgresql_where=text("due_at IS NOT NULL")),
         Index("ix_workflow_runs_realm_id_id", "realm_id", "id"),
         Index("ix_workflow_runs_workflow_id_id", "workflow_id", "id"),
         Index("ix_workflow_runs_subject_id", "realm_id", "subject_id"),

@@ -158,3 +158,100 @@ class TestPausedRunsComeBackUnfinishedOnly:
         await drain(worker)
         run, attempts = await load(realm, run_id)
         assert attempts[0].compensation_attempts == 1
+
+
+class TestDatabaseInvariants:
+    async def test_a_finished_run_with_a_due_time_or_a_lease_is_refused(self, realm: RealmHandle) -> None:
+        from sqlalchemy.exc import IntegrityError
+
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
+        await drain(runner(realm))
+        run, _ = await load(realm, run_id)
+        assert run.state == "succeeded"
+        for change in (
+            "due_at = now()",
+            "lease_owner = 'worker-x-1-aaaa', lease_expires_at = now() + interval '1 minute'",
+            "lease_expires_at = now()",
+        ):
+            async with realm.sessions() as session:
+                try:
+                    async with session.begin():
+                        await session.execute(text(f"UPDATE workflow_runs SET {change} WHERE id = :r"), {"r": run_id})
+                except IntegrityError as exc:
+                    assert "ck_workflow_runs_finished_not_due" in str(exc)
+                else:
+                    raise AssertionError(f"a finished run accepted {change}")
+        # An unfinished run may be due and leased.
+        other = await start(realm, wid, (await realm.user("t@example.com")).id)
+        async with realm.sessions() as session, session.begin():
+            await session.execute(
+                text("UPDATE workflow_runs SET lease_owner = 'w', lease_expires_at = now() WHERE id = :r"), {"r": other}
+            )
+
+    async def test_the_claim_selects_only_unfinished_states(self, realm: RealmHandle) -> None:
+        """Even a row that escaped the constraint (a finished state set by hand with the check off) is never claimed."""
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
+        async with realm.sessions() as session, session.begin():
+            await session.execute(text("ALTER TABLE workflow_runs DROP CONSTRAINT ck_workflow_runs_finished_not_due"))
+            await session.execute(text("UPDATE workflow_runs SET state = 'cancelled' WHERE id = :r"), {"r": run_id})
+        assert run_id not in await claimable(realm, datetime.now(UTC) + timedelta(minutes=1))
+
+
+class TestFairClaims:
+    async def test_a_realm_with_only_new_runs_is_not_starved_by_older_backlogs(
+        self, realm: RealmHandle, other_realm: RealmHandle
+    ) -> None:
+        from tests.factories import make_realm
+
+        third = await make_realm(realm.sessions)
+        end = definition({"id": "done", "type": "end"})
+        busy = [(realm, await publish(realm, end)), (other_realm, await publish(other_realm, end))]
+        for handle, wid in busy:
+            for i in range(3):
+                await start(handle, wid, (await handle.user(f"old{i}@example.com")).id)
+        fresh = await start(third, await publish(third, end), (await third.user("new@example.com")).id)
+        async with realm.sessions() as session, session.begin():
+            claimed = await runstore.claim_due_runs(
+                session,
+                "worker-fair-1-aaaa",
+                now=datetime.now(UTC) + timedelta(seconds=5),
+                lease=timedelta(seconds=30),
+                batch_size=4,
+                tenant_share=2,
+            )
+        assert len(claimed) == 4
+        assert fresh in {c.run_id for c in claimed}
+        assert sorted(c.realm_id for c in claimed).count(realm.id) <= 2
+
+    async def test_realms_are_visited_round_robin(self, realm: RealmHandle, other_realm: RealmHandle) -> None:
+        from tests.factories import make_realm
+
+        third = await make_realm(realm.sessions)
+        end = definition({"id": "done", "type": "end"})
+        handles = [realm, other_realm, third]
+        for handle in handles:
+            wid = await publish(handle, end)
+            for i in range(3):
+                await start(handle, wid, (await handle.user(f"u{i}@example.com")).id)
+        seen: list[str] = []
+        after: str | None = None
+        now = datetime.now(UTC) + timedelta(seconds=5)
+        for turn in range(3):
+            async with realm.sessions() as session, session.begin():
+                claimed = await runstore.claim_due_runs(
+                    session,
+                    f"worker-rr-{turn}-aaaa",
+                    now=now,
+                    lease=timedelta(seconds=30),
+                    batch_size=2,
+                    tenant_share=2,
+                    after_realm=after,
+                )
+            assert len(claimed) == 2
+            assert len({c.realm_id for c in claimed}) == 2  # two realms, one run each
+            seen += [c.realm_id for c in claimed]
+            after = claimed[-1].realm_id
+        # Six claims over three realms: every realm twice, never a realm left out of a round.
+        assert sorted(seen) == sorted([h.id for h in handles] * 2)
