@@ -1,4 +1,11 @@
-"""Request id and access log: every request gets an id (or keeps a sane one it was given)."""
+"""Request id and access log: every request gets an id of its own, made here.
+
+The request id goes on every audit event and, through them, becomes the correlation id of the
+outbox events a request causes; loop protection reads those. It is therefore always made by us
+(``req_<hex>``), never taken from the caller: a caller's ``X-Request-ID`` could otherwise pose as
+a run id (``wrn_…``) and steer loop protection. A sane caller's id is kept for the logs only, as
+``client_request_id``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import time
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.logs import request_id_var
+from engine.logs import client_request_id_var, request_id_var
 
 log = logging.getLogger("cockpit.access")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
@@ -25,9 +32,13 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
             if name == b"x-request-id":
                 given = value.decode("latin-1")
                 break
-        request_id = given if _SANE_ID.match(given) else "req_" + secrets.token_hex(8)
+        client_request_id = given if _SANE_ID.match(given) else None
+        request_id = "req_" + secrets.token_hex(8)
         token = request_id_var.set(request_id)
-        scope.setdefault("state", {})["request_id"] = request_id
+        client_token = client_request_id_var.set(client_request_id)
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["client_request_id"] = client_request_id
         started = time.perf_counter()
         status = 500
 
@@ -43,16 +54,17 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, send_with_id)
         finally:
-            log.info(
-                "request",
-                extra={
-                    "request_id": request_id,
-                    "method": scope.get("method"),
-                    "path": scope.get("path"),
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                },
-            )
+            extra = {
+                "request_id": request_id,
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+            }
+            if client_request_id:
+                extra["client_request_id"] = client_request_id
+            log.info("request", extra=extra)
             request_id_var.reset(token)
+            client_request_id_var.reset(client_token)
 
     return middleware

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+# The caller's own X-Request-ID, for the logs only (never an audit or correlation id).
+client_request_id_var: ContextVar[str | None] = ContextVar("client_request_id", default=None)
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -28,6 +30,9 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     rid = request_id_var.get()
     if rid:
         out["request_id"] = rid
+    client_rid = client_request_id_var.get()
+    if client_rid:
+        out["client_request_id"] = client_rid
     for key, value in record.__dict__.items():
         if key not in _RESERVED and not key.startswith("_"):
             out[key] = value

@@ -317,7 +317,11 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
     for event in events:
         parent: WorkflowRun | None = None
         if event.correlation_id and event.correlation_id.startswith("wrn_"):
+            # Correlation ids are made by the engine only (request ids are never the caller's), so a
+            # run id here means a run caused the event; a run of another realm never counts.
             parent = await session.get(WorkflowRun, event.correlation_id)
+            if parent is not None and parent.realm_id != event.realm_id:
+                parent = None
         for workflow, revision in workflows:
             if workflow.realm_id != event.realm_id or not event.subject_id:
                 continue

@@ -255,3 +255,61 @@ class TestFairClaims:
             after = claimed[-1].realm_id
         # Six claims over three realms: every realm twice, never a realm left out of a round.
         assert sorted(seen) == sorted([h.id for h in handles] * 2)
+
+
+class TestProvenanceComesFromTheEngine:
+    async def test_a_forged_request_id_neither_suppresses_a_workflow_nor_makes_a_parent(
+        self, client: Client, realm: RealmHandle, caplog: Any
+    ) -> None:
+        import logging
+
+        eng = await realm.organization("Eng")
+        on_added = {"type": "event", "event_types": ["organization.membership.added"]}
+        same = await publish(
+            realm,
+            {"schema_version": 1, "triggers": [{"type": "manual"}, on_added], "steps": [{"id": "done", "type": "end"}]},
+            name="Same",
+        )
+        other = await publish(
+            realm, {"schema_version": 1, "triggers": [on_added], "steps": [{"id": "done", "type": "end"}]}, name="Other"
+        )
+        victim = await start(realm, same, (await realm.user("v@example.com")).id)
+        alice = await realm.user("alice@example.com")
+        with caplog.at_level(logging.INFO, logger="cockpit.access"):
+            response = await client.post(
+                f"{realm.api}/organizations/{eng.id}/members",
+                json={"user_id": alice.id},
+                headers={**realm.headers, "X-Request-ID": victim},
+            )
+        assert response.status_code in (200, 201), response.text
+        request_id = response.headers["x-request-id"]
+        assert request_id.startswith("req_") and request_id != victim
+        access = [
+            r for r in caplog.records if r.name == "cockpit.access" and getattr(r, "request_id", None) == request_id
+        ]
+        assert [getattr(r, "client_request_id", None) for r in access] == [victim]  # kept for the logs
+        async with realm.sessions() as session, session.begin():
+            await runs.dispatch_outbox(session)
+        async with realm.sessions() as session:
+            audited = (
+                await session.execute(
+                    text(
+                        "SELECT request_id, correlation_id FROM audit_events WHERE type = 'organization.membership.added'"
+                    )
+                )
+            ).all()
+            suppressed = await session.scalar(
+                text("SELECT count(*) FROM audit_events WHERE type = 'workflow.trigger.suppressed'")
+            )
+            started = (
+                await session.execute(
+                    text(
+                        "SELECT workflow_id, depth, parent_run_id, correlation_id FROM workflow_runs "
+                        "WHERE subject_id = :s ORDER BY workflow_id"
+                    ),
+                    {"s": alice.id},
+                )
+            ).all()
+        assert audited == [(request_id, request_id)]
+        assert suppressed == 0
+        assert sorted(started) == sorted([(same, 0, None, request_id), (other, 0, None, request_id)])
