@@ -311,7 +311,7 @@ class Runner:
             )
             if issue is not None:
                 # A reference that vanished is not an authority problem: report it as what it is.
-                category = "not_found" if issue.code == "not_found" else "publisher_lacks_authority"
+                category = issue.code if issue.code in ("not_found", "group_missing") else "publisher_lacks_authority"
                 raise StepFailure(category, issue.message, permanent=True)
 
     async def _record_failure(

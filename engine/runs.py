@@ -322,8 +322,10 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
             parent = await session.get(WorkflowRun, event.correlation_id)
             if parent is not None and parent.realm_id != event.realm_id:
                 parent = None
+        # Steps act on users only: an event about a service principal (or anything else) starts nothing.
+        subject = event.subject_id if event.subject_id and event.subject_id.startswith("usr_") else None
         for workflow, revision in workflows:
-            if workflow.realm_id != event.realm_id or not event.subject_id:
+            if workflow.realm_id != event.realm_id or subject is None:
                 continue
             if not any(_matches(t, event) for t in revision.definition.get("triggers", [])):
                 continue
@@ -350,7 +352,7 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                 StartRequest(
                     workflow=workflow,
                     revision=revision,
-                    subject_id=event.subject_id,
+                    subject_id=subject,
                     organization_id=event.organization_id,
                     trigger_type="event",
                     trigger_key=event.id,

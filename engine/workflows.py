@@ -303,6 +303,11 @@ async def requirement_issue(
     run_org: str | None,
     path: str,
 ) -> Issue | None:
+    if requirement.group_id:
+        # A group that vanished is not a question of authority: say so whatever the authority's scope.
+        group = await session.get(Group, requirement.group_id)
+        if group is None or group.realm_id != realm_id:
+            return Issue(path, "group_missing", "The step names a group that does not exist.")
     if requirement.kind == "permission" and requirement.permission:
         if requirement.scope == "realm":
             org = None

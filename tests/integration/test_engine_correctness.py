@@ -313,3 +313,86 @@ class TestProvenanceComesFromTheEngine:
         assert audited == [(request_id, request_id)]
         assert suppressed == 0
         assert sorted(started) == sorted([(same, 0, None, request_id), (other, 0, None, request_id)])
+
+
+class TestTriggersAndReferences:
+    async def test_an_expiry_about_a_service_principal_starts_no_run(self, realm: RealmHandle) -> None:
+        from engine.directory import create_service_principal
+        from engine.identity import now
+        from engine.ids import new_id
+        from engine.models import RoleAssignment
+        from engine.roles import expire_due_assignments
+
+        wid = await publish(
+            realm,
+            {
+                "schema_version": 1,
+                "triggers": [{"type": "event", "event_types": ["role.assignment.expired"]}],
+                "steps": [{"id": "done", "type": "end"}],
+            },
+        )
+        role = await realm.role("temp", ["realm.audit.read"])
+        user = await realm.user("u@example.com")
+        async with realm.sessions() as session, session.begin():
+            robot = await create_service_principal(session, realm.actor, name="robot", description="")
+            for subject in ({"service_principal_id": robot.id}, {"user_id": user.id}):
+                session.add(
+                    RoleAssignment(
+                        id=new_id("ras"),
+                        realm_id=realm.id,
+                        role_id=role.id,
+                        expires_at=now() + timedelta(minutes=1),
+                        granted_by=realm.admin.id,
+                        **subject,
+                    )
+                )
+        async with realm.sessions() as session, session.begin():
+            assert await expire_due_assignments(session, now() + timedelta(hours=1)) == 2
+        async with realm.sessions() as session, session.begin():
+            await runs.dispatch_outbox(session)
+        async with realm.sessions() as session:
+            subjects = (
+                (await session.execute(text("SELECT subject_id FROM workflow_runs WHERE workflow_id = :w"), {"w": wid}))
+                .scalars()
+                .all()
+            )
+        assert subjects == [user.id]  # steps act on users only
+
+    async def test_a_deleted_group_fails_group_missing_for_an_organization_scoped_publisher(
+        self, realm: RealmHandle
+    ) -> None:
+        from engine import organizations
+        from engine.authz import load_authority
+
+        org = await realm.organization("Eng")
+        publisher = await realm.user("publisher@example.com")
+        await realm.assign(publisher, await realm.role("wf", ["realm.workflows.publish", "realm.workflows.write"]))
+        await realm.assign(
+            publisher,
+            await realm.role("eng-admin", ["org.groups.write"], boundary="organization"),
+            organization_id=org.id,
+        )
+        subject = await realm.user("s@example.com")
+        await realm.member(org, subject)
+        async with realm.sessions() as session, session.begin():
+            authority = await load_authority(session, realm.id, "user", realm.admin.id)
+            group, *_ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        actor = realm.actor.__class__(type="user", id=publisher.id, realm_id=realm.id)
+        async with realm.sessions() as session, session.begin():
+            workflow, _ = await workflows.create_workflow(
+                session,
+                actor,
+                name="Team",
+                definition=definition({"id": "team", "type": "add_to_group", "group_id": group.id}),
+                has_definition=True,
+                requires_approval=False,
+            )
+        async with realm.sessions() as session, session.begin():
+            await workflows.publish_revision(session, actor, workflow.id, 1)
+        run_id = await start(realm, workflow.id, subject.id)
+        async with realm.sessions() as session, session.begin():
+            await session.execute(text("DELETE FROM groups WHERE id = :g"), {"g": group.id})
+        await drain(runner(realm))
+        run, attempts = await load(realm, run_id)
+        assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("team", "failed", "group_missing")]
+        assert run.error_category == "group_missing"
