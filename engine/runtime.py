@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
@@ -48,6 +49,48 @@ async def _beat(sessions: async_sessionmaker[AsyncSession], worker_id: str, inte
             log.warning("heartbeat failed", exc_info=True)
 
 
+LISTEN_OWNER_SUFFIX = ".listen"
+MAX_WAKE_PASSES = 100
+
+
+def make_runners(
+    sessions: async_sessionmaker[AsyncSession], worker_id: str, settings: RunnerSettings
+) -> tuple[Runner, Runner]:
+    """The periodic task's runner and the LISTEN loop's runner of one worker process.
+
+    They run passes concurrently, so each leases under its own owner (``<worker id>`` and
+    ``<worker id>.listen``): one can never renew, advance or hand back a run the other holds.
+    """
+    return (
+        Runner(sessions, worker_id, settings=settings),
+        Runner(sessions, worker_id + LISTEN_OWNER_SUFFIX, settings=settings),
+    )
+
+
+async def wake_pass(
+    runner: Runner,
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    dispatch: Callable[[AsyncSession], Awaitable[int]] = dispatch_outbox,
+) -> int:
+    """What a notification triggers: dispatch the outbox, then run passes until one makes no progress.
+
+    A failing dispatch is logged and the run pass still happens (the periodic dispatch retries).
+    """
+    try:
+        async with transaction(sessions) as session:
+            await dispatch(session)
+    except Exception:
+        log.warning("outbox dispatch after a notification failed; running the pass anyway", exc_info=True)
+    transitions = 0
+    for _ in range(MAX_WAKE_PASSES):
+        made = await runner.run_pass()
+        transitions += made
+        if not made:
+            break
+    return transitions
+
+
 async def _listen(
     database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
 ) -> None:
@@ -79,10 +122,7 @@ async def _listen(
                     continue
                 wake.clear()
                 try:
-                    async with transaction(sessions) as session:
-                        await dispatch_outbox(session)
-                    while await runner.run_pass():
-                        pass
+                    await wake_pass(runner, sessions)
                 except Exception:
                     log.warning("pass after a notification failed", exc_info=True)
         finally:
@@ -94,10 +134,10 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
     worker_id = new_worker_id()
     db = make_engine(database_url, pool_size=5)
     sessions = make_sessionmaker(db)
-    runner = Runner(
+    runner, listen_runner = make_runners(
         sessions,
         worker_id,
-        settings=RunnerSettings(
+        RunnerSettings(
             lease=timedelta(seconds=settings.workers.lease_duration_s),
             batch_size=settings.workers.batch_size,
             tenant_share=settings.workers.tenant_batch_share,
@@ -126,7 +166,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 )
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
-                watchers.append(asyncio.create_task(_listen(database_url, runner, sessions, stop)))
+                watchers.append(asyncio.create_task(_listen(database_url, listen_runner, sessions, stop)))
                 watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -139,7 +179,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
         for watcher in watchers:
             watcher.cancel()
         try:
-            released = await runner.release_all()
+            released = await runner.release_all() + await listen_runner.release_all()
             if released:
                 log.info("leases handed back", extra={"worker_id": worker_id, "runs": released})
         except Exception:

@@ -396,3 +396,51 @@ class TestTriggersAndReferences:
         run, attempts = await load(realm, run_id)
         assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("team", "failed", "group_missing")]
         assert run.error_category == "group_missing"
+
+
+class TestWorkerWiring:
+    async def test_the_listener_and_the_periodic_pass_never_act_on_each_others_leases(self, realm: RealmHandle) -> None:
+        from engine.runner import RunnerSettings
+        from engine.runtime import make_runners
+
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
+        periodic, listener = make_runners(
+            realm.sessions, "worker-host-1-abcd", RunnerSettings(lease=timedelta(seconds=30))
+        )
+        assert periodic.worker_id != listener.worker_id
+        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        periodic.clock = listener.clock = clock
+        async with realm.sessions() as session, session.begin():
+            taken = await runstore.claim_due_runs(
+                session, periodic.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
+            )
+        assert [c.run_id for c in taken] == [run_id]
+        clock.advance(seconds=31)  # the periodic pass is slow: its lease runs out
+        async with realm.sessions() as session, session.begin():
+            taken = await runstore.claim_due_runs(
+                session, listener.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
+            )
+        assert [c.run_id for c in taken] == [run_id]  # the listener takes it over
+        # The periodic pass now reaches the run: it neither advances it nor hands back the listener's lease.
+        assert await periodic.advance(run_id) == 0
+        run, attempts = await load(realm, run_id)
+        assert (run.state, run.lease_owner, attempts) == ("pending", listener.worker_id, [])
+        assert await listener.advance(run_id) > 0
+        run, _ = await load(realm, run_id)
+        assert run.state == "succeeded"
+
+    async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(self, realm: RealmHandle) -> None:
+        from engine.runtime import wake_pass
+
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
+
+        async def broken_dispatch(session: Any) -> int:
+            await session.execute(text("SELECT * FROM no_such_table"))
+            return 0
+
+        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        assert await wake_pass(runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
+        run, _ = await load(realm, run_id)
+        assert run.state == "succeeded"
