@@ -47,8 +47,10 @@ class Claimed:
 # read in due order from the same index (LATERAL … LIMIT). Realms are visited round-robin,
 # starting after the realm the previous pass ended with, and the first run of every realm comes
 # before the second of any: a realm with only new runs is never starved by older backlogs. The
-# outer query locks the chosen rows, skipping those another worker holds, and re-checks them once
-# locked. Only unfinished states are ever selected.
+# outer query locks the chosen rows one by one through their primary key (a LATERAL subquery, so
+# no plan — generic or custom — ever scans the table to join them), in claim order, skipping those
+# another worker holds, re-checking each once locked, and stops at the batch. Only unfinished
+# states are ever selected.
 CLAIM_SQL = text(
     """
     WITH RECURSIVE realms(realm_id) AS (
@@ -79,14 +81,19 @@ CLAIM_SQL = text(
                LIMIT :share
           ) c
     )
-    SELECT r.id, r.realm_id
-      FROM candidates k JOIN workflow_runs r ON r.id = k.id
-     WHERE r.due_at IS NOT NULL AND r.due_at <= :now
-       AND r.state IN ('pending', 'running', 'waiting', 'awaiting_approval', 'compensating')
-       AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
+    SELECT x.id, x.realm_id
+      FROM (SELECT id, place, turn FROM candidates ORDER BY place, turn) k
+      CROSS JOIN LATERAL (
+          SELECT r.id, r.realm_id
+            FROM workflow_runs r
+           WHERE r.id = k.id
+             AND r.due_at IS NOT NULL AND r.due_at <= :now
+             AND r.state IN ('pending', 'running', 'waiting', 'awaiting_approval', 'compensating')
+             AND (r.lease_owner IS NULL OR r.lease_expires_at <= :now)
+             FOR UPDATE SKIP LOCKED
+      ) x
      ORDER BY k.place, k.turn
      LIMIT :limit
-       FOR UPDATE OF r SKIP LOCKED
     """
 )
 
