@@ -132,7 +132,8 @@ class TestPausedRunsComeBackUnfinishedOnly:
             ),
         )
         run_id = await start(realm, wid, subject.id)
-        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+        clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+        # Ahead of the real clock: the cancellation below is due at the real time, before this clock.
         worker = runner(realm, clock)
         await refuse(realm, second.id, "INSERT")
         await drain(worker)
@@ -409,7 +410,7 @@ class TestWorkerWiring:
             realm.sessions, "worker-host-1-abcd", RunnerSettings(lease=timedelta(seconds=30))
         )
         assert periodic.worker_id != listener.worker_id
-        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
         periodic.clock = listener.clock = clock
         async with realm.sessions() as session, session.begin():
             taken = await runstore.claim_due_runs(
@@ -440,7 +441,7 @@ class TestWorkerWiring:
             await session.execute(text("SELECT * FROM no_such_table"))
             return 0
 
-        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
         assert await wake_pass(runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
