@@ -7,8 +7,9 @@ the worker process gives it one with ``replace_connector``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,9 @@ class WorkerRuntime:
     sessions: async_sessionmaker[AsyncSession]
     settings: Any
     runner: Any = None  # engine.runner.Runner of this worker process
+    # One periodic pass at a time in a process: Procrastinate may hand this process the next
+    # second's job while the previous one still runs, and both would lease under one owner.
+    pass_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def runtime_of(context: JobContext) -> WorkerRuntime:
@@ -66,7 +70,9 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
 async def workflows_run(context: JobContext, timestamp: int) -> None:
     """The 1-second pass: claim due runs and advance them (LISTEN/NOTIFY wakes workers sooner)."""
     runtime = runtime_of(context)
-    if runtime.runner is not None:
+    if runtime.runner is None or runtime.pass_lock.locked():
+        return  # this process's previous pass is still going and covers this second too
+    async with runtime.pass_lock:
         await runtime.runner.run_pass()
 
 

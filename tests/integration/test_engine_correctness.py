@@ -445,3 +445,35 @@ class TestWorkerWiring:
         assert await wake_pass(runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
+
+    async def test_one_periodic_pass_at_a_time_in_a_process(self, realm: RealmHandle) -> None:
+        """Two periodic jobs in one process never run passes under one lease owner at once."""
+        import asyncio
+        from types import SimpleNamespace
+
+        from engine import queue
+        from engine.runner import Runner
+
+        class HeldRunner(Runner):
+            def __init__(self) -> None:
+                super().__init__(realm.sessions, "worker-host-2-abcd")
+                self.entered = 0
+                self.inside = asyncio.Event()
+                self.release = asyncio.Event()
+
+            async def run_pass(self) -> int:
+                self.entered += 1
+                self.inside.set()
+                await self.release.wait()
+                return 0
+
+        held = HeldRunner()
+        runtime = queue.WorkerRuntime(worker_id=held.worker_id, sessions=realm.sessions, settings=None, runner=held)
+        context = SimpleNamespace(additional_context={"runtime": runtime})
+        first = asyncio.create_task(queue.workflows_run(context, 0))  # type: ignore[arg-type]
+        await asyncio.wait_for(held.inside.wait(), timeout=30)
+        # The next second's job arrives while the first still runs: it leaves the work to it.
+        await asyncio.wait_for(queue.workflows_run(context, 1), timeout=30)  # type: ignore[arg-type]
+        assert held.entered == 1
+        held.release.set()
+        await asyncio.wait_for(first, timeout=30)
