@@ -375,13 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
     parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (for a look afterwards)")
+    parser.add_argument("--db-prefix", default="cockpit_bench", help="name prefix of the scratch database")
     args = parser.parse_args(argv)
     options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep)
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
     started, clock = datetime.now(UTC), time.monotonic()
     maintenance = server_url(load_settings())
-    name = f"cockpit_bench_{secrets.token_hex(4)}"
+    name = f"{args.db_prefix}_{secrets.token_hex(4)}"
     url = with_database(maintenance, name)
     with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
