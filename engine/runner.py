@@ -22,6 +22,7 @@ from engine.audit import Actor, record_audit
 from engine.authz import load_authority
 from engine.definitions.canonical import input_version
 from engine.definitions.durations import parse_duration
+from engine.fastpath import FastPath, Staged
 from engine.ids import new_id
 from engine.retry import (
     COMPENSATION_BACKOFF_MS,
@@ -59,12 +60,20 @@ log = logging.getLogger("cockpit.engine")
 MAX_TRANSITIONS = 25
 CATEGORY = "workflow"
 
+# What one round did to a run (Runner._advance_together).
+_MOVED, _FINISHED, _IDLE, _LOST, _ALONE = "moved", "finished", "idle", "lost", "alone"
+
 
 @dataclass
 class RunnerSettings:
     lease: timedelta = timedelta(seconds=60)
     batch_size: int = 50
     tenant_share: int = 10
+    # Runs whose transitions commit together (group commit; 1: each run commits alone).
+    group_commit: int = 50
+    # Internal steps that can only succeed in one statement each (engine/fastpath.py); off, every
+    # transition takes the ordinary path.
+    fast_path: bool = True
 
 
 def run_actor(run: WorkflowRun) -> Actor:
@@ -93,6 +102,7 @@ class Runner:
         self.worker_id = worker_id
         self.settings = settings or RunnerSettings()
         self.clock = clock or Clock()
+        self.fast = FastPath(worker_id, self.clock)
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -107,19 +117,91 @@ class Runner:
                 batch_size=self.settings.batch_size,
                 tenant_share=self.settings.tenant_share,
             )
-        transitions = 0
-        for item in claimed:
-            try:
-                transitions += await self.advance(item.run_id)
-            except Exception:
-                # One run's trouble (a lost connection, a bug) must not strand the rest of the batch.
-                log.exception("advancing a run failed; its lease is handed back", extra={"run_id": item.run_id})
+        return await self._advance_together([item.run_id for item in claimed])
+
+    async def _advance_together(self, run_ids: list[str]) -> int:
+        """Advance the claimed runs in rounds: one transition of every run still going per round.
+
+        The runs of a round commit together in groups of ``group_commit`` (engine/fastpath.py), each
+        internal step in one statement. A run the fast path cannot take, and every run of a group whose
+        transaction failed, makes its transition alone, the ordinary way: a failure in one run never
+        loses or repeats another's work. Each run still makes at most 25 transitions and then hands
+        its lease back; one that has nothing to do now hands it back at once.
+        """
+        done = dict.fromkeys(run_ids, 0)
+        going = list(run_ids)
+        group = max(1, min(self.settings.group_commit, runstore.MAX_BATCH))
+        while going:
+            outcomes: dict[str, str] = {}
+            for start in range(0, len(going), group):
+                outcomes |= await self._fast_round(going[start : start + group])
+            for run_id in going:
+                if outcomes[run_id] == _ALONE:
+                    outcomes[run_id] = await self._transition_alone(run_id)
+                if outcomes[run_id] in (_MOVED, _FINISHED):
+                    done[run_id] += 1
+            # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
+            spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
+            stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
+            going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
+            if stopped:
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_leases(session, stopped, self.worker_id)
+        return sum(done.values())
+
+    async def _fast_round(self, run_ids: list[str]) -> dict[str, str]:
+        """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
+        outcomes = dict.fromkeys(run_ids, _ALONE)
+        now = self.clock.now()
+        staged = Staged()
+        bind = self.sessions.kw.get("bind")
+        if bind is None or not self.settings.fast_path:
+            return outcomes
+        try:
+            async with bind.connect() as connection:
+                raw = (await connection.get_raw_connection()).driver_connection
                 try:
-                    async with self.sessions() as session, session.begin():
-                        await runstore.release_lease(session, item.run_id, self.worker_id)
-                except Exception:
-                    log.warning("could not hand back a lease", exc_info=True, extra={"run_id": item.run_id})
-        return transitions
+                    async with raw.transaction():
+                        locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                        publishers = {row["publisher_id"] for row in locked.values()}
+                        for run_id in run_ids:
+                            row = locked.get(run_id)
+                            if row is None:
+                                log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+                                outcomes[run_id] = _LOST
+                                continue
+                            finished = await self.fast.transition(raw, staged, row, now, publishers)
+                            if finished is not None:
+                                outcomes[run_id] = _FINISHED if finished else _MOVED
+                except BaseException:
+                    if raw.is_closed():
+                        await connection.invalidate()
+                    raise
+        except Exception:
+            # Nothing of the group committed: each of its runs makes its transition alone.
+            log.warning("a group commit failed; its runs go one per transaction", exc_info=True)
+            return dict.fromkeys(run_ids, _ALONE)
+        staged.committed()
+        return outcomes
+
+    async def _transition_alone(self, run_id: str) -> str:
+        """The ordinary transition in its own transaction; one run's trouble never strands the rest."""
+        try:
+            progressed, finished = await self._transition(run_id)
+        except LeaseLost:
+            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+            return _LOST
+        except Exception:
+            log.exception("advancing a run failed; its lease is handed back", extra={"run_id": run_id})
+            try:
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_lease(session, run_id, self.worker_id)
+            except Exception:
+                log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
+            return _LOST
+        if not progressed:
+            return _IDLE
+        return _FINISHED if finished else _MOVED
 
     async def advance(self, run_id: str) -> int:
         """At most 25 transitions, then hand the lease back so other runs get their turn."""
