@@ -28,6 +28,7 @@ import collections  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import secrets  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -122,14 +123,17 @@ async def measure(url: str, args: argparse.Namespace) -> None:
     profiler = None
     if args.profile:
         profiler = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(os.getpid()), "--output", args.profile, "--rate", "200", "--nonblocking"],
+            [
+                *("py-spy", "record", "--pid", str(os.getpid()), "--output", args.profile, "--rate", "200"),
+                *("--nonblocking", "--format", "raw" if args.profile.endswith(".txt") else "flamegraph"),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         await asyncio.sleep(1.0)
     transitions, cpu, wall = await phase(runner, sessions, setup, setup.batches[1])
     if profiler is not None:
-        profiler.terminate()
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its output on an interrupt
         profiler.wait(timeout=30)
     print(
         f"timed pass: {len(setup.batches[1])} runs, {transitions} transitions in {wall:.2f} s "
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50, help="runs claimed per pass")
     parser.add_argument("--group", type=int, default=50, help="runs per commit (1: each run commits alone)")
     parser.add_argument("--top", type=int, default=25, help="statements listed")
-    parser.add_argument("--profile", help="write a py-spy flame graph (SVG) of the timed pass here")
+    parser.add_argument("--profile", help="py-spy profile of the timed pass: flame graph (SVG) or *.txt stacks")
     parser.add_argument("--db-prefix", default="cockpit_bench")
     args = parser.parse_args(argv)
     maintenance = server_url(load_settings())

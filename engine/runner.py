@@ -8,6 +8,7 @@ after a crash never repeats an effect, and a worker that lost its lease cannot c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import runstore
 from engine.audit import Actor, record_audit
@@ -89,6 +90,38 @@ def policy_for(definition: dict[str, Any], step: dict[str, Any]) -> RetryPolicy:
     return RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms)
 
 
+class _PassConnection:
+    """The connection a pass's fast transactions share: opened on first use, dropped after a failure."""
+
+    def __init__(self, bind: AsyncEngine | None) -> None:
+        self.bind = bind
+        self.connection: AsyncConnection | None = None
+        self.driver: Any = None
+
+    async def raw(self) -> Any:
+        """The asyncpg connection (None when the fast path is off)."""
+        if self.bind is None:
+            return None
+        if self.connection is None:
+            self.connection = await self.bind.connect()
+            self.driver = (await self.connection.get_raw_connection()).driver_connection
+        return self.driver
+
+    async def drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                if self.driver.is_closed():
+                    await connection.invalidate()  # the server went away: never hand it out again
+                await connection.close()
+
+    async def __aenter__(self) -> _PassConnection:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.drop()
+
+
 class Runner:
     def __init__(
         self,
@@ -131,55 +164,55 @@ class Runner:
         done = dict.fromkeys(run_ids, 0)
         going = list(run_ids)
         group = max(1, min(self.settings.group_commit, runstore.MAX_BATCH))
-        while going:
-            outcomes: dict[str, str] = {}
-            for start in range(0, len(going), group):
-                outcomes |= await self._fast_round(going[start : start + group])
-            for run_id in going:
-                if outcomes[run_id] == _ALONE:
-                    outcomes[run_id] = await self._transition_alone(run_id)
-                if outcomes[run_id] in (_MOVED, _FINISHED):
-                    done[run_id] += 1
-            # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
-            spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
-            stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
-            going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
-            if stopped:
-                async with self.sessions() as session, session.begin():
-                    await runstore.release_leases(session, stopped, self.worker_id)
+        async with _PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
+            while going:
+                going = await self._round(conn, going, group, done)
         return sum(done.values())
 
-    async def _fast_round(self, run_ids: list[str]) -> dict[str, str]:
+    async def _round(self, conn: _PassConnection, going: list[str], group: int, done: dict[str, int]) -> list[str]:
+        """One transition of every run still going; the runs that go on."""
+        outcomes: dict[str, str] = {}
+        for start in range(0, len(going), group):
+            outcomes |= await self._fast_round(conn, going[start : start + group])
+        for run_id in going:
+            if outcomes[run_id] == _ALONE:
+                outcomes[run_id] = await self._transition_alone(run_id)
+            if outcomes[run_id] in (_MOVED, _FINISHED):
+                done[run_id] += 1
+        # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
+        spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
+        stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
+        going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
+        if stopped:
+            async with self.sessions() as session, session.begin():
+                await runstore.release_leases(session, stopped, self.worker_id)
+        return going
+
+    async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:
         """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
         outcomes = dict.fromkeys(run_ids, _ALONE)
         now = self.clock.now()
         staged = Staged()
-        bind = self.sessions.kw.get("bind")
-        if bind is None or not self.settings.fast_path:
-            return outcomes
         try:
-            async with bind.connect() as connection:
-                raw = (await connection.get_raw_connection()).driver_connection
-                try:
-                    async with raw.transaction():
-                        locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
-                        publishers = {row["publisher_id"] for row in locked.values()}
-                        for run_id in run_ids:
-                            row = locked.get(run_id)
-                            if row is None:
-                                log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
-                                outcomes[run_id] = _LOST
-                                continue
-                            finished = await self.fast.transition(raw, staged, row, now, publishers)
-                            if finished is not None:
-                                outcomes[run_id] = _FINISHED if finished else _MOVED
-                except BaseException:
-                    if raw.is_closed():
-                        await connection.invalidate()
-                    raise
+            raw = await conn.raw()
+            if raw is None:
+                return outcomes
+            async with raw.transaction():
+                locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                publishers = {row["publisher_id"] for row in locked.values()}
+                for run_id in run_ids:
+                    row = locked.get(run_id)
+                    if row is None:
+                        log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+                        outcomes[run_id] = _LOST
+                        continue
+                    finished = await self.fast.transition(raw, staged, row, now, publishers)
+                    if finished is not None:
+                        outcomes[run_id] = _FINISHED if finished else _MOVED
         except Exception:
             # Nothing of the group committed: each of its runs makes its transition alone.
             log.warning("a group commit failed; its runs go one per transaction", exc_info=True)
+            await conn.drop()
             return dict.fromkeys(run_ids, _ALONE)
         staged.committed()
         return outcomes
