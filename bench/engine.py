@@ -68,16 +68,49 @@ class Options:
     pgbench_seconds: int
     samples: int
     keep: bool
+    tenant_share: int = 10
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One throughput measurement: real workers with one setting, over fresh runs."""
+
+    name: str
+    workers: int
+    group_commit: int  # COCKPIT_WORKER_GROUP_COMMIT: runs per commit (1: each run alone)
+    fast_path: bool = True
+
+
+PHASES = (
+    Phase("1 worker, group commit", 1, 50),
+    Phase("1 worker, each run commits alone", 1, 1),
+    Phase("2 workers, group commit", 2, 50),
+)
+
+
+@dataclass
+class Measured:
+    transitions: int
+    seconds: float
+    cpu_seconds: float  # user + system time of the worker processes over the phase
+
+    @property
+    def rate(self) -> float:
+        return self.transitions / self.seconds
+
+    @property
+    def cpu_ms(self) -> float:
+        return self.cpu_seconds * 1000 / max(1, self.transitions)
 
 
 @dataclass
 class Results:
-    transitions_per_s: dict[int, float] = field(default_factory=dict)
-    transitions: dict[int, int] = field(default_factory=dict)
-    pgbench_tps: dict[int, float] = field(default_factory=dict)
+    phases: dict[Phase, Measured] = field(default_factory=dict)
+    pgbench_tps: dict[Phase, float] = field(default_factory=dict)  # as many clients as the phase has workers
     latencies_ms: list[float] = field(default_factory=list)
     server_version: str = ""
     load_average: str = ""  # at the start: others' work on the machine shows in the figures
+    load_average_end: str = ""
 
 
 @dataclass
@@ -86,7 +119,7 @@ class Setup:
     manual_workflow_id: str
     event_workflow_id: str
     event_org_id: str
-    batches: list[list[str]]  # subjects of the 1-worker and the 2-worker phase
+    batches: list[list[str]]  # subjects of each phase
     newcomers: list[str]  # subjects of the latency samples
 
 
@@ -110,7 +143,7 @@ async def prepare(sessions: async_sessionmaker[AsyncSession], options: Options) 
     effects = options.steps - 1
     directory = await build_directory(
         sessions,
-        subjects=2 * options.runs,
+        subjects=len(PHASES) * options.runs,
         roles=[f"bench-role-{n}" for n in range((effects + 1) // 2)],
         groups=max(effects // 2, 1),
     )
@@ -129,7 +162,8 @@ async def prepare(sessions: async_sessionmaker[AsyncSession], options: Options) 
     trigger = {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id}
     event = await publish(sessions, actor, "Bench event", workflow(directory, 2, trigger, event_groups))
     subjects = directory.subject_ids
-    return Setup(directory, manual, event, org.id, [subjects[: options.runs], subjects[options.runs :]], newcomers)
+    batches = [subjects[n * options.runs : (n + 1) * options.runs] for n in range(len(PHASES))]
+    return Setup(directory, manual, event, org.id, batches, newcomers)
 
 
 async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: int) -> None:
@@ -303,36 +337,64 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs{f' ({model})' if model else ''}, {platform.system()} {platform.release()}"
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time the processes have used so far (Linux /proc)."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(url: str, options: Options, work: Path) -> Results:
     results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
-    env = cockpit_env(url, work / "home", COCKPIT_LOG_LEVEL="WARNING")
-    pool = WorkerPool(env, work / "logs")
+    base_env = cockpit_env(
+        url, work / "home", COCKPIT_LOG_LEVEL="WARNING", COCKPIT_WORKER_TENANT_SHARE=str(options.tenant_share)
+    )
+    pool = WorkerPool(base_env, work / "logs")
     try:
         async with sessions() as session:
             results.server_version = str(await session.scalar(text("SHOW server_version")))
         print("setting up the realm, its directory and workflows …", flush=True)
         setup = await prepare(sessions, options)
-        for workers, batch in zip((1, 2), setup.batches, strict=True):
-            pool.stop()
-            for _ in range(workers):
-                pool.spawn()
-            await wait_for_workers(sessions, workers)
-            print(f"{workers} worker(s): {len(batch)} runs × {options.steps} steps …", flush=True)
-            transitions, seconds = await throughput(sessions, setup, batch, options.steps)
-            results.transitions[workers] = transitions
-            results.transitions_per_s[workers] = transitions / seconds
-        print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
-        results.latencies_ms = await event_latency(sessions, setup)
-        pool.stop()
         pgbench = find_pgbench()
         script = work / "transition.sql"
         script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
         await prepare_pgbench(sessions, setup, clients=2)
-        for clients in (1, 2):
-            print(f"pgbench, {clients} client(s), {options.pgbench_seconds} s …", flush=True)
-            results.pgbench_tps[clients] = run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+
+        def baseline(clients: int) -> float:
+            print(f"  pgbench, {clients} client(s), {options.pgbench_seconds} s …", flush=True)
+            return run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+
+        for number, (phase, batch) in enumerate(zip(PHASES, setup.batches, strict=True)):
+            # pgbench right before and right after the phase, with no worker running: on a shared
+            # machine the load moves, and the ratio compares like with like.
+            before = baseline(phase.workers)
+            env = base_env | {
+                "COCKPIT_WORKER_GROUP_COMMIT": str(phase.group_commit),
+                "COCKPIT_WORKER_FAST_PATH": "true" if phase.fast_path else "false",
+            }
+            pool = WorkerPool(env, work / f"logs-{number}")
+            for _ in range(phase.workers):
+                pool.spawn()
+            await wait_for_workers(sessions, phase.workers)
+            print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
+            pids = [p.pid for p in pool.alive]
+            cpu = cpu_seconds(pids)
+            transitions, seconds = await throughput(sessions, setup, batch, options.steps)
+            results.phases[phase] = Measured(transitions, seconds, cpu_seconds(pids) - cpu)
+            if number < len(PHASES) - 1:
+                pool.stop()
+                results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
+        print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
+        results.latencies_ms = await event_latency(sessions, setup)
+        pool.stop()
+        last = PHASES[-1]
+        results.pgbench_tps[last] = (before + baseline(last.workers)) / 2
+        results.load_average_end = " ".join(f"{v:.2f}" for v in os.getloadavg())
         return results
     finally:
         pool.stop()
@@ -341,23 +403,25 @@ async def measure(url: str, options: Options, work: Path) -> Results:
 
 def report(results: Results, options: Options, url: str, started: datetime, elapsed: float) -> str:
     rows: list[tuple[str, str]] = []
-    for n in (1, 2):
-        rows.append((f"engine transitions/s, {n} worker{'s' if n > 1 else ''}", f"{results.transitions_per_s[n]:.1f}"))
-    for n in (1, 2):
-        rows.append((f"pgbench tps, {n} client{'s' if n > 1 else ''}", f"{results.pgbench_tps[n]:.1f}"))
-    for n in (1, 2):
-        ratio = results.transitions_per_s[n] / results.pgbench_tps[n]
-        rows.append((f"engine/pgbench, {n} worker{'s' if n > 1 else ''}/client{'s' if n > 1 else ''}", f"{ratio:.3f}"))
+    for phase, measured in results.phases.items():
+        rows.append((f"transitions/s, {phase.name}", f"{measured.rate:.1f}"))
+    for phase, tps in results.pgbench_tps.items():
+        clients = f"{phase.workers} client{'s' if phase.workers > 1 else ''}"
+        rows.append((f"pgbench tps, {clients}, around: {phase.name}", f"{tps:.1f}"))
+    for phase, measured in results.phases.items():
+        rows.append((f"engine/pgbench, {phase.name}", f"{measured.rate / results.pgbench_tps[phase]:.3f}"))
+    for phase, measured in results.phases.items():
+        rows.append((f"worker CPU per transition, {phase.name}", f"{measured.cpu_ms:.2f} ms"))
     rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
     rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
     width = max(len(name) for name, _ in rows)
     lines = [
         f"date      {started:%Y-%m-%d %H:%M} UTC",
-        f"machine   {machine()}, load average {results.load_average}",
+        f"machine   {machine()}, load average {results.load_average} (start), {results.load_average_end} (end)",
         f"database  PostgreSQL {results.server_version}, {redact(url)}",
         f"workload  {options.runs} runs × {options.steps} internal steps per phase "
         f"({options.steps} transitions per run), {len(results.latencies_ms)} latency samples, "
-        f"pgbench {options.pgbench_seconds} s per client count",
+        f"pgbench {options.pgbench_seconds} s before and after each phase, tenant share {options.tenant_share}",
         "",
         f"{'measure'.ljust(width)}  value",
         f"{'-' * width}  ------",
@@ -375,13 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
     parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (for a look afterwards)")
+    parser.add_argument("--db-prefix", default="cockpit_bench", help="name prefix of the scratch database")
+    parser.add_argument("--tenant-share", type=int, default=10, help="COCKPIT_WORKER_TENANT_SHARE of the workers")
     args = parser.parse_args(argv)
-    options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep)
+    options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share)
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
     started, clock = datetime.now(UTC), time.monotonic()
     maintenance = server_url(load_settings())
-    name = f"cockpit_bench_{secrets.token_hex(4)}"
+    name = f"{args.db_prefix}_{secrets.token_hex(4)}"
     url = with_database(maintenance, name)
     with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

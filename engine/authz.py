@@ -128,13 +128,13 @@ _AUTHORITY_SQL = text(
           FROM groups g JOIN member_groups mg ON g.id = mg.id
          WHERE g.parent_id IS NOT NULL
     )
-    SELECT r.permissions, ra.organization_id
+    SELECT r.permissions, ra.organization_id, ra.expires_at
       FROM role_assignments ra JOIN roles r ON r.id = ra.role_id
      WHERE ra.realm_id = :realm
        AND (ra.user_id = :pid OR ra.service_principal_id = :pid)
        AND (ra.expires_at IS NULL OR ra.expires_at > :now)
     UNION ALL
-    SELECT r.permissions, CASE WHEN r.boundary = 'organization' THEN g.organization_id ELSE NULL END
+    SELECT r.permissions, CASE WHEN r.boundary = 'organization' THEN g.organization_id ELSE NULL END, NULL
       FROM member_groups mg
       JOIN groups g ON g.id = mg.id
       JOIN group_roles gr ON gr.group_id = g.id
@@ -151,8 +151,13 @@ async def load_authority(
     rows = await session.execute(
         _AUTHORITY_SQL, {"realm": realm_id, "pid": principal_id, "now": now or datetime.now(UTC)}
     )
-    grants = [Grant(frozenset(perms or ()), org) for perms, org in rows]
+    grants = [Grant(frozenset(perms or ()), org) for perms, org, _expires_at in rows]
     return Authority(principal_type=principal_type, principal_id=principal_id, grants=grants)
+
+
+# The same query for callers on a raw asyncpg connection (the engine's fast path), with each
+# grant's expiry: an authority read now stays true until its earliest expiry at the latest.
+AUTHORITY_SQL = _AUTHORITY_SQL.text
 
 
 def require(authority: Authority, permission: str, organization_id: str | None = None) -> None:

@@ -49,6 +49,8 @@ class WorkerSettings:
     tenant_batch_share: int = 10
     heartbeat_interval_s: int = 5
     concurrency: int = 4
+    group_commit: int = 50  # runs whose internal steps commit in one transaction (1: each alone)
+    fast_path: bool = True  # internal steps in one statement each (engine/fastpath.py)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ def load_settings() -> Settings:
             tenant_batch_share=_int("COCKPIT_WORKER_TENANT_SHARE", 10),
             heartbeat_interval_s=_int("COCKPIT_WORKER_HEARTBEAT_SECONDS", 5),
             concurrency=_int("COCKPIT_WORKER_CONCURRENCY", 4),
+            group_commit=_int("COCKPIT_WORKER_GROUP_COMMIT", 50),
+            fast_path=_bool("COCKPIT_WORKER_FAST_PATH", True),
         ),
     )
 

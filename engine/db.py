@@ -15,7 +15,9 @@ def make_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         asyncpg_url(url),
         pool_size=pool_size,
         max_overflow=10,
-        pool_pre_ping=True,
+        # No pre-ping: it cost a round trip (and a transaction) per checkout. A connection that
+        # died with its server fails once and is discarded with the whole pool.
+        pool_pre_ping=False,
         connect_args={"server_settings": {"application_name": "cockpit"}},
     )
 

@@ -47,6 +47,10 @@ def tz_column(*, nullable: bool = False, server_default: bool = False) -> Column
     )
 
 
+def epoch_column() -> Column[int]:
+    return Column(BigInteger, nullable=False, server_default=text("0"))
+
+
 class WorkerHeartbeat(SQLModel, table=True):
     """The last sign of life of each worker process (readiness reads the newest)."""
 
@@ -77,6 +81,9 @@ class Realm(SQLModel, table=True):
     slug: str = Field(max_length=63, unique=True)
     name: str = Field(max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Moves (triggers, migration 0007) on every change to the realm's roles and groups: cached
+    # authority and role or group definitions are fresh while it stays put.
+    authz_epoch: int = Field(default=0, sa_column=epoch_column())
 
 
 class RealmPolicy(SQLModel, table=True):
@@ -109,6 +116,9 @@ class User(SQLModel, table=True):
     totp_last_step: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Moves (triggers, migration 0007) on every change to this user's status, assignments, groups
+    # and memberships: the user's cached authority is fresh while it and the realm's stay put.
+    authz_epoch: int = Field(default=0, sa_column=epoch_column())
 
 
 class ServicePrincipal(SQLModel, table=True):

@@ -8,6 +8,7 @@ after a crash never repeats an effect, and a worker that lost its lease cannot c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,13 +16,14 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from engine import runstore
 from engine.audit import Actor, record_audit
 from engine.authz import load_authority
 from engine.definitions.canonical import input_version
 from engine.definitions.durations import parse_duration
+from engine.fastpath import FastPath, Staged
 from engine.ids import new_id
 from engine.retry import (
     COMPENSATION_BACKOFF_MS,
@@ -59,12 +61,20 @@ log = logging.getLogger("cockpit.engine")
 MAX_TRANSITIONS = 25
 CATEGORY = "workflow"
 
+# What one round did to a run (Runner._advance_together).
+_MOVED, _FINISHED, _IDLE, _LOST, _ALONE = "moved", "finished", "idle", "lost", "alone"
+
 
 @dataclass
 class RunnerSettings:
     lease: timedelta = timedelta(seconds=60)
     batch_size: int = 50
     tenant_share: int = 10
+    # Runs whose transitions commit together (group commit; 1: each run commits alone).
+    group_commit: int = 50
+    # Internal steps that can only succeed in one statement each (engine/fastpath.py); off, every
+    # transition takes the ordinary path.
+    fast_path: bool = True
 
 
 def run_actor(run: WorkflowRun) -> Actor:
@@ -78,6 +88,38 @@ def policy_for(definition: dict[str, Any], step: dict[str, Any]) -> RetryPolicy:
     backoff = retry.get("backoff")
     backoff_ms = parse_duration(backoff) * 1000 if isinstance(backoff, str) else DEFAULT_BACKOFF_MS
     return RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms)
+
+
+class _PassConnection:
+    """The connection a pass's fast transactions share: opened on first use, dropped after a failure."""
+
+    def __init__(self, bind: AsyncEngine | None) -> None:
+        self.bind = bind
+        self.connection: AsyncConnection | None = None
+        self.driver: Any = None
+
+    async def raw(self) -> Any:
+        """The asyncpg connection (None when the fast path is off)."""
+        if self.bind is None:
+            return None
+        if self.connection is None:
+            self.connection = await self.bind.connect()
+            self.driver = (await self.connection.get_raw_connection()).driver_connection
+        return self.driver
+
+    async def drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                if self.driver.is_closed():
+                    await connection.invalidate()  # the server went away: never hand it out again
+                await connection.close()
+
+    async def __aenter__(self) -> _PassConnection:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.drop()
 
 
 class Runner:
@@ -94,6 +136,7 @@ class Runner:
         self.settings = settings or RunnerSettings()
         self.clock = clock or Clock()
         self._last_realm: str | None = None
+        self.fast = FastPath(worker_id, self.clock)
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -111,19 +154,91 @@ class Runner:
             )
         if claimed:
             self._last_realm = claimed[-1].realm_id  # the next pass starts with the realm after it
-        transitions = 0
-        for item in claimed:
+        return await self._advance_together([item.run_id for item in claimed])
+
+    async def _advance_together(self, run_ids: list[str]) -> int:
+        """Advance the claimed runs in rounds: one transition of every run still going per round.
+
+        The runs of a round commit together in groups of ``group_commit`` (engine/fastpath.py), each
+        internal step in one statement. A run the fast path cannot take, and every run of a group whose
+        transaction failed, makes its transition alone, the ordinary way: a failure in one run never
+        loses or repeats another's work. Each run still makes at most 25 transitions and then hands
+        its lease back; one that has nothing to do now hands it back at once.
+        """
+        done = dict.fromkeys(run_ids, 0)
+        going = list(run_ids)
+        group = max(1, min(self.settings.group_commit, runstore.MAX_BATCH))
+        async with _PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
+            while going:
+                going = await self._round(conn, going, group, done)
+        return sum(done.values())
+
+    async def _round(self, conn: _PassConnection, going: list[str], group: int, done: dict[str, int]) -> list[str]:
+        """One transition of every run still going; the runs that go on."""
+        outcomes: dict[str, str] = {}
+        for start in range(0, len(going), group):
+            outcomes |= await self._fast_round(conn, going[start : start + group])
+        for run_id in going:
+            if outcomes[run_id] == _ALONE:
+                outcomes[run_id] = await self._transition_alone(run_id)
+            if outcomes[run_id] in (_MOVED, _FINISHED):
+                done[run_id] += 1
+        # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
+        spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
+        stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
+        going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
+        if stopped:
+            async with self.sessions() as session, session.begin():
+                await runstore.release_leases(session, stopped, self.worker_id)
+        return going
+
+    async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:
+        """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
+        outcomes = dict.fromkeys(run_ids, _ALONE)
+        now = self.clock.now()
+        staged = Staged()
+        try:
+            raw = await conn.raw()
+            if raw is None:
+                return outcomes
+            async with raw.transaction():
+                locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                publishers = {row["publisher_id"] for row in locked.values()}
+                for run_id in run_ids:
+                    row = locked.get(run_id)
+                    if row is None:
+                        log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+                        outcomes[run_id] = _LOST
+                        continue
+                    finished = await self.fast.transition(raw, staged, row, now, publishers)
+                    if finished is not None:
+                        outcomes[run_id] = _FINISHED if finished else _MOVED
+        except Exception:
+            # Nothing of the group committed: each of its runs makes its transition alone.
+            log.warning("a group commit failed; its runs go one per transaction", exc_info=True)
+            await conn.drop()
+            return dict.fromkeys(run_ids, _ALONE)
+        staged.committed()
+        return outcomes
+
+    async def _transition_alone(self, run_id: str) -> str:
+        """The ordinary transition in its own transaction; one run's trouble never strands the rest."""
+        try:
+            progressed, finished = await self._transition(run_id)
+        except LeaseLost:
+            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+            return _LOST
+        except Exception:
+            log.exception("advancing a run failed; its lease is handed back", extra={"run_id": run_id})
             try:
-                transitions += await self.advance(item.run_id)
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_lease(session, run_id, self.worker_id)
             except Exception:
-                # One run's trouble (a lost connection, a bug) must not strand the rest of the batch.
-                log.exception("advancing a run failed; its lease is handed back", extra={"run_id": item.run_id})
-                try:
-                    async with self.sessions() as session, session.begin():
-                        await runstore.release_lease(session, item.run_id, self.worker_id)
-                except Exception:
-                    log.warning("could not hand back a lease", exc_info=True, extra={"run_id": item.run_id})
-        return transitions
+                log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
+            return _LOST
+        if not progressed:
+            return _IDLE
+        return _FINISHED if finished else _MOVED
 
     async def advance(self, run_id: str) -> int:
         """At most 25 transitions, then hand the lease back so other runs get their turn."""

@@ -7,6 +7,7 @@ worker that lost its lease cannot commit anything.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -293,3 +294,194 @@ __all__ = [
     "Claimed",
     "LeaseLost",
 ]
+
+
+# --- The fast path of internal steps (engine/fastpath.py) -------------------------------------------
+#
+# Written for asyncpg directly (no ORM between the runner and the wire): ``:name`` parameters are
+# turned into ``$n`` once, by :func:`positional`. A transition of an internal step that can only
+# succeed is then two statements — the lock below (shared by every run of a group commit) and one
+# data-modifying statement that makes the effect, records the attempt and the audit events, and
+# advances the run — and the commit.
+
+_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+
+
+@dataclass(frozen=True)
+class Positional:
+    """A statement with ``$n`` placeholders and the names they stand for, in order."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def args(self, values: dict[str, Any]) -> list[Any]:
+        return [values[name] for name in self.names]
+
+
+def positional(sql: str) -> Positional:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return Positional(_PARAMETER.sub(number, sql), tuple(names))
+
+
+# Renew the lease of every listed run this worker still holds and lock it for this transaction
+# (a run missing from the result was lost: its lease expired or another worker holds it); read with
+# it what a transition needs: its workflow's state, its publisher's status and authorization epochs,
+# and the attempts of its current step (a step's index names it within the pinned revision).
+LOCK_FOR_TRANSITION = positional(
+    """
+    UPDATE workflow_runs r
+       SET lease_expires_at = :lease_expires_at
+     WHERE r.id = ANY(:run_ids::text[]) AND r.lease_owner = :worker_id AND r.lease_expires_at > :now
+    RETURNING r.id, r.realm_id, r.workflow_id, r.revision_id, r.subject_id, r.organization_id, r.input_version,
+              r.publisher_id, r.state, r.step_index, r.due_at, r.cancel_requested_at,
+              (SELECT w.state FROM workflows w WHERE w.id = r.workflow_id) AS workflow_state,
+              (SELECT u.status FROM users u WHERE u.id = r.publisher_id) AS publisher_status,
+              (SELECT u.authz_epoch FROM users u WHERE u.id = r.publisher_id) AS publisher_epoch,
+              (SELECT m.authz_epoch FROM realms m WHERE m.id = r.realm_id) AS realm_epoch,
+              (SELECT count(*) FROM step_attempts a
+                WHERE a.run_id = r.id AND a.step_index = r.step_index) AS attempts,
+              (SELECT count(*) FROM step_attempts a
+                WHERE a.run_id = r.id AND a.step_index = r.step_index AND a.state = 'succeeded') AS succeeded
+    """
+)
+
+# A pinned revision: immutable once written, so cached by id for the life of the process.
+REVISION_BY_ID = positional("SELECT number, hash, definition::text FROM workflow_revisions WHERE id = :revision_id")
+
+# A role as the grant ceiling sees it (cached while the realm's authorization epoch stays put).
+ROLE_BY_ID = positional(
+    "SELECT realm_id, name, permissions, boundary, requires_approval FROM roles WHERE id = :role_id"
+)
+
+# A group, and every role its membership gives — its own and its ancestors' (cached like roles).
+GROUP_WITH_ROLES = positional(
+    """
+    WITH RECURSIVE chain AS (
+        SELECT id, parent_id FROM groups WHERE id = :group_id
+        UNION
+        SELECT g.id, g.parent_id FROM groups g JOIN chain c ON g.id = c.parent_id
+    )
+    SELECT g.realm_id, g.organization_id,
+           (SELECT coalesce(json_agg(json_build_array(r.name, r.permissions, r.boundary)), '[]')::text
+              FROM roles r
+             WHERE r.id IN (SELECT gr.role_id FROM chain c JOIN group_roles gr ON gr.group_id = c.id)) AS roles
+      FROM groups g
+     WHERE g.id = :group_id
+    """
+)
+
+# The tail every fast transition shares. ``applicable`` (defined by each effect) says that the
+# effect can be made; when it cannot, nothing at all is written and the runner takes the step the
+# ordinary way, which reports why. Otherwise, in one statement: the run's advance (under the lease,
+# from the state it was read in), the succeeded attempt — refused by uq_step_attempts_succeeded if
+# the step already has one — and the audit events of the effect, the step and the run.
+_ADVANCE_AND_RECORD = """
+    advanced AS (
+        UPDATE workflow_runs
+           SET state = :target, step_index = :next_index, due_at = :due_at, updated_at = :now,
+               finished_at = CASE WHEN :finished::boolean THEN :now ELSE finished_at END,
+               lease_owner = CASE WHEN :finished::boolean THEN NULL ELSE lease_owner END,
+               lease_expires_at = CASE WHEN :finished::boolean THEN NULL ELSE lease_expires_at END
+         WHERE id = :run_id AND state = :from_state AND step_index = :step_index AND lease_owner = :worker_id
+           AND EXISTS (SELECT FROM applicable)
+        RETURNING id
+    ),
+    attempted AS (
+        INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number, idempotency_key,
+                                   state, input, input_version, result, max_attempts, backoff_ms,
+                                   compensation_strategy, compensation_state, compensation_attempts,
+                                   started_at, finished_at)
+        SELECT :attempt_id, :run_id, :realm_id, :step_id, :step_index, :step_type, :number, :idempotency_key,
+               'succeeded', :input::jsonb, :input_version, :result::jsonb, :max_attempts, :backoff_ms,
+               :strategy, :compensation_state, 0, :started_at, :finished_at
+          FROM advanced
+    ),
+    audited AS (
+        INSERT INTO audit_events (id, realm_id, occurred_at, actor_type, actor_id, category, type, subject_type,
+                                  subject_id, request_id, correlation_id, details)
+        SELECT e.id, :realm_id, e.occurred_at, 'user', :publisher_id, e.category, e.type, e.subject_type,
+               e.subject_id, :run_id, :run_id, e.details
+          FROM advanced,
+               unnest(:audit_ids::text[], :audit_times::timestamptz[], :audit_categories::text[],
+                      :audit_types::text[], :audit_subject_types::text[], :audit_subject_ids::text[],
+                      :audit_details::jsonb[]) AS e(id, occurred_at, category, type, subject_type, subject_id, details)
+    )
+"""
+
+# ``assign_role``: the subject is a user of the realm, the organization (when the grant names one)
+# is the realm's, and the subject does not hold the role in that scope yet (an expired grant does
+# not count). The grant ceiling and the publisher's authority were checked before, in Python.
+ASSIGN_ROLE_TRANSITION = positional(
+    """
+    WITH applicable AS (
+        SELECT
+         WHERE EXISTS (SELECT FROM users u WHERE u.id = :subject_id AND u.realm_id = :realm_id)
+           AND (:organization_id::text IS NULL OR EXISTS (
+                SELECT FROM organizations o WHERE o.id = :organization_id AND o.realm_id = :realm_id))
+           AND NOT EXISTS (
+                SELECT FROM role_assignments ra
+                 WHERE ra.realm_id = :realm_id AND ra.role_id = :role_id AND ra.user_id = :subject_id
+                   AND ra.organization_id IS NOT DISTINCT FROM :organization_id
+                   AND (ra.expires_at IS NULL OR ra.expires_at > :wall_now))
+    ),
+    """
+    + _ADVANCE_AND_RECORD
+    + """,
+    granted AS (
+        INSERT INTO role_assignments (id, realm_id, role_id, user_id, organization_id, expires_at, granted_by,
+                                      source_run_id, created_at)
+        SELECT :assignment_id, :realm_id, :role_id, :subject_id, :organization_id, :expires_at, :publisher_id,
+               :run_id, :wall_now
+          FROM advanced
+    )
+    SELECT count(*) FROM advanced
+    """
+)
+
+# ``add_to_group``: the subject is a user of the realm and a member of the group's organization,
+# and not in the group yet.
+ADD_TO_GROUP_TRANSITION = positional(
+    """
+    WITH applicable AS (
+        SELECT
+         WHERE EXISTS (SELECT FROM users u WHERE u.id = :subject_id AND u.realm_id = :realm_id)
+           AND EXISTS (SELECT FROM memberships m WHERE m.organization_id = :organization_id AND m.user_id = :subject_id)
+           AND NOT EXISTS (SELECT FROM group_members gm WHERE gm.group_id = :group_id AND gm.user_id = :subject_id)
+    ),
+    """
+    + _ADVANCE_AND_RECORD
+    + """,
+    joined AS (
+        INSERT INTO group_members (group_id, user_id, realm_id, added_by, source_run_id, created_at)
+        SELECT :group_id, :subject_id, :realm_id, :publisher_id, :run_id, :wall_now FROM advanced
+    )
+    SELECT count(*) FROM advanced
+    """
+)
+
+# ``end``, and any step without an effect of its own: only the attempt, the advance and the audit.
+PLAIN_TRANSITION = positional(
+    """
+    WITH applicable AS (SELECT),
+    """
+    + _ADVANCE_AND_RECORD
+    + """
+    SELECT count(*) FROM advanced
+    """
+)
+
+
+async def release_leases(session: AsyncSession, run_ids: Sequence[str], worker_id: str) -> None:
+    """Hand back the leases of several runs at once (the end of a group-committed pass)."""
+    if run_ids:
+        await session.execute(
+            update(WorkflowRun)
+            .where(WorkflowRun.id.in_(list(run_ids)), WorkflowRun.lease_owner == worker_id)  # type: ignore[attr-defined]
+            .values(lease_owner=None, lease_expires_at=None)
+        )

@@ -141,6 +141,8 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             lease=timedelta(seconds=settings.workers.lease_duration_s),
             batch_size=settings.workers.batch_size,
             tenant_share=settings.workers.tenant_batch_share,
+            group_commit=settings.workers.group_commit,
+            fast_path=settings.workers.fast_path,
         ),
     )
     runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)

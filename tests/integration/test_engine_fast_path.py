@@ -1,0 +1,412 @@
+"""The fast path of internal steps and group commit, on a real database.
+
+- it writes exactly what the ordinary path writes (attempts, effects, audit, the run);
+- every change to authority moves an authorization epoch, so a cached authority never outlives
+  a revocation, a suspension, a changed role or an expired grant;
+- a failure in one run of a group commit neither loses nor repeats another run's work.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from engine import directory, organizations, roles
+from engine.audit import Actor
+from engine.authz import load_authority
+from engine.models import Group, Role, User
+from engine.retry import FixedClock
+from engine.runner import Runner, RunnerSettings
+from tests.factories import RealmHandle
+from tests.integration.test_runner import drain, load, publish, start
+
+
+def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:
+    settings = RunnerSettings(lease=timedelta(seconds=30), group_commit=group, fast_path=fast)
+    return Runner(realm.sessions, worker or f"worker-test-{int(fast)}-{group}-aaaa", settings=settings, clock=clock)
+
+
+async def scalar(realm: RealmHandle, sql: str, **params: Any) -> Any:
+    async with realm.sessions() as session:
+        return await session.scalar(text(sql), params)
+
+
+async def subjects(realm: RealmHandle, org_id: str, count: int) -> list[User]:
+    made = []
+    for _ in range(count):
+        user = await realm.user()
+        async with realm.sessions() as session, session.begin():
+            await organizations.add_member(session, realm.actor, org_id, user.id)
+        made.append(user)
+    return made
+
+
+async def directory_for_runs(realm: RealmHandle) -> tuple[str, Role, Group]:
+    org = await realm.organization("Eng")
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+    return org.id, role, group
+
+
+def three_steps(role: Role, group: Group) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {"id": "join", "type": "add_to_group", "group_id": group.id},
+            {"id": "done", "type": "end"},
+        ],
+    }
+
+
+async def trail(realm: RealmHandle, run_id: str, subject_id: str) -> dict[str, Any]:
+    """Everything a run wrote, with its own ids and times left out."""
+
+    def same(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(run_id, "<run>").replace(subject_id, "<subject>")
+        if isinstance(value, dict):
+            return {k: "<id>" if k in ("assignment_id", "trigger_key") else same(v) for k, v in value.items()}
+        return value
+
+    async with realm.sessions() as session:
+        run = (
+            await session.execute(
+                text(
+                    "SELECT state, step_index, due_at IS NULL AS idle, lease_owner, finished_at IS NOT NULL AS ended,"
+                    " error_category FROM workflow_runs WHERE id = :r"
+                ),
+                {"r": run_id},
+            )
+        ).one()
+        attempts = (
+            await session.execute(
+                text(
+                    "SELECT step_id, step_index, step_type, number, idempotency_key, state, input, input_version,"
+                    " result, error_category, max_attempts, backoff_ms, compensation_strategy, compensation_state,"
+                    " compensation_attempts, finished_at >= started_at AS timed"
+                    " FROM step_attempts WHERE run_id = :r ORDER BY step_index, number"
+                ),
+                {"r": run_id},
+            )
+        ).all()
+        audit = (
+            await session.execute(
+                text(
+                    "SELECT type, category, actor_type, actor_id, subject_type, subject_id, request_id, details"
+                    " FROM audit_events WHERE correlation_id = :r ORDER BY id"
+                ),
+                {"r": run_id},
+            )
+        ).all()
+        grants = (
+            await session.execute(
+                text(
+                    "SELECT role_id, organization_id, expires_at, granted_by, approver_id, source_run_id"
+                    " FROM role_assignments WHERE user_id = :s"
+                ),
+                {"s": subject_id},
+            )
+        ).all()
+        groups = (
+            await session.execute(
+                text("SELECT group_id, realm_id, added_by, source_run_id FROM group_members WHERE user_id = :s"),
+                {"s": subject_id},
+            )
+        ).all()
+    return {
+        "run": tuple(run),
+        "attempts": [tuple(same(v) for v in a) for a in attempts],
+        "audit": [tuple(same(v) for v in a) for a in audit],
+        "grants": [tuple(same(v) for v in g) for g in grants],
+        "groups": [tuple(same(v) for v in g) for g in groups],
+    }
+
+
+async def test_the_fast_path_writes_what_the_ordinary_path_writes(realm: RealmHandle) -> None:
+    org_id, role, group = await directory_for_runs(realm)
+    ordinary_subject, *fast_subjects = await subjects(realm, org_id, 3)
+    wid = await publish(realm, three_steps(role, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+
+    ordinary_run = await start(realm, wid, ordinary_subject.id)
+    await drain(runner(realm, clock, fast=False))
+    fast_runs = [await start(realm, wid, s.id) for s in fast_subjects]
+    fast = runner(realm, clock)
+    await drain(fast)
+
+    expected = await trail(realm, ordinary_run, ordinary_subject.id)
+    assert expected["run"][0] == "succeeded" and len(expected["attempts"]) == 3
+    assert [a[0] for a in expected["audit"]] == [
+        "workflow.run.started",
+        "role.assigned",
+        "workflow.step.succeeded",
+        "group.member_added",
+        "workflow.step.succeeded",
+        "workflow.step.succeeded",
+        "workflow.run.succeeded",
+    ]
+    for run_id, subject in zip(fast_runs, fast_subjects, strict=True):
+        got = await trail(realm, run_id, subject.id)
+        for key in expected:
+            assert got[key] == expected[key], key
+    # …and it was the fast path: the revision, the publisher's authority, the role and the group
+    # were read once and kept.
+    assert fast.fast.revisions and fast.fast.roles and fast.fast.groups
+    assert (realm.id, realm.admin.id) in fast.fast.authorities
+
+
+async def test_each_run_committing_alone_writes_the_same(realm: RealmHandle) -> None:
+    org_id, role, group = await directory_for_runs(realm)
+    first, second = await subjects(realm, org_id, 2)
+    wid = await publish(realm, three_steps(role, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    a = await start(realm, wid, first.id)
+    await drain(runner(realm, clock, fast=False))
+    b = await start(realm, wid, second.id)
+    await drain(runner(realm, clock, group=1))
+    assert await trail(realm, b, second.id) == await trail(realm, a, first.id)
+
+
+async def epochs(realm: RealmHandle, user_id: str) -> tuple[int, int]:
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(
+                text(
+                    "SELECT r.authz_epoch, u.authz_epoch FROM realms r JOIN users u ON u.realm_id = r.id WHERE u.id = :u"
+                ),
+                {"u": user_id},
+            )
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> None:
+    """Through the domain functions the API, the pages and the runs call."""
+    org_id, _, group = await directory_for_runs(realm)
+    custom = await realm.role("custom", ["realm.workflows.read"])
+    user = await realm.user()
+    actor = realm.actor
+
+    async def admin_authority(session: Any) -> Any:
+        return await load_authority(session, realm.id, "user", realm.admin.id)
+
+    async def moves(which: str, change: Any) -> None:
+        before = await epochs(realm, user.id)
+        async with realm.sessions() as session, session.begin():
+            await change(session)
+        after = await epochs(realm, user.id)
+        index = 0 if which == "realm" else 1
+        assert after[index] > before[index], f"{which} epoch did not move"
+
+    async def assign(session: Any) -> None:
+        auth = await admin_authority(session)
+        await roles.create_assignment(session, actor, auth, role_id=custom.id, user_id=user.id)
+
+    async def revoke(session: Any) -> None:
+        assignment_id = await session.scalar(
+            text("SELECT id FROM role_assignments WHERE user_id = :u AND role_id = :r"), {"u": user.id, "r": custom.id}
+        )
+        await roles.revoke_assignment(session, actor, await admin_authority(session), assignment_id)
+
+    async def expiring(session: Any) -> None:
+        auth = await admin_authority(session)
+        await roles.create_assignment(
+            session, actor, auth, role_id=custom.id, user_id=user.id, expires_at=datetime.now(UTC) + timedelta(hours=1)
+        )
+
+    async def expire(session: Any) -> None:
+        assert await roles.expire_due_assignments(session, datetime.now(UTC) + timedelta(hours=2)) >= 1
+
+    await moves("user", assign)
+    await moves("user", revoke)
+    await moves("user", expiring)
+    await moves("user", expire)
+    await moves("user", lambda s: organizations.add_member(s, actor, org_id, user.id))
+
+    async def join(session: Any) -> None:
+        auth = await admin_authority(session)
+        await organizations.add_group_member(session, actor, auth, org_id, group.id, user.id)
+
+    async def leave(session: Any) -> None:
+        auth = await admin_authority(session)
+        await organizations.remove_group_member(session, actor, auth, org_id, group.id, user.id)
+
+    await moves("user", join)
+    await moves("user", leave)
+    await moves("user", lambda s: organizations.remove_member(s, actor, org_id, user.id))
+    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "suspended"))
+    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "active"))
+
+    async def change_role(session: Any) -> None:
+        auth = await admin_authority(session)
+        await roles.update_role(session, actor, auth, custom.id, permissions=["realm.audit.read"])
+
+    async def group_roles(session: Any) -> None:
+        auth = await admin_authority(session)
+        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[custom.id])
+
+    async def new_group(session: Any) -> None:
+        auth = await admin_authority(session)
+        await organizations.create_group(session, actor, auth, org_id, name="Another", parent_id=group.id)
+
+    async def service_principal(session: Any) -> None:
+        auth = await admin_authority(session)
+        sp = await directory.create_service_principal(session, actor, name="robot", description="")
+        await roles.create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
+
+    async def no_group_roles(session: Any) -> None:
+        auth = await admin_authority(session)
+        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[])
+
+    async def delete_role(session: Any) -> None:
+        await roles.delete_role(session, actor, await admin_authority(session), custom.id)
+
+    await moves("realm", change_role)
+    await moves("realm", group_roles)
+    await moves("realm", new_group)
+    await moves("realm", service_principal)
+    await moves("realm", no_group_roles)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("DELETE FROM role_assignments WHERE role_id = :r"), {"r": custom.id})
+    await moves("realm", delete_role)
+
+
+async def _publisher(realm: RealmHandle, *, expires_in: timedelta | None = None) -> tuple[User, Actor, str]:
+    """Someone other than the first administrator who holds realm-admin (directly) and publishes."""
+    publisher = await realm.user()
+    assignment = await realm.assign(publisher, await realm.builtin_role("realm-admin"), expires_in=expires_in)
+    return publisher, Actor(type="user", id=publisher.id, realm_id=realm.id), assignment.id
+
+
+async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any]) -> str:
+    from engine import workflows
+
+    async with realm.sessions() as session, session.begin():
+        workflow, _ = await workflows.create_workflow(
+            session, actor, name="Grant", definition=definition, has_definition=True, requires_approval=False
+        )
+    async with realm.sessions() as session, session.begin():
+        await workflows.publish_revision(session, actor, workflow.id, 1)
+    return workflow.id
+
+
+async def _revoke(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await roles.revoke_assignment(session, realm.actor, authority, assignment_id)
+
+
+async def _suspend(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
+    async with realm.sessions() as session, session.begin():
+        await directory.set_user_status(session, realm.actor, publisher.id, "suspended")
+
+
+async def _outlive(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
+    clock.advance(seconds=2 * 3600)  # past the grant's expiry; nothing deleted it yet
+
+
+@pytest.mark.parametrize("lose_authority", [_revoke, _suspend, _outlive], ids=["revoked", "suspended", "expired"])
+async def test_a_publisher_who_lost_authority_is_caught_despite_the_cache(
+    realm: RealmHandle, lose_authority: Any
+) -> None:
+    org_id, role, group = await directory_for_runs(realm)
+    early, late = await subjects(realm, org_id, 2)
+    publisher, actor, assignment_id = await _publisher(realm, expires_in=timedelta(hours=1))
+    wid = await _publish_as(realm, actor, three_steps(role, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock)
+    first = await start(realm, wid, early.id)
+    await drain(r)
+    assert (await load(realm, first))[0].state == "succeeded"
+    assert (realm.id, publisher.id) in r.fast.authorities  # the publisher's authority is cached
+
+    await lose_authority(realm, publisher, assignment_id, clock)
+    second = await start(realm, wid, late.id)
+    clock.advance(seconds=1)
+    await drain(r)
+    run, attempts = await load(realm, second)
+    assert run.state == "failed" and run.error_category == "publisher_lacks_authority", run.last_error
+    assert [(a.step_id, a.state) for a in attempts] == [("grant", "failed")]
+    assert not await scalar(realm, "SELECT count(*) FROM role_assignments WHERE user_id = :u", u=late.id)
+
+
+async def test_a_changed_role_moves_the_realm_epoch_and_the_ceiling_is_checked_again(realm: RealmHandle) -> None:
+    """The publisher's own role loses a permission a step's grant needs: the step fails."""
+    org_id, _, group = await directory_for_runs(realm)
+    early, late = await subjects(realm, org_id, 2)
+    granted = await realm.role("granted", ["realm.audit.read"])
+    publisher = await realm.user()
+    power = await realm.role("power", ["realm.workflows.*", "realm.audit.read", "org.*"])
+    await realm.assign(publisher, power)
+    actor = Actor(type="user", id=publisher.id, realm_id=realm.id)
+    definition = three_steps(granted, group)
+    wid = await _publish_as(realm, actor, definition)
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock)
+    await start(realm, wid, early.id)
+    await drain(r)
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await roles.update_role(session, realm.actor, authority, power.id, permissions=["realm.workflows.*", "org.*"])
+    second = await start(realm, wid, late.id)
+    clock.advance(seconds=1)
+    await drain(r)
+    run, attempts = await load(realm, second)
+    assert run.state == "failed" and run.error_category in ("publisher_lacks_authority", "grant_ceiling_exceeded")
+    assert [(a.step_id, a.state) for a in attempts] == [("grant", "failed")]
+
+
+async def test_a_failure_in_one_run_of_a_group_loses_and_repeats_nothing(realm: RealmHandle) -> None:
+    """The database refuses one run's grant: the group rolls back, and each run goes alone."""
+    org_id, role, group = await directory_for_runs(realm)
+    good_subjects = await subjects(realm, org_id, 3)
+    doomed = (await subjects(realm, org_id, 1))[0]
+    wid = await publish(realm, three_steps(role, group))
+    async with realm.sessions() as session, session.begin():
+        # A real refusal by the database, for this one subject only.
+        await session.execute(
+            text(
+                f"""
+                CREATE FUNCTION refuse_doomed() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.user_id = '{doomed.id}' THEN RAISE EXCEPTION 'refused for this subject'; END IF;
+                    RETURN NEW;
+                END $$
+                """
+            )
+        )
+        await session.execute(
+            text(
+                "CREATE TRIGGER refuse_doomed BEFORE INSERT ON role_assignments FOR EACH ROW EXECUTE FUNCTION refuse_doomed()"
+            )
+        )
+    run_ids = [await start(realm, wid, s.id) for s in [*good_subjects[:2], doomed, good_subjects[2]]]
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    await drain(runner(realm, clock))
+
+    for run_id, subject in zip(run_ids, [*good_subjects[:2], doomed, good_subjects[2]], strict=True):
+        run, attempts = await load(realm, run_id)
+        grants = await scalar(realm, "SELECT count(*) FROM role_assignments WHERE user_id = :u", u=subject.id)
+        joins = await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id)
+        audit = await scalar(realm, "SELECT count(*) FROM audit_events WHERE correlation_id = :r", r=run_id)
+        if subject is doomed:
+            # The ordinary path ran the step alone and recorded the refusal as a transient failure.
+            assert run.state == "running" and run.error_category == "error"
+            assert [(a.step_id, a.state) for a in attempts] == [("grant", "failed")]
+            assert (grants, joins) == (0, 0)
+        else:
+            assert run.state == "succeeded"
+            assert [(a.step_id, a.state, a.number) for a in attempts] == [
+                ("grant", "succeeded", 1),
+                ("join", "succeeded", 1),
+                ("done", "succeeded", 1),
+            ]
+            assert (grants, joins, audit) == (1, 1, 7)
+    assert not await scalar(realm, "SELECT count(*) FROM workflow_runs WHERE lease_owner IS NOT NULL")
