@@ -105,6 +105,7 @@ def create_app(
             db=db,
             sessions=make_sessionmaker(db),
             head_revision=head_revision(),
+            read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
         )
         try:
             yield

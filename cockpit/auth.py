@@ -6,7 +6,8 @@ Each realm route declares in ``opt`` what it needs:
   the permission is checked in the organization named by that path parameter;
 - ``audience``: ``admin`` (default: an MFA session or an admin token) or ``account`` (any
   credential of a user of the realm: self-service);
-- ``public``: no credential at all (sign-in pages).
+- ``public``: no credential at all (sign-in pages);
+- ``reads_only``: the route never writes; its session runs without transaction control.
 
 Credentials: ``Authorization: Bearer pat_…`` or the ``cockpit_session`` cookie. A credential of
 another realm gets 404, exactly like a realm that does not exist. Unsafe requests made with the
@@ -162,6 +163,8 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
     if opt.get("public") or slug is None:
         # Routes outside a realm (health, start page, static files, schema) carry no realm data.
         return
+    if opt.get("reads_only"):
+        request_db(connection).reads_only = True
     principal = await authenticate(connection)
     if principal is None:
         raise Unauthorized("Sign in or present a bearer token.")

@@ -35,6 +35,8 @@ class AppContext:
     db: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     head_revision: str | None
+    # Sessions without transaction control, for routes that only read (``opt={"reads_only": True}``).
+    read_sessions: async_sessionmaker[AsyncSession] | None = None
 
 
 def context_of(app_or_state: Litestar | State) -> AppContext:
@@ -70,21 +72,30 @@ class RequestDb:
     ``keep_on_rollback`` registers bookkeeping that must survive a failed request — the
     authentication's "last used" marks — and is replayed in a short transaction of its own only
     when the request's transaction is rolled back.
+
+    A route that only reads (``reads_only``) gets a session in autocommit instead: its reads run
+    at READ COMMITTED, where every statement takes its own snapshot inside a transaction too, so
+    ``BEGIN`` and ``COMMIT`` would buy nothing but two round trips. The only write on such a
+    route, authentication's single-statement "last used" mark, commits by itself.
     """
 
     sessions: async_sessionmaker[AsyncSession]
+    read_sessions: async_sessionmaker[AsyncSession] | None = None
+    reads_only: bool = False
     _session: AsyncSession | None = None
     _replays: list[Replay] = field(default_factory=list)
 
     async def session(self) -> AsyncSession:
         if self._session is None:
-            session = self.sessions()
+            maker = self.read_sessions if self.reads_only and self.read_sessions is not None else self.sessions
+            session = maker()
             await session.begin()
             self._session = session
         return self._session
 
     def keep_on_rollback(self, replay: Replay) -> None:
-        self._replays.append(replay)
+        if not self.reads_only:
+            self._replays.append(replay)
 
     async def finish(self, *, commit: bool) -> None:
         """Commit (or roll back) and give the connection back; does nothing once finished."""
@@ -113,7 +124,8 @@ def request_db(connection: ASGIConnection[Any, Any, Any, Any]) -> RequestDb:
     state = connection.scope.setdefault("state", {})  # type: ignore[typeddict-item]
     found = state.get(REQUEST_DB)
     if found is None:
-        found = RequestDb(context_of(connection.app).sessions)
+        ctx = context_of(connection.app)
+        found = RequestDb(ctx.sessions, ctx.read_sessions)
         state[REQUEST_DB] = found
     return found  # type: ignore[no-any-return]
 

@@ -45,7 +45,7 @@ class RealmHomeController(Controller):
     path = "/realms/{realm:str}"
     include_in_schema = False
 
-    @get("/", operation_id="realmHomePage", name="realm-home", opt={"audience": "admin"})
+    @get("/", operation_id="realmHomePage", name="realm-home", opt={"audience": "admin", "reads_only": True})
     async def realm_home(
         self, request: AnyRequest, state: State, db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:

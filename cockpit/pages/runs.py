@@ -62,6 +62,7 @@ PICKER_LIMIT = 200
 POLL_SECONDS = 2
 
 READ = {"permission": "realm.workflows.read"}
+READ_ONLY = READ | {"reads_only": True}  # pages that never write: no transaction control
 RUN = {"permission": "realm.workflows.run"}
 
 FLASHES = {
@@ -311,7 +312,7 @@ class RunsPages(Controller):
             )
         return rows
 
-    @get("/runs", operation_id="runsPage", opt=READ)
+    @get("/runs", operation_id="runsPage", opt=READ_ONLY)
     async def list_page(
         self,
         request: AnyRequest,
@@ -333,7 +334,7 @@ class RunsPages(Controller):
             cursor=cursor,
         )
 
-    @get("/workflows/{workflow_id:str}/runs", operation_id="workflowRunsPage", opt=READ)
+    @get("/workflows/{workflow_id:str}/runs", operation_id="workflowRunsPage", opt=READ_ONLY)
     async def workflow_list_page(
         self,
         request: AnyRequest,
@@ -405,7 +406,7 @@ class RunsPages(Controller):
             **context,
         )
 
-    @get("/runs/{run_id:str}", operation_id="runPage", opt=READ)
+    @get("/runs/{run_id:str}", operation_id="runPage", opt=READ_ONLY)
     async def detail(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
