@@ -33,7 +33,7 @@ class Read:
 READS = [
     # The credential with its holder and realm, then the authority: two queries before the handler's.
     Read("run list (API)", "{api}/workflow-runs", browser=False, max_queries=3),
-    Read("run list (page)", "{page}/runs", browser=True, max_queries=4),
+    Read("run list (page)", "{page}/runs", browser=True, max_queries=5),
     Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=5),
     Read("realm home (page)", "{page}/", browser=True, max_queries=6),
     Read("workflow list (API)", "{api}/workflows", browser=False, max_queries=3),
