@@ -138,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--port", type=int, default=0, help="port of the server (default: a free one)")
     args = parser.parse_args()
     maintenance = server_maintenance_url()
     url = clone_database(maintenance, ensure_template(maintenance))
@@ -145,7 +146,7 @@ def main() -> None:
     server = None
     try:
         slug, token, definition = asyncio.run(prepare(url))
-        port = free_port()
+        port = args.port or free_port()
         env = cockpit_env(url, home, COCKPIT_LOG_LEVEL="WARNING")
         server = start(["serve", "--no-migrate", "--port", str(port)], env, home / "server.log")
         base = f"http://127.0.0.1:{port}"

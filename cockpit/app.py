@@ -38,10 +38,10 @@ from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
 from cockpit.pages.workflows import WorkflowsPages
 from cockpit.problems import problem_handler
-from cockpit.state import AppContext, provide_db_session
+from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
 from engine.config import PROJECT_ROOT, Settings, get_settings
 from engine.database import resolve_database_url
-from engine.db import make_engine, make_sessionmaker
+from engine.db import make_sessionmaker
 from engine.migrate import head_revision
 
 HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
@@ -98,13 +98,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         url = database_url or resolve_database_url(settings)
-        db = make_engine(url)
+        db = make_web_engine(url)
         app.state["ctx"] = AppContext(
             settings=settings,
             database_url=url,
             db=db,
             sessions=make_sessionmaker(db),
             head_revision=head_revision(),
+            read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
         )
         try:
             yield
@@ -133,7 +134,7 @@ def create_app(
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
         guards=[realm_guard],
         lifespan=[lifespan],
-        middleware=[request_id_middleware],
+        middleware=[request_id_middleware, request_db_middleware],
         exception_handlers={Exception: problem_handler},
         template_config=template_config,
         openapi_config=OpenAPIConfig(

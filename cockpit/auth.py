@@ -6,11 +6,16 @@ Each realm route declares in ``opt`` what it needs:
   the permission is checked in the organization named by that path parameter;
 - ``audience``: ``admin`` (default: an MFA session or an admin token) or ``account`` (any
   credential of a user of the realm: self-service);
-- ``public``: no credential at all (sign-in pages).
+- ``public``: no credential at all (sign-in pages);
+- ``reads_only``: the route never writes; its session runs without transaction control.
 
 Credentials: ``Authorization: Bearer pat_…`` or the ``cockpit_session`` cookie. A credential of
 another realm gets 404, exactly like a realm that does not exist. Unsafe requests made with the
 cookie must carry the session's CSRF token (``X-CSRF-Token`` header or ``_csrf`` form field).
+
+The guard reads through the request's session (:func:`cockpit.state.request_db`): the credential,
+its holder and realm in one query, the authority in a second, and the handler continues in the
+same transaction.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 
-from cockpit.state import context_of
+from cockpit.state import context_of, request_db
 from engine import crypto, identity
 from engine.audit import Actor
 from engine.authz import Authority, load_authority
@@ -93,39 +98,46 @@ async def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Princi
     cookie = None if token else connection.cookies.get(SESSION_COOKIE)
     if not token and not cookie:
         return None
-    async with ctx.sessions() as session, session.begin():
-        if token:
-            info = await identity.resolve_token(session, token)
-            if info is None:
-                raise Unauthorized("The token is not valid (unknown, revoked or expired).")
-            realm = await session.get(Realm, info.token.realm_id)
-            assert realm is not None
-            return Principal(
-                realm=realm,
-                type=info.principal_type,
-                id=info.principal_id,
-                display_name=info.display_name,
-                email=info.email,
-                audience=info.token.audience,
-                via="token",
-            )
-        assert cookie is not None
-        live = await identity.resolve_session(session, cookie)
-        if live is None:
-            raise Unauthorized("Your session has ended. Sign in again.")
-        realm = await session.get(Realm, live.session.realm_id)
+    db = request_db(connection)
+    session = await db.session()
+    if token:
+        info = await identity.resolve_token(session, token)
+        if info is None:
+            raise Unauthorized("The token is not valid (unknown, revoked or expired).")
+        if info.touched_at is not None:
+            token_id, moment = info.token.id, info.touched_at
+            db.keep_on_rollback(lambda again: identity.touch_token(again, token_id, moment))
+        realm = info.realm or await session.get(Realm, info.token.realm_id)
         assert realm is not None
         return Principal(
             realm=realm,
-            type="user",
-            id=live.user.id,
-            display_name=live.user.display_name,
-            email=live.user.email,
-            audience="admin" if live.session.mfa else "account",
-            via="session",
-            session_id=live.session.id,
-            csrf=csrf_for_session(ctx.settings.secret_key, live.session.id),
+            type=info.principal_type,
+            id=info.principal_id,
+            display_name=info.display_name,
+            email=info.email,
+            audience=info.token.audience,
+            via="token",
         )
+    assert cookie is not None
+    live = await identity.resolve_session(session, cookie)
+    if live is None:
+        raise Unauthorized("Your session has ended. Sign in again.")
+    if live.touched_at is not None:
+        session_id, seen = live.session.id, live.touched_at
+        db.keep_on_rollback(lambda again: identity.touch_session(again, session_id, seen))
+    realm = live.realm or await session.get(Realm, live.session.realm_id)
+    assert realm is not None
+    return Principal(
+        realm=realm,
+        type="user",
+        id=live.user.id,
+        display_name=live.user.display_name,
+        email=live.user.email,
+        audience="admin" if live.session.mfa else "account",
+        via="session",
+        session_id=live.session.id,
+        csrf=csrf_for_session(ctx.settings.secret_key, live.session.id),
+    )
 
 
 async def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> None:
@@ -151,6 +163,8 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
     if opt.get("public") or slug is None:
         # Routes outside a realm (health, start page, static files, schema) carry no realm data.
         return
+    if opt.get("reads_only"):
+        request_db(connection).reads_only = True
     principal = await authenticate(connection)
     if principal is None:
         raise Unauthorized("Sign in or present a bearer token.")
@@ -168,9 +182,8 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
     await _check_csrf(connection, principal)
     permission = opt.get("permission")
     if permission:
-        ctx = context_of(connection.app)
-        async with ctx.sessions() as session:
-            authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
+        session = await request_db(connection).session()
+        authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
         principal.authority = authority
         organization_id = connection.path_params.get(opt["org_param"]) if opt.get("org_param") else None
         if not authority.holds(permission, organization_id):

@@ -382,6 +382,15 @@ async def verify_second_factor(
 class SessionInfo:
     session: BrowserSession
     user: User
+    touched_at: datetime | None = None  # when this look-up recorded the session's activity
+    realm: Realm | None = None
+
+
+async def touch_session(session: AsyncSession, browser_session_id: str, moment: datetime) -> None:
+    """Record that the session was used (at most once a minute; idle expiry counts from it)."""
+    await session.execute(
+        update(BrowserSession).where(BrowserSession.id == browser_session_id).values(last_seen_at=moment)
+    )
 
 
 async def create_session(
@@ -415,23 +424,27 @@ async def create_session(
 
 async def resolve_session(session: AsyncSession, cookie: str) -> SessionInfo | None:
     """The live session for this cookie, or None (unknown, revoked, idle or past its absolute expiry)."""
+    # One round trip: the session, its user and its realm.
     result = await session.execute(
-        select(BrowserSession, User)
+        select(BrowserSession, User, Realm)
         .join(User, User.id == BrowserSession.user_id)
+        .join(Realm, Realm.id == BrowserSession.realm_id)
         .where(BrowserSession.token_hash == crypto.token_hash(cookie))
     )
     row = result.first()
     if row is None:
         return None
-    browser, user = row
+    browser, user, realm = row
     moment = now()
     if browser.revoked_at or browser.expires_at <= moment or browser.last_seen_at + SESSION_IDLE <= moment:
         return None
     if user.status != "active":
         return None
+    touched_at = None
     if moment - browser.last_seen_at > timedelta(minutes=1):
-        await session.execute(update(BrowserSession).where(BrowserSession.id == browser.id).values(last_seen_at=moment))
-    return SessionInfo(browser, user)
+        await touch_session(session, browser.id, moment)
+        touched_at = moment
+    return SessionInfo(browser, user, touched_at, realm)
 
 
 async def revoke_session(session: AsyncSession, browser_session_id: str) -> None:
@@ -566,6 +579,13 @@ class TokenInfo:
     principal_id: str
     email: str | None
     display_name: str
+    touched_at: datetime | None = None  # when this look-up recorded the token's use
+    realm: Realm | None = None
+
+
+async def touch_token(session: AsyncSession, token_id: str, moment: datetime) -> None:
+    """Record that the token was used (at most once a minute)."""
+    await session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=moment))
 
 
 async def mint_token(
@@ -616,24 +636,33 @@ async def mint_token(
 async def resolve_token(session: AsyncSession, token: str) -> TokenInfo | None:
     if not token.startswith("pat_"):
         return None
-    row = (
-        await session.execute(select(ApiToken).where(ApiToken.token_hash == crypto.token_hash(token)))
-    ).scalar_one_or_none()
+    # One round trip: the token, whoever holds it, and its realm.
+    found = (
+        await session.execute(
+            select(ApiToken, User, ServicePrincipal, Realm)
+            .outerjoin(User, User.id == ApiToken.user_id)
+            .outerjoin(ServicePrincipal, ServicePrincipal.id == ApiToken.service_principal_id)
+            .join(Realm, Realm.id == ApiToken.realm_id)
+            .where(ApiToken.token_hash == crypto.token_hash(token))
+        )
+    ).first()
     moment = now()
-    if row is None or row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= moment):
+    if found is None:
+        return None
+    row, user, principal, realm = found
+    if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= moment):
         return None
     if row.user_id:
-        user = await session.get(User, row.user_id)
         if user is None or user.status != "active":
             return None
-        info = TokenInfo(row, "user", user.id, user.email, user.display_name)
+        info = TokenInfo(row, "user", user.id, user.email, user.display_name, realm=realm)
     else:
-        principal = await session.get(ServicePrincipal, row.service_principal_id)
         if principal is None:
             return None
-        info = TokenInfo(row, "service_principal", principal.id, None, principal.name)
+        info = TokenInfo(row, "service_principal", principal.id, None, principal.name, realm=realm)
     if row.last_used_at is None or moment - row.last_used_at > timedelta(minutes=1):
-        await session.execute(update(ApiToken).where(ApiToken.id == row.id).values(last_used_at=moment))
+        await touch_token(session, row.id, moment)
+        info.touched_at = moment
     return info
 
 

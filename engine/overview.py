@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from engine.models import (
     AuditEvent,
@@ -35,7 +36,7 @@ REALM_COUNTS: dict[str, tuple[str, str]] = {
 
 
 async def realm_counts(session: AsyncSession, realm_id: str, names: set[str]) -> dict[str, int]:
-    """How many of each directory resource the realm has (only the ``names`` asked for)."""
+    """How many of each directory resource the realm has (only the ``names`` asked for), in one query."""
     queries = {
         "users": select(func.count()).select_from(User).where(User.realm_id == realm_id),
         "organizations": select(func.count()).select_from(Organization).where(Organization.realm_id == realm_id),
@@ -45,7 +46,11 @@ async def realm_counts(session: AsyncSession, realm_id: str, names: set[str]) ->
         .select_from(WebhookSubscription)
         .where(WebhookSubscription.realm_id == realm_id, WebhookSubscription.state != "deleted"),
     }
-    return {name: int(await session.scalar(query) or 0) for name, query in queries.items() if name in names}
+    wanted = [name for name in queries if name in names]
+    if not wanted:
+        return {}
+    row = (await session.execute(select(*(queries[name].scalar_subquery() for name in wanted)))).one()
+    return {name: int(value or 0) for name, value in zip(wanted, row, strict=True)}
 
 
 async def latest_audit_events(session: AsyncSession, realm_id: str, limit: int = 10) -> list[AuditEvent]:
@@ -53,6 +58,31 @@ async def latest_audit_events(session: AsyncSession, realm_id: str, limit: int =
         select(AuditEvent).where(AuditEvent.realm_id == realm_id).order_by(AuditEvent.id.desc()).limit(limit)  # type: ignore[attr-defined]
     )
     return list(result.scalars().all())
+
+
+async def latest_audit_events_with_names(
+    session: AsyncSession, realm_id: str, limit: int = 10
+) -> tuple[list[AuditEvent], dict[str, str]]:
+    """The newest audit events and the emails of the users among their actors and subjects, in one query."""
+    actor = aliased(User)
+    subject = aliased(User)
+    rows = await session.execute(
+        select(AuditEvent, actor.email, subject.email)
+        .outerjoin(actor, (actor.id == AuditEvent.actor_id) & (actor.realm_id == AuditEvent.realm_id))
+        .outerjoin(subject, (subject.id == AuditEvent.subject_id) & (subject.realm_id == AuditEvent.realm_id))
+        .where(AuditEvent.realm_id == realm_id)
+        .order_by(AuditEvent.id.desc())  # type: ignore[attr-defined]
+        .limit(limit)
+    )
+    events: list[AuditEvent] = []
+    names: dict[str, str] = {}
+    for event, actor_email, subject_email in rows:
+        events.append(event)
+        if actor_email is not None and event.actor_id:
+            names[event.actor_id] = actor_email
+        if subject_email is not None and event.subject_id:
+            names[event.subject_id] = subject_email
+    return events, names
 
 
 async def principal_names(session: AsyncSession, realm_id: str, ids: set[str]) -> dict[str, str]:
@@ -156,35 +186,34 @@ class WorkflowKpis:
     oldest_due_run_id: str | None = None
 
 
-async def workflow_kpis(session: AsyncSession, realm_id: str) -> WorkflowKpis:
-    from sqlalchemy import text
+# The workflow strip in one statement. Served by ix_workflow_runs_realm_finished
+# (realm_id, finished_at, state): the runs in flight are its NULL end, the last 24 hours a short
+# range; the oldest due run comes from ix_workflow_runs_realm_due (realm_id, due_at).
+_KPIS_SQL = text(
+    """
+    SELECT
+      (SELECT count(*) FROM workflows WHERE realm_id = :r AND state = 'active'),
+      (SELECT count(*) FROM workflow_runs WHERE realm_id = :r AND finished_at IS NULL),
+      day.failed, day.compensated, day.compensation_failed,
+      oldest.id, oldest.due_at
+    FROM (
+      SELECT count(*) FILTER (WHERE state = 'failed') AS failed,
+             count(*) FILTER (WHERE state = 'compensated') AS compensated,
+             count(*) FILTER (WHERE state = 'compensation_failed') AS compensation_failed
+        FROM workflow_runs
+       WHERE realm_id = :r AND finished_at > now() - interval '24 hours'
+    ) day
+    LEFT JOIN LATERAL (
+      SELECT id, due_at FROM workflow_runs
+       WHERE realm_id = :r AND due_at IS NOT NULL AND state IN ('pending', 'running', 'compensating')
+       ORDER BY due_at LIMIT 1
+    ) oldest ON true
+    """
+)
 
-    row = (
-        await session.execute(
-            text(
-                """
-                SELECT
-                  (SELECT count(*) FROM workflows WHERE realm_id = :r AND state = 'active'),
-                  (SELECT count(*) FROM workflow_runs WHERE realm_id = :r AND finished_at IS NULL),
-                  count(*) FILTER (WHERE state = 'failed'),
-                  count(*) FILTER (WHERE state = 'compensated'),
-                  count(*) FILTER (WHERE state = 'compensation_failed')
-                FROM workflow_runs
-                WHERE realm_id = :r AND finished_at > now() - interval '24 hours'
-                """
-            ),
-            {"r": realm_id},
-        )
-    ).one()
-    oldest = (
-        await session.execute(
-            text(
-                "SELECT id, due_at FROM workflow_runs WHERE realm_id = :r AND due_at IS NOT NULL "
-                "AND state IN ('pending', 'running', 'compensating') ORDER BY due_at LIMIT 1"
-            ),
-            {"r": realm_id},
-        )
-    ).first()
+
+async def workflow_kpis(session: AsyncSession, realm_id: str) -> WorkflowKpis:
+    row = (await session.execute(_KPIS_SQL, {"r": realm_id})).one()
     return WorkflowKpis(
         active_workflows=int(row[0]),
         runs_in_flight=int(row[1]),
@@ -192,6 +221,6 @@ async def workflow_kpis(session: AsyncSession, realm_id: str) -> WorkflowKpis:
         compensated_24h=int(row[3]),
         compensation_failed_24h=int(row[4]),
         pending_approvals=None,  # approvals are not recorded by this version: unknown, not zero
-        oldest_due_run_at=oldest[1] if oldest else None,
-        oldest_due_run_id=oldest[0] if oldest else None,
+        oldest_due_run_at=row[6],
+        oldest_due_run_id=row[5],
     )

@@ -87,7 +87,10 @@ class WorkflowRun(SQLModel, table=True):
         Index("ix_workflow_runs_realm_due", "realm_id", "due_at", postgresql_where=text("due_at IS NOT NULL")),
         Index("ix_workflow_runs_realm_id_id", "realm_id", "id"),
         Index("ix_workflow_runs_workflow_id_id", "workflow_id", "id"),
-        Index("ix_workflow_runs_subject_id", "realm_id", "subject_id"),
+        Index("ix_workflow_runs_realm_subject_id", "realm_id", "subject_id", "id"),
+        Index("ix_workflow_runs_realm_state_id", "realm_id", "state", "id"),
+        # The realm home: runs in flight (finished_at IS NULL) and outcomes of the last 24 hours.
+        Index("ix_workflow_runs_realm_finished", "realm_id", "finished_at", "state"),
         Index("ix_workflow_runs_lease_owner", "lease_owner", postgresql_where=text("lease_owner IS NOT NULL")),
         Index("uq_workflow_runs_trigger", "workflow_id", "trigger_type", "trigger_key", "subject_id", unique=True),
     )

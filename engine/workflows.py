@@ -40,7 +40,7 @@ from engine.definitions.validation import (
 from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.identity import now
 from engine.ids import new_id
-from engine.models import Group, Organization, Role, User, WebhookSubscription
+from engine.models import Group, Role, User
 from engine.pagination import Page, keyset_page
 from engine.policy import publish_approval_required
 from engine.workflow_models import Workflow, WorkflowRevision
@@ -152,57 +152,58 @@ def prefixed(issues: Sequence[Issue], prefix: str) -> list[Issue]:
 # --- References and the delegation ceiling --------------------------------------------------------
 
 
+# Every id a definition names, checked in the realm in one statement: one branch per kind, each
+# on its table's primary key (an empty list makes its branch return nothing at once).
+_REFERENCES_SQL = text(
+    """
+    SELECT 'role', id, boundary FROM roles
+     WHERE realm_id = :realm AND id = ANY(CAST(:roles AS varchar[]))
+    UNION ALL
+    SELECT 'group', id, NULL FROM groups
+     WHERE realm_id = :realm AND id = ANY(CAST(:groups AS varchar[]))
+    UNION ALL
+    SELECT 'approver', id, NULL FROM users
+     WHERE realm_id = :realm AND id = ANY(CAST(:approvers AS varchar[])) AND status = 'active' AND NOT guest
+    UNION ALL
+    SELECT 'organization', id, state FROM organizations
+     WHERE realm_id = :realm AND id = ANY(CAST(:organizations AS varchar[]))
+    UNION ALL
+    SELECT 'webhook', id, NULL FROM webhook_subscriptions
+     WHERE realm_id = :realm AND id = ANY(CAST(:webhooks AS varchar[])) AND state <> 'deleted'
+    """
+)
+
+
 async def load_references(session: AsyncSession, realm_id: str, definition: Any) -> StaticReferences:
-    """The realm's answers for every id the definition names, loaded in a few queries."""
+    """The realm's answers for every id the definition names, in one query (none when it names none)."""
     refs = collect_references(definition)
-    roles: dict[str, str] = {}
-    if refs.roles:
+    found: dict[str, dict[str, str | None]] = {
+        "role": {},
+        "group": {},
+        "approver": {},
+        "organization": {},
+        "webhook": {},
+    }
+    if refs.roles or refs.groups or refs.approvers or refs.organizations or refs.webhooks:
         rows = await session.execute(
-            select(Role.id, Role.boundary).where(Role.realm_id == realm_id, Role.id.in_(refs.roles))  # type: ignore[attr-defined]
+            _REFERENCES_SQL,
+            {
+                "realm": realm_id,
+                "roles": sorted(refs.roles),
+                "groups": sorted(refs.groups),
+                "approvers": sorted(refs.approvers),
+                "organizations": sorted(refs.organizations),
+                "webhooks": sorted(refs.webhooks),
+            },
         )
-        roles = {rid: boundary for rid, boundary in rows}
-    groups: set[str] = set()
-    if refs.groups:
-        rows = await session.execute(
-            select(Group.id).where(Group.realm_id == realm_id, Group.id.in_(refs.groups))  # type: ignore[attr-defined]
-        )
-        groups = {gid for (gid,) in rows}
-    approvers: set[str] = set()
-    if refs.approvers:
-        rows = await session.execute(
-            select(User.id).where(
-                User.realm_id == realm_id,
-                User.id.in_(refs.approvers),  # type: ignore[attr-defined]
-                User.status == "active",
-                User.guest.is_(False),  # type: ignore[attr-defined]
-            )
-        )
-        approvers = {uid for (uid,) in rows}
-    organizations: dict[str, str] = {}
-    if refs.organizations:
-        rows = await session.execute(
-            select(Organization.id, Organization.state).where(
-                Organization.realm_id == realm_id,
-                Organization.id.in_(refs.organizations),  # type: ignore[attr-defined]
-            )
-        )
-        organizations = {oid: state for oid, state in rows}
-    webhooks: set[str] = set()
-    if refs.webhooks:
-        rows = await session.execute(
-            select(WebhookSubscription.id).where(
-                WebhookSubscription.realm_id == realm_id,
-                WebhookSubscription.id.in_(refs.webhooks),  # type: ignore[attr-defined]
-                WebhookSubscription.state != "deleted",
-            )
-        )
-        webhooks = {wid for (wid,) in rows}
+        for kind, ref_id, detail in rows:
+            found[kind][ref_id] = detail
     return StaticReferences(
-        known_roles=roles,
-        known_groups=groups,
-        known_approvers=approvers,
-        known_organizations=organizations,
-        known_webhooks=webhooks,
+        known_roles={rid: str(boundary) for rid, boundary in found["role"].items()},
+        known_groups=set(found["group"]),
+        known_approvers=set(found["approver"]),
+        known_organizations={oid: str(state) for oid, state in found["organization"].items()},
+        known_webhooks=set(found["webhook"]),
     )
 
 

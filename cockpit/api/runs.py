@@ -50,7 +50,7 @@ class RunsController(Controller):
     path = REALM_BASE + "/workflow-runs"
     tags = ["runs"]
 
-    @get("/", operation_id="listWorkflowRuns", opt={"permission": "realm.workflows.read"})
+    @get("/", operation_id="listWorkflowRuns", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def list(
         self,
         db_session: DbSession,
@@ -72,7 +72,7 @@ class RunsController(Controller):
         )
         return page_view(page, runs.run_view)
 
-    @get("/{run_id:str}", operation_id="getWorkflowRun", opt={"permission": "realm.workflows.read"})
+    @get("/{run_id:str}", operation_id="getWorkflowRun", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def show(self, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
         run = await runs.get_run(db_session, principal.realm.id, run_id)
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))

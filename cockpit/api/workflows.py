@@ -56,7 +56,7 @@ class WorkflowsController(Controller):
         "/validate",
         operation_id="validateWorkflowDefinition",
         status_code=200,
-        opt={"permission": "realm.workflows.write"},
+        opt={"permission": "realm.workflows.write", "reads_only": True},
     )
     async def validate(
         self, data: JSONBody[DefinitionBody], db_session: DbSession, principal: CurrentPrincipal
@@ -84,7 +84,7 @@ class WorkflowsController(Controller):
         out["revision"] = workflows.revision_view(revision) if revision else None
         return out
 
-    @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read"})
+    @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def list(
         self,
         db_session: DbSession,

@@ -11,7 +11,7 @@ from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.authz import load_authority
-from engine.overview import REALM_COUNTS, latest_audit_events, principal_names, realm_counts, workflow_kpis
+from engine.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -45,7 +45,7 @@ class RealmHomeController(Controller):
     path = "/realms/{realm:str}"
     include_in_schema = False
 
-    @get("/", operation_id="realmHomePage", name="realm-home", opt={"audience": "admin"})
+    @get("/", operation_id="realmHomePage", name="realm-home", opt={"audience": "admin", "reads_only": True})
     async def realm_home(
         self, request: AnyRequest, state: State, db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
@@ -61,11 +61,8 @@ class RealmHomeController(Controller):
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):
-            events = await latest_audit_events(db_session, realm.id, 10)
-            names = await principal_names(
-                db_session, realm.id, {e.actor_id or "" for e in events} | {e.subject_id or "" for e in events}
-            )
-        ready, checks = await readiness(state)
+            events, names = await latest_audit_events_with_names(db_session, realm.id, 10)
+        ready, checks = await readiness(state, db_session)
         return page(
             request,
             "pages/realm_home.html",

@@ -27,11 +27,13 @@ import msgspec
 from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
+from sqlalchemy import select
+from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, identity, organizations, overview, runs, workflows
+from engine import directory, identity, organizations, runs, workflows
 from engine.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
 from engine.models import User
@@ -60,6 +62,7 @@ PICKER_LIMIT = 200
 POLL_SECONDS = 2
 
 READ = {"permission": "realm.workflows.read"}
+READ_ONLY = READ | {"reads_only": True}  # pages that never write: no transaction control
 RUN = {"permission": "realm.workflows.run"}
 
 FLASHES = {
@@ -203,16 +206,12 @@ def compensation_lines(attempts: Sequence[StepAttempt]) -> list[CompensationLine
 
 
 async def people(db_session: DbSession, realm_id: str, ids: Iterable[str | None]) -> dict[str, User]:
-    """The users among ``ids`` (others, such as service principals, are left out)."""
-    found: dict[str, User] = {}
-    for user_id in {i for i in ids if i}:
-        if not user_id.startswith("usr_"):
-            continue
-        try:
-            found[user_id] = await directory.get_user(db_session, realm_id, user_id)
-        except NotFound:
-            continue
-    return found
+    """The users among ``ids`` (others, such as service principals, are left out), in one query."""
+    wanted = sorted({i for i in ids if i and i.startswith("usr_")})
+    if not wanted:
+        return {}
+    found = await db_session.execute(select(User).where(User.realm_id == realm_id, col(User.id).in_(wanted)))
+    return {user.id: user for user in found.scalars()}
 
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
@@ -258,11 +257,11 @@ class RunsPages(Controller):
                     subject_note = f"There is no user {subject} in this realm."
             else:
                 subject_id = subject
-        items: list[WorkflowRun] = []
+        items: list[runs.RunLine] = []
         next_cursor: str | None = None
         if subject_note is None:
             try:
-                found = await runs.list_runs(
+                found = await runs.list_run_lines(
                     db_session,
                     realm_id,
                     workflow_id=workflow_id,
@@ -275,8 +274,7 @@ class RunsPages(Controller):
                 list_error = exc.detail + " " + "; ".join(i.message for i in exc.issues)
                 status_code = exc.status
         choices = (await workflows.list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
-        names = {w.id: w.name for w in choices}
-        rows = await self._rows(db_session, realm_id, items, names)
+        rows = self._rows(items)
         base = f"/realms/{principal.realm.slug}" + (f"/workflows/{workflow.id}/runs" if workflow else "/runs")
         template = "pages/runs/_table.html" if targets(request, TABLE_ID) else "pages/runs/list.html"
         return page(
@@ -295,40 +293,26 @@ class RunsPages(Controller):
             subject_note=subject_note,
         )
 
-    async def _rows(
-        self, db_session: DbSession, realm_id: str, items: Sequence[WorkflowRun], names: dict[str, str]
-    ) -> list[RunRow]:
-        emails = await overview.principal_names(db_session, realm_id, {r.subject_id for r in items})
-        steps: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    @staticmethod
+    def _rows(items: Sequence[runs.RunLine]) -> list[RunRow]:
         moment = utc_now()
         rows: list[RunRow] = []
-        for run in items:
-            if run.workflow_id not in names:
-                try:
-                    names[run.workflow_id] = (await workflows.get_workflow(db_session, realm_id, run.workflow_id)).name
-                except NotFound:
-                    names[run.workflow_id] = run.workflow_id
-            key = (run.workflow_id, run.revision)
-            if key not in steps:
-                steps[key] = await definition_steps(db_session, realm_id, run.workflow_id, run.revision)
-            definition = steps[key]
-            current = None
-            if 0 <= run.step_index < len(definition):
-                current = str(definition[run.step_index].get("id"))
+        for line in items:
+            run = line.run
             finished = run.state in FINISHED
             rows.append(
                 RunRow(
                     run=run,
-                    workflow_name=names[run.workflow_id],
-                    subject=emails.get(run.subject_id, run.subject_id),
-                    current_step=current,
+                    workflow_name=line.workflow_name,
+                    subject=line.subject,
+                    current_step=line.current_step,
                     duration=human_duration(run.created_at, run.finished_at if finished else moment),
                     finished=finished,
                 )
             )
         return rows
 
-    @get("/runs", operation_id="runsPage", opt=READ)
+    @get("/runs", operation_id="runsPage", opt=READ_ONLY)
     async def list_page(
         self,
         request: AnyRequest,
@@ -350,7 +334,7 @@ class RunsPages(Controller):
             cursor=cursor,
         )
 
-    @get("/workflows/{workflow_id:str}/runs", operation_id="workflowRunsPage", opt=READ)
+    @get("/workflows/{workflow_id:str}/runs", operation_id="workflowRunsPage", opt=READ_ONLY)
     async def workflow_list_page(
         self,
         request: AnyRequest,
@@ -386,10 +370,9 @@ class RunsPages(Controller):
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
-        run = await runs.get_run(db_session, realm_id, run_id)
+        found = await runs.get_run_context(db_session, realm_id, run_id)
+        run, workflow, steps = found.run, found.workflow, found.steps
         attempts = await runs.run_attempts(db_session, run.id)
-        workflow = await workflows.get_workflow(db_session, realm_id, run.workflow_id)
-        steps = await definition_steps(db_session, realm_id, run.workflow_id, run.revision)
         approvals = [a for a in (run.context.get("approvals") or []) if isinstance(a, dict)]
         users = await people(
             db_session,
@@ -423,7 +406,7 @@ class RunsPages(Controller):
             **context,
         )
 
-    @get("/runs/{run_id:str}", operation_id="runPage", opt=READ)
+    @get("/runs/{run_id:str}", operation_id="runPage", opt=READ_ONLY)
     async def detail(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:

@@ -410,7 +410,7 @@ class WorkflowsPages(Controller):
 
     # --- The list ---------------------------------------------------------------------------------
 
-    @get("/", operation_id="workflowsPage", opt=READ)
+    @get("/", operation_id="workflowsPage", opt=READ | {"reads_only": True})
     async def list_page(
         self,
         request: AnyRequest,

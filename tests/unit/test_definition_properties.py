@@ -366,3 +366,44 @@ def test_diffs_describe_any_two_valid_definitions(old: dict[str, Any], new: dict
     runs = line_diff(old, new)
     assert [line for run in runs for line in run["old_lines"]] == pretty_json(old).splitlines()
     assert [line for run in runs for line in run["new_lines"]] == pretty_json(new).splitlines()
+
+
+# ---------------------------------------------------------------------------- the compiled check
+
+
+def reporting_issues(raw: Any) -> list[Any]:
+    """The schema layer as it reports, without the compiled short cut."""
+    from engine.definitions import validation
+
+    return [e for e in validation._validator().iter_errors(raw)]
+
+
+@SETTINGS
+@given(st.one_of(mutated(), definitions))
+def test_the_compiled_check_never_accepts_what_the_reporting_validator_refuses(raw: dict[str, Any]) -> None:
+    from engine.definitions import validation
+
+    if validation._plainly_valid(raw):
+        assert reporting_issues(raw) == []
+
+
+@SETTINGS
+@given(definitions)
+def test_the_compiled_check_accepts_the_valid_definitions(raw: dict[str, Any]) -> None:
+    from engine.definitions import validation
+
+    assert reporting_issues(raw) == []
+    assert validation._plainly_valid(raw)
+
+
+def test_whole_floats_are_left_to_the_reporting_validator() -> None:
+    from engine.definitions import validation
+
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "done", "type": "end"}],
+        "retry": {"max_attempts": 3.0, "backoff": "30s"},
+    }
+    assert not validation._plainly_valid(definition)
+    assert [i.path for i in validate_definition(definition)] == ["/retry/max_attempts"]

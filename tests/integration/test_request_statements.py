@@ -1,0 +1,134 @@
+"""What a request costs the database: one session, no pre-ping, a few queries.
+
+A route that writes runs in one transaction (guard and handler alike); a route that only reads
+(``reads_only``) sends its queries without transaction control. Each request below is made
+twice to warm the pool (connections, prepared statements), then once more while every statement
+the app's engine sends is recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from cockpit.state import context_of
+from testing.statements import StatementLog, recording
+from tests.factories import HTML, RealmHandle, bearer
+from tests.integration.test_run_pages import drain, manual, publish, signed_in, start
+
+Client = AsyncTestClient[Litestar]
+
+
+@dataclass(frozen=True)
+class Read:
+    name: str
+    path: str  # relative to the realm: {api} or {page} prefix
+    browser: bool
+    max_queries: int
+
+
+READS = [
+    # The credential with its holder and realm, then the authority: two queries before the handler's.
+    Read("run list (API)", "{api}/workflow-runs", browser=False, max_queries=3),
+    Read("run list (page)", "{page}/runs", browser=True, max_queries=5),
+    Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=5),
+    Read("realm home (page)", "{page}/", browser=True, max_queries=6),
+    Read("workflow list (API)", "{api}/workflows", browser=False, max_queries=3),
+    Read("workflow list (page)", "{page}/workflows", browser=True, max_queries=4),
+]
+
+
+async def measure(client: Client, app: Litestar, url: str, headers: dict[str, str]) -> StatementLog:
+    with recording(context_of(app).db) as log:
+        for _ in range(2):  # warm: the pool's connections and their prepared statements
+            warm = await client.get(url, headers=headers)
+            assert warm.status_code == 200, warm.text
+        log.clear()
+        response = await client.get(url, headers=headers)
+        assert response.status_code == 200, response.text
+    return log
+
+
+@pytest.mark.parametrize("read", READS, ids=[r.name for r in READS])
+async def test_a_read_sends_its_queries_alone(client: Client, app: Litestar, realm: RealmHandle, read: Read) -> None:
+    login = await signed_in(client, realm)
+    grace = await realm.user("grace@example.com")
+    workflow_id = await publish(
+        realm,
+        manual({"id": "first", "type": "end"}),
+        "Onboarding",
+    )
+    run_ids = [await start(realm, workflow_id, grace.id) for _ in range(3)]
+    await drain(realm)
+    url = read.path.format(api=realm.api, page=f"/realms/{realm.slug}", run=run_ids[0])
+    headers = HTML if read.browser else bearer(realm.admin_token)
+    if not read.browser:
+        client.cookies.clear()
+    assert login.cookie
+
+    log = await measure(client, app, url, headers)
+
+    print(f"{read.name}: {log.summary()}")
+    assert log.control == []  # no pre-ping, no BEGIN/COMMIT around reads
+    assert len(log.queries) <= read.max_queries, log.queries
+
+
+async def test_a_write_is_one_transaction_for_the_guard_and_the_handler(
+    client: Client, app: Litestar, realm: RealmHandle
+) -> None:
+    url = f"{realm.api}/workflows"
+    with recording(context_of(app).db) as log:
+        for i in range(2):
+            warm = await client.post(url, json={"name": f"Warm {i}"}, headers=realm.headers)
+            assert warm.status_code == 201, warm.text
+        log.clear()
+        response = await client.post(url, json={"name": "Offboarding"}, headers=realm.headers)
+        assert response.status_code == 201, response.text
+    print(f"create workflow (API): {log.summary()}")
+    assert log.pings == 0
+    assert [s.strip().split()[0].rstrip(";").upper() for s in log.control] == ["BEGIN", "COMMIT"]
+    assert log.queries[0].lstrip().startswith("SELECT api_tokens.id")  # the guard, inside the transaction
+
+
+async def test_validating_a_definition_resolves_its_references_in_one_query(
+    client: Client, app: Litestar, realm: RealmHandle
+) -> None:
+    role = await realm.role("reader", ["realm.workflows.read"], boundary="organization")
+    approver = await realm.user("ada@example.com")
+    org = await realm.organization("Engineering")
+    steps: list[dict[str, object]] = [
+        {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "72h"},
+        *(
+            {
+                "id": f"grant-{i}",
+                "type": "assign_role",
+                "role_id": role.id,
+                "scope": "organization",
+                "organization_id": org.id,
+            }
+            for i in range(18)
+        ),
+        {"id": "done", "type": "end"},
+    ]
+    body = {"definition": {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}}
+    url = f"{realm.api}/workflows/validate"
+    with recording(context_of(app).db) as log:
+        for _ in range(2):
+            warm = await client.post(url, json=body, headers=realm.headers)
+            assert warm.json() == {"valid": True, "errors": []}, warm.text
+        log.clear()
+        response = await client.post(url, json=body, headers=realm.headers)
+        assert response.json() == {"valid": True, "errors": []}
+        # A reference that is not there is still reported, through the same one query.
+        missing = {**body["definition"], "steps": [{**steps[1], "role_id": "rol_missing"}, steps[-1]]}
+        refused = await client.post(url, json={"definition": missing}, headers=realm.headers)
+    print(f"validate: {log.summary()}")
+    assert refused.status_code == 200
+    assert refused.json()["valid"] is False
+    assert [e["path"] for e in refused.json()["errors"]] == ["/definition/steps/0/role_id"]
+    assert log.control == []  # validating writes nothing: no transaction control
+    # Per request: the credential, the authority, the references.
+    assert len(log.queries) == 6, log.queries
