@@ -27,8 +27,6 @@ import msgspec
 from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
-from sqlalchemy import select
-from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
@@ -207,11 +205,7 @@ def compensation_lines(attempts: Sequence[StepAttempt]) -> list[CompensationLine
 
 async def people(db_session: DbSession, realm_id: str, ids: Iterable[str | None]) -> dict[str, User]:
     """The users among ``ids`` (others, such as service principals, are left out), in one query."""
-    wanted = sorted({i for i in ids if i and i.startswith("usr_")})
-    if not wanted:
-        return {}
-    found = await db_session.execute(select(User).where(User.realm_id == realm_id, col(User.id).in_(wanted)))
-    return {user.id: user for user in found.scalars()}
+    return await directory.users_by_id(db_session, realm_id, ids)
 
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:

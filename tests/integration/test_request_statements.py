@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 
 from cockpit.state import context_of
 from testing.statements import StatementLog, recording
@@ -132,3 +133,37 @@ async def test_validating_a_definition_resolves_its_references_in_one_query(
     assert log.control == []  # validating writes nothing: no transaction control
     # Per request: the credential, the authority, the references.
     assert len(log.queries) == 6, log.queries
+
+
+async def test_a_failed_request_still_records_that_its_token_was_used(client: Client, realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE api_tokens SET last_used_at = now() - interval '1 hour' WHERE realm_id = :r"), {"r": realm.id}
+        )
+    # The handler fails (no such run): the request's transaction rolls back, the mark stays.
+    response = await client.post(f"{realm.api}/workflow-runs/wrn_missing/cancel", headers=realm.headers)
+    assert response.status_code == 404
+    async with realm.sessions() as session:
+        age = await session.scalar(
+            text("SELECT now() - last_used_at < interval '5 minutes' FROM api_tokens WHERE realm_id = :r"),
+            {"r": realm.id},
+        )
+    assert age is True
+
+
+async def test_a_refused_request_still_records_that_its_session_was_used(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE sessions SET last_seen_at = now() - interval '10 minutes' WHERE id = :s"),
+            {"s": login.session_id},
+        )
+    # The guard refuses (another realm's page is not found): nothing but the mark is kept.
+    response = await client.get("/realms/no-such-realm/runs", headers=HTML)
+    assert response.status_code == 404
+    async with realm.sessions() as session:
+        recent = await session.scalar(
+            text("SELECT now() - last_seen_at < interval '5 minutes' FROM sessions WHERE id = :s"),
+            {"s": login.session_id},
+        )
+    assert recent is True
