@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.audit import Actor, emit_event, record_audit
-from engine.authz import Authority
+from engine.authz import Authority, require_authority_over
 from engine.errors import Conflict, Issue, NotFound
 from engine.ids import new_id
 from engine.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
@@ -152,9 +152,13 @@ async def _membership(session: AsyncSession, org_id: str, user_id: str) -> Membe
     return result.scalar_one_or_none()
 
 
-async def add_member(session: AsyncSession, actor: Actor, org_id: str, user_id: str) -> Membership:
+async def add_member(
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+) -> Membership:
+    """Make a user a member; with the caller's ``authority``, the caller must hold all the user holds."""
     org = await get_organization(session, actor.realm_id, org_id)
     user = await _user_in_realm(session, actor.realm_id, user_id)
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their memberships")
     if await _membership(session, org.id, user.id):
         raise Conflict("The user is already a member of this organization.", code="already_a_member")
     membership = Membership(id=new_id("mem"), realm_id=actor.realm_id, organization_id=org.id, user_id=user.id)
@@ -202,6 +206,7 @@ async def remove_member(
         )
         for group in joined.scalars().all():
             await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their memberships")
     left = await session.execute(
         delete(GroupMember)
         .where(
@@ -308,6 +313,13 @@ async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Rol
         .where(col(GroupRole.group_id).in_(list(group_ids)))
         .distinct()
     )
+    return list(result.scalars().all())
+
+
+async def _roles_by_id(session: AsyncSession, role_ids: Sequence[str]) -> list[Role]:
+    if not role_ids:
+        return []
+    result = await session.execute(select(Role).where(col(Role.id).in_(list(role_ids))))
     return list(result.scalars().all())
 
 
@@ -447,7 +459,7 @@ async def update_group(
         for role in roles:
             if role.id not in current_roles:
                 require_ceiling(authority, role, group.organization_id, "grant")
-        for role in await _roles_of(session, [r for r in current_roles if r not in kept]):
+        for role in await _roles_by_id(session, [r for r in current_roles if r not in kept]):
             require_ceiling(authority, role, group.organization_id, "revoke")
     new_parent_id = parent.id if parent else None
     moves = not isinstance(parent_id, Unchanged) and new_parent_id != group.parent_id
@@ -507,6 +519,7 @@ async def add_group_member(
     if await session.get(GroupMember, (group.id, user.id)) is not None:
         raise Conflict("The user is already in this group.", code="already_a_member")
     await check_group_grant(session, authority, group, "grant")
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their groups")
     member = GroupMember(
         group_id=group.id, user_id=user.id, realm_id=actor.realm_id, added_by=actor.id, source_run_id=source_run_id
     )
@@ -550,6 +563,7 @@ async def remove_group_member(
     if member is None or member.realm_id != actor.realm_id:
         raise NotFound("The user is not in this group.")
     await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their groups")
     await session.delete(member)
     await session.flush()
     await record_audit(

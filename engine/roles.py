@@ -17,7 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.audit import Actor, emit_event, record_audit
-from engine.authz import PERMISSIONS, Authority, check_assignment, is_valid_pattern, load_authority
+from engine.authz import (
+    PERMISSIONS,
+    Authority,
+    authority_gaps,
+    check_assignment,
+    is_valid_pattern,
+    load_authority,
+    require_authority_over,
+    require_grant_ceiling,
+    role_authority,
+)
 from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.identity import now as current_time
 from engine.ids import new_id
@@ -89,12 +99,7 @@ def grant_scope(role: Role, organization_id: str | None) -> str | None:
 
 def require_ceiling(authority: Authority, role: Role, organization_id: str | None, verb: str = "assign") -> None:
     """The grant ceiling for one role in one scope (403 grant_ceiling_exceeded naming what is missing)."""
-    scope = grant_scope(role, organization_id)
-    missing = sorted(p for p in role.permissions if not authority.holds(p, scope))
-    if missing:
-        raise GrantCeilingExceeded(
-            f"To {verb} {role.name} you need every permission of the role in that scope; missing: " + ", ".join(missing)
-        )
+    require_grant_ceiling(authority, role.name, role.permissions, grant_scope(role, organization_id), verb)
 
 
 def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issue]]:
@@ -115,7 +120,7 @@ def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issu
 
 
 def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb: str) -> None:
-    missing = sorted(p for p in permissions if not authority.holds(p))
+    missing = authority_gaps(authority, role_authority(permissions, None))
     if missing:
         raise GrantCeilingExceeded(
             f"You cannot {verb} a role holding permissions you do not hold realm-wide: " + ", ".join(missing)
@@ -368,9 +373,14 @@ async def create_assignment(
     elif not user_id and not service_principal_id:
         issues.append(Issue("/user_id", "required", "give user_id or service_principal_id"))
     if expires_at is not None:
-        expires_at = _aware(expires_at)
-        if expires_at <= current_time():
-            issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
+        try:
+            expires_at = _aware(expires_at).astimezone(UTC)
+        except OverflowError:
+            issues.append(Issue("/expires_at", "out_of_range", "must fall within the years 1 to 9999 in UTC"))
+            expires_at = None
+        else:
+            if expires_at <= current_time():
+                issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
     role = await session.get(Role, role_id)
     if role is not None and role.realm_id != actor.realm_id:
         role = None
@@ -416,6 +426,9 @@ async def create_assignment(
         organization_id=scope,
         subject_id=subject_id,
         approver=approver_authority,
+    )
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
     )
     subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
     duplicate = await session.scalar(
@@ -473,6 +486,12 @@ async def revoke_assignment(
     assignment = await get_assignment(session, actor.realm_id, assignment_id)
     role = await get_role(session, actor.realm_id, assignment.role_id)
     require_ceiling(authority, role, assignment.organization_id, "revoke")
+    subject_type = "user" if assignment.user_id else "service_principal"
+    subject_id = assignment.user_id or assignment.service_principal_id
+    assert subject_id is not None
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
+    )
     await session.delete(assignment)
     await session.flush()
     await record_audit(
