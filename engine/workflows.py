@@ -411,6 +411,16 @@ async def create_workflow(
 ) -> tuple[Workflow, WorkflowRevision | None]:
     issues = name_issues("/name", name) + description_issues("/description", description)
     issues += await _owner_issue(session, actor.realm_id, owner_id, "/owner_id")
+    policy_floor = await publish_approval_required(session, actor.realm_id)
+    if policy_floor and requires_approval is False:
+        # The realm policy is a floor: a request may turn approval on, never off.
+        issues.append(
+            Issue(
+                "/requires_approval",
+                "required_by_policy",
+                "the realm policy requires approval before publishing; it cannot be turned off",
+            )
+        )
     if has_definition:
         issues += prefixed(await validate_for_realm(session, actor.realm_id, definition), "/definition")
     raise_if(issues)
@@ -418,7 +428,7 @@ async def create_workflow(
     if await _name_taken(session, actor.realm_id, name):
         raise Conflict("A workflow with this name already exists in the realm.")
     if requires_approval is None:
-        requires_approval = await publish_approval_required(session, actor.realm_id)
+        requires_approval = policy_floor
     workflow = Workflow(
         id=new_id("wfl"),
         realm_id=actor.realm_id,
@@ -639,9 +649,14 @@ async def stage_revision(session: AsyncSession, actor: Actor, workflow_id: str, 
     return await _stage(session, actor, workflow, definition)
 
 
+REVISION_MAX = 2**31 - 1  # revision numbers are PostgreSQL integers
+
+
 async def get_revision(
     session: AsyncSession, realm_id: str, workflow_id: str, number: int, *, lock: bool = False
 ) -> WorkflowRevision:
+    if not 1 <= number <= REVISION_MAX:
+        raise NotFound("No such revision.")
     query = select(WorkflowRevision).where(
         WorkflowRevision.workflow_id == workflow_id,
         WorkflowRevision.realm_id == realm_id,
@@ -767,13 +782,19 @@ async def publish_revision(
         raise Conflict("A superseded revision is not published again directly; roll back to it instead.")
     if revision.status == "rejected":
         raise Conflict("A rejected revision cannot be published.")
-    if workflow.requires_approval and revision.status != "approved":
+    if revision.status != "approved" and (
+        workflow.requires_approval or await publish_approval_required(session, actor.realm_id)
+    ):
         raise Forbidden("This workflow requires an approved revision before publishing.", code="approval_required")
     return await _publish(session, actor, workflow, revision, rollback=False, comment=comment)
 
 
 async def rollback(session: AsyncSession, actor: Actor, workflow_id: str, number: int) -> Publication:
     """Republish an earlier revision (one that was published before) under the same checks."""
+    if not 1 <= number <= REVISION_MAX:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/revision", "out_of_range", "is not a revision number")]
+        )
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
     _not_plugin(workflow, "roll back")
     revision = await get_revision(session, actor.realm_id, workflow_id, number, lock=True)
