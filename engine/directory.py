@@ -12,10 +12,10 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine import crypto
+from engine import crypto, names
 from engine.audit import Actor, emit_event, record_audit
 from engine.authz import Authority, require_authority_over
-from engine.errors import Conflict, NotFound, invalid
+from engine.errors import Conflict, NotFound, ValidationFailed, invalid
 from engine.identity import create_user, now
 from engine.ids import new_id
 from engine.models import BrowserSession, ServicePrincipal, User
@@ -91,6 +91,11 @@ async def update_user(
     authority: Authority | None = None,
 ) -> User:
     user = await get_user(session, actor.realm_id, user_id)
+    if display_name is not None:
+        hidden = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
+        if hidden:
+            raise ValidationFailed("The request is not valid.", issues=hidden)
+        display_name = names.normalize(display_name)
     if user.id != actor.id and (display_name, guest, password) != (None, None, None):
         await require_outranks(session, actor, authority, user, "change their profile or password")
     changed: list[str] = []
@@ -168,6 +173,10 @@ def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
 async def create_service_principal(
     session: AsyncSession, actor: Actor, *, name: str, description: str
 ) -> ServicePrincipal:
+    issues = names.hidden_character_issues("/name", name) or names.mixed_script_issues("/name", name)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    name = names.normalize(name)
     exists = await session.scalar(
         select(func.count())
         .select_from(ServicePrincipal)

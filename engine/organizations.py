@@ -22,6 +22,7 @@ from engine.authz import Authority, require_authority_over
 from engine.errors import Conflict, Issue, NotFound
 from engine.ids import new_id
 from engine.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
+from engine.names import normalize
 from engine.pagination import Page, keyset_page
 from engine.roles import like, raise_issues, require_ceiling, text_issues
 
@@ -70,8 +71,8 @@ def _state_issues(path: str, state: str | None) -> list[Issue]:
 
 
 async def create_organization(session: AsyncSession, actor: Actor, *, name: str) -> Organization:
-    raise_issues(text_issues("/name", name, maximum=NAME_MAX))
-    name = name.strip()
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True))
+    name = normalize(name)
     if await _org_name_taken(session, actor.realm_id, name):
         raise Conflict("An organization with this name already exists in the realm.")
     org = Organization(id=new_id("org"), realm_id=actor.realm_id, name=name)
@@ -104,13 +105,13 @@ async def list_organizations(
 async def update_organization(
     session: AsyncSession, actor: Actor, org_id: str, *, name: str | None = None, state: str | None = None
 ) -> Organization:
-    raise_issues(text_issues("/name", name, maximum=NAME_MAX) + _state_issues("/state", state))
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True) + _state_issues("/state", state))
     org = await get_organization(session, actor.realm_id, org_id)
     changed: dict[str, Any] = {}
-    if name is not None and name.strip() != org.name:
-        if await _org_name_taken(session, actor.realm_id, name.strip(), other_than=org.id):
+    if name is not None and normalize(name) != org.name:
+        if await _org_name_taken(session, actor.realm_id, normalize(name), other_than=org.id):
             raise Conflict("An organization with this name already exists in the realm.")
-        org.name = name.strip()
+        org.name = normalize(name)
         changed["name"] = org.name
     if state is not None and state != org.state:
         org.state = state
@@ -393,13 +394,13 @@ async def create_group(
 ) -> tuple[Group, list[str]]:
     """A group of the organization; granting roles through it needs the ceiling for each role."""
     org = await get_organization(session, actor.realm_id, org_id)
-    issues = text_issues("/name", name, maximum=NAME_MAX)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
     parent = await _resolve_parent(session, actor.realm_id, org.id, parent_id, issues)
     roles = await _resolve_roles(session, actor.realm_id, role_ids, issues)
     raise_issues(issues)
     for role in roles:
         require_ceiling(authority, role, org.id, "grant")
-    name = name.strip()
+    name = normalize(name)
     if await _group_name_taken(session, org.id, name):
         raise Conflict("A group with this name already exists in the organization.")
     group = Group(
@@ -440,7 +441,7 @@ async def update_group(
     A new role, or a new parent whose roles the members would inherit, passes the ceiling.
     """
     group = await get_group(session, actor.realm_id, org_id, group_id)
-    issues = text_issues("/name", name, maximum=NAME_MAX)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
     parent: Group | None = None
     if not isinstance(parent_id, Unchanged) and parent_id:
         parent = await _resolve_parent(session, actor.realm_id, org_id, parent_id, issues)
@@ -450,7 +451,7 @@ async def update_group(
     raise_issues(issues)
     # Every check comes before any write: a refused change changes nothing.
     current_roles = (await group_role_ids(session, [group.id]))[group.id]
-    new_name = name.strip() if name is not None and name.strip() != group.name else None
+    new_name = normalize(name) if name is not None and normalize(name) != group.name else None
     if new_name and await _group_name_taken(session, group.organization_id, new_name, other_than=group.id):
         raise Conflict("A group with this name already exists in the organization.")
     roles_change = roles is not None and sorted(r.id for r in roles) != sorted(current_roles)

@@ -32,6 +32,7 @@ from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotF
 from engine.identity import now as current_time
 from engine.ids import new_id
 from engine.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
+from engine.names import fold, hidden_character_issues, mixed_script_issues, normalize
 from engine.pagination import Page, keyset_page
 
 ROLE_BOUNDARIES = ("realm", "organization")
@@ -43,10 +44,16 @@ DESCRIPTION_MAX = 500
 # --- Input checks shared by the directory services ------------------------------------------------
 
 
-def text_issues(path: str, value: str | None, *, maximum: int, minimum: int = 1) -> list[Issue]:
-    """A one-line text of ``minimum``–``maximum`` characters (``None`` means not given)."""
+def text_issues(path: str, value: str | None, *, maximum: int, minimum: int = 1, name: bool = False) -> list[Issue]:
+    """A one-line text of ``minimum``–``maximum`` characters (``None`` means not given).
+
+    A ``name`` also refuses invisible and bidirectional-control characters and Latin mixed
+    with Cyrillic or Greek (engine/names.py).
+    """
     if value is None:
         return []
+    if name and (lookalike := hidden_character_issues(path, value) or mixed_script_issues(path, value)):
+        return lookalike
     if len(value.strip()) < minimum:
         return [Issue(path, "too_short", f"must be at least {minimum} character(s)")]
     if len(value) > maximum:
@@ -128,10 +135,12 @@ def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb
 
 
 async def _name_taken(session: AsyncSession, realm_id: str, name: str, *, other_than: str | None = None) -> bool:
-    query = select(func.count()).select_from(Role).where(Role.realm_id == realm_id, Role.name == name)
+    """Is another role of the realm called the same, once normalized and case-folded?"""
+    query = select(Role.id, Role.name).where(Role.realm_id == realm_id)
     if other_than:
         query = query.where(Role.id != other_than)
-    return bool(await session.scalar(query))
+    wanted = fold(name)
+    return any(fold(existing) == wanted for _id, existing in await session.execute(query))
 
 
 async def get_role(session: AsyncSession, realm_id: str, role_id: str) -> Role:
@@ -181,13 +190,13 @@ async def create_role(
 ) -> Role:
     """A custom role; its creator must hold every permission put in it (realm-wide)."""
     unique, issues = _permission_issues(permissions)
-    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX) + issues
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True) + issues
     issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
     if boundary not in ROLE_BOUNDARIES:
         issues.append(Issue("/boundary", "invalid", "boundary is realm or organization"))
     raise_issues(issues)
     _require_role_ceiling(authority, unique, "create")
-    name = name.strip()
+    name = normalize(name)
     if await _name_taken(session, actor.realm_id, name):
         raise Conflict("A role with this name already exists in the realm.")
     role = Role(
@@ -226,7 +235,7 @@ async def update_role(
 ) -> Role:
     """Change a custom role. Built-in roles never change; the boundary is fixed at creation."""
     role = await get_role(session, actor.realm_id, role_id)
-    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX)
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True)
     issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
     unique: list[str] | None = None
     if permissions is not None:
@@ -238,10 +247,10 @@ async def update_role(
     # Whoever changes a role must be able to hold it before and after the change.
     _require_role_ceiling(authority, list(role.permissions) + (unique or []), "change")
     changed: list[str] = []
-    if name is not None and name.strip() != role.name:
-        if await _name_taken(session, actor.realm_id, name.strip(), other_than=role.id):
+    if name is not None and normalize(name) != role.name:
+        if await _name_taken(session, actor.realm_id, normalize(name), other_than=role.id):
             raise Conflict("A role with this name already exists in the realm.")
-        role.name = name.strip()
+        role.name = normalize(name)
         changed.append("name")
     if description is not None and description.strip() != role.description:
         role.description = description.strip()

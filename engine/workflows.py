@@ -41,6 +41,7 @@ from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotF
 from engine.identity import now
 from engine.ids import new_id
 from engine.models import Group, Organization, Role, User, WebhookSubscription
+from engine.names import hidden_character_issues, normalize
 from engine.pagination import Page, keyset_page
 from engine.policy import publish_approval_required
 from engine.workflow_models import Workflow, WorkflowRevision
@@ -103,7 +104,7 @@ def name_issues(path: str, name: str | None) -> list[Issue]:
         return [Issue(path, "invalid", "A workflow name has no line breaks.")]
     if "\x00" in name:
         return [Issue(path, "invalid_character", "A workflow name has no NUL characters.")]
-    return []
+    return hidden_character_issues(path, name)
 
 
 def description_issues(path: str, description: str | None) -> list[Issue]:
@@ -424,7 +425,7 @@ async def create_workflow(
     if has_definition:
         issues += prefixed(await validate_for_realm(session, actor.realm_id, definition), "/definition")
     raise_if(issues)
-    name = name.strip()
+    name = normalize(name)
     if await _name_taken(session, actor.realm_id, name):
         raise Conflict("A workflow with this name already exists in the realm.")
     if requires_approval is None:
@@ -490,10 +491,10 @@ async def update_workflow(
     issues += await _owner_issue(session, actor.realm_id, owner_id, "/owner_id")
     raise_if(issues)
     changed: dict[str, Any] = {}
-    if name is not None and name.strip() != workflow.name:
-        if await _name_taken(session, actor.realm_id, name.strip(), other_than=workflow.id):
+    if name is not None and normalize(name) != workflow.name:
+        if await _name_taken(session, actor.realm_id, normalize(name), other_than=workflow.id):
             raise Conflict("A workflow with this name already exists in the realm.")
-        changed["name"] = workflow.name = name.strip()
+        changed["name"] = workflow.name = normalize(name)
     if description is not None and description != workflow.description:
         changed["description"] = workflow.description = description
     if owner_id is not None and owner_id != workflow.owner_id:
