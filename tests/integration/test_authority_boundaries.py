@@ -258,3 +258,32 @@ async def test_the_publish_approval_policy_is_a_floor(client: Client, realm: Rea
     async with realm.sessions() as session, session.begin():
         published = await workflows.publish_revision(session, realm.actor, before["id"], 1)
     assert published.revision.status == "published"
+
+
+# --- A run started by hand acts with its publisher's authority: not a way around the rule ---------
+
+
+async def test_a_starter_cannot_aim_a_run_at_someone_stronger(client: Client, realm: RealmHandle) -> None:
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "suspend", "type": "suspend_user"}, {"id": "done", "type": "end"}],
+    }
+    workflow = (
+        await client.post(
+            realm.api + "/workflows", json={"name": "Offboard", "definition": definition}, headers=realm.headers
+        )
+    ).json()
+    published = await client.post(
+        f"{realm.api}/workflows/{workflow['id']}/revisions/1/publish", json={}, headers=realm.headers
+    )
+    assert published.status_code == 200
+    target, _ = await organization_admin(realm)
+    ordinary = await realm.user()
+    _, headers = await holder_of(realm, "realm.workflows.run", "realm.users.suspend", "realm.users.read")
+    url = f"{realm.api}/workflows/{workflow['id']}/runs"
+    refused = await client.post(url, json={"subject_id": target.id}, headers=headers)
+    assert refused.status_code == 403 and refused.json()["code"] == "target_outranks_actor", refused.text
+    assert await scalar(realm, "SELECT count(*) FROM workflow_runs WHERE subject_id = :s", s=target.id) == 0
+    started = await client.post(url, json={"subject_id": ordinary.id}, headers=headers)
+    assert started.status_code == 202, started.text
