@@ -136,7 +136,7 @@ def create_app(
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
         guards=[realm_guard],
         lifespan=[lifespan],
-        middleware=[boundary_middleware_factory(settings.trusted_proxies), request_id_middleware],  # type: ignore[list-item]
+        middleware=[boundary_middleware_factory(settings.trusted_proxies), request_id_middleware],
         exception_handlers={Exception: problem_handler},
         template_config=template_config,
         openapi_config=OpenAPIConfig(

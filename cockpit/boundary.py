@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from ipaddress import IPv4Network, IPv6Network, ip_address
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -53,7 +53,7 @@ def forwarded_client(peer: str, forwarded_for: str | None, proxies: Sequence[IPv
     return hops[0] if hops else peer
 
 
-def boundary_middleware_factory(proxies: Sequence[IPv4Network | IPv6Network]) -> object:
+def boundary_middleware_factory(proxies: Sequence[IPv4Network | IPv6Network]) -> Callable[[ASGIApp], ASGIApp]:
     """The middleware for ``create_app``, bound to the operator's trusted proxies."""
 
     def boundary_middleware(app: ASGIApp) -> ASGIApp:
