@@ -25,7 +25,9 @@ from cockpit.api.users import ServicePrincipalsController, UsersController
 from cockpit.api.webhooks import WebhooksController
 from cockpit.api.workflows import ContractsController, WorkflowsController
 from cockpit.auth import provide_principal, realm_guard
+from cockpit.boundary import boundary_middleware_factory
 from cockpit.middleware import request_id_middleware
+from cockpit.openapi import declare_problem_responses
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.home import HomeController, RealmHomeController
@@ -107,6 +109,7 @@ def create_app(
             head_revision=head_revision(),
             read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
         )
+        declare_problem_responses(app.openapi_schema)
         try:
             yield
         finally:
@@ -134,7 +137,11 @@ def create_app(
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
         guards=[realm_guard],
         lifespan=[lifespan],
-        middleware=[request_id_middleware, request_db_middleware],
+        middleware=[
+            boundary_middleware_factory(settings.trusted_proxies),
+            request_id_middleware,
+            request_db_middleware,
+        ],
         exception_handlers={Exception: problem_handler},
         template_config=template_config,
         openapi_config=OpenAPIConfig(

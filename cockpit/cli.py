@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from cockpit.admin_cli import AdminError
 from engine.config import ConfigError, Settings, get_settings
@@ -67,6 +68,24 @@ def cmd_db_url(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def server_config(app: Any, host: str, port: int) -> Any:
+    """uvicorn's settings. It never reads proxy headers itself: the app believes
+    X-Forwarded-For only from the proxies ``COCKPIT_TRUSTED_PROXIES`` names."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        proxy_headers=False,
+        forwarded_allow_ips="",
+        server_header=False,
+    )
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -78,8 +97,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if not args.no_migrate:
         _migrate(url)
     app = create_app(settings, database_url=url)
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app, host, port))
     parent = os.environ.get("COCKPIT_PARENT_PID")
     if parent:
         _exit_with_parent(int(parent), lambda: setattr(server, "should_exit", True))

@@ -39,7 +39,12 @@ def parse_timestamp(value: str) -> datetime:
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        # The database stores UTC: a time its offset pushes outside years 1-9999 cannot be stored.
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("outside the years 1 to 9999 in UTC") from exc
 
 
 def _escape_like(value: str) -> str:

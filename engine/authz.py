@@ -108,13 +108,94 @@ class Authority:
 
     def can_assign(self, role_permissions: Iterable[str], organization_id: str | None) -> bool:
         """The grant ceiling: every permission of the role, held in that scope."""
-        return all(self.holds(p, organization_id) for p in role_permissions)
+        return not authority_gaps(self, role_authority(role_permissions, organization_id))
 
     def permissions_in(self, organization_id: str | None = None) -> set[str]:
         out: set[str] = set()
         for g in self._scopes(organization_id):
             out |= g.permissions
         return out
+
+
+# --- The one rule: may this actor act on that target? ---------------------------------------------
+
+
+def expand(pattern: str) -> list[str]:
+    """The catalog permissions a pattern stands for (a wildcard is exactly what it covers)."""
+    return [name for name in PERMISSIONS if covers(pattern, name)] or [pattern]
+
+
+def role_authority(permissions: Iterable[str], organization_id: str | None) -> Authority:
+    """What holding a role in one scope amounts to, as a target for :func:`authority_gaps`."""
+    return Authority("role", "", [Grant(frozenset(permissions), organization_id)])
+
+
+def authority_gaps(actor: Authority, target: Authority) -> list[str]:
+    """Every permission the target holds that the actor does not hold in the same scope.
+
+    The target's grants are taken scope by scope (the realm, and each organization); wildcards
+    are expanded to the catalog permissions they cover, so ``org.*`` in an organization is
+    matched by ``org.*``, ``*`` or every ``org.…`` permission, held at realm scope or in that
+    organization. Empty: the actor holds everything the target holds, everywhere it holds it.
+    """
+    missing: set[str] = set()
+    for grant in target.grants:
+        scope = grant.organization_id
+        for pattern in grant.permissions:
+            wanted = expand(pattern)
+            lacking = [p for p in wanted if not actor.holds(p, scope)]
+            # A wildcard the actor lacks entirely is named as such; otherwise what exactly is lacking.
+            named = [pattern] if lacking and len(lacking) == len(wanted) else lacking
+            missing.update(p if scope is None else f"{p} in {scope}" for p in named)
+    return sorted(missing)
+
+
+def may_act_on(actor: Authority, target: Authority) -> bool:
+    """May ``actor`` change ``target`` (a principal, or a role in a scope)? Only when it holds all of it."""
+    return not authority_gaps(actor, target)
+
+
+class TargetOutranksActor(Forbidden):
+    code = "target_outranks_actor"
+
+
+async def require_authority_over(
+    session: AsyncSession,
+    realm_id: str,
+    actor: Authority | None,
+    target_type: str,
+    target_id: str,
+    *,
+    what: str = "change this principal",
+) -> None:
+    """The rule for every change made to a principal or to what a principal holds.
+
+    Password, profile and status changes, second-factor resets, tokens minted or revoked for
+    someone, role assignments granted or revoked, organization and group membership: the actor
+    must hold every permission the target holds, in every scope the target holds it. Acting on
+    oneself always passes; ``actor`` None is the operator (CLI), who is above the realm.
+    Raises 403 ``target_outranks_actor`` naming what is missing.
+    """
+    if actor is None or (actor.principal_id == target_id and actor.principal_type == target_type):
+        return
+    target = await load_authority(session, realm_id, target_type, target_id)
+    missing = authority_gaps(actor, target)
+    if missing:
+        label = "user" if target_type == "user" else "service principal"
+        raise TargetOutranksActor(
+            f"This {label} holds permissions you do not hold ({', '.join(missing)}); you cannot {what}."
+        )
+
+
+def require_grant_ceiling(
+    actor: Authority, role_name: str, permissions: Iterable[str], organization_id: str | None, verb: str
+) -> None:
+    """The grant ceiling (granting and revoking alike): the same rule, with the role in its scope as target."""
+    missing = authority_gaps(actor, role_authority(permissions, organization_id))
+    if missing:
+        raise GrantCeilingExceeded(
+            f"To {verb} {role_name} you need every permission of the role in that scope; missing: " + ", ".join(missing)
+        )
 
 
 _AUTHORITY_SQL = text(
@@ -184,11 +265,7 @@ def check_assignment(
       held to the same rules).
     """
     permissions = list(role_permissions)
-    if not granter.can_assign(permissions, organization_id):
-        raise GrantCeilingExceeded(
-            f"Assigning {role_name} needs every permission of the role in that scope: "
-            + ", ".join(sorted(p for p in permissions if not granter.holds(p, organization_id)))
-        )
+    require_grant_ceiling(granter, role_name, permissions, organization_id, "assign")
     if approver is None:
         if requires_approval:
             raise invalid(approver_path, f"The role {role_name} requires an independent approver.", "approver_required")

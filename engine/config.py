@@ -10,6 +10,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from functools import lru_cache
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +66,8 @@ class Settings:
     secure_cookies: bool
     allow_private_egress: bool
     workers: WorkerSettings = field(default_factory=WorkerSettings)
+    # Addresses (or CIDR networks) of the reverse proxies whose X-Forwarded-For is believed.
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
 
     @property
     def secret_key(self) -> str:
@@ -94,6 +97,22 @@ def load_or_create_secret_key(home: Path) -> str:
     finally:
         os.close(fd)
     return key
+
+
+def parse_trusted_proxies(raw: str | None) -> tuple[IPv4Network | IPv6Network, ...]:
+    """``COCKPIT_TRUSTED_PROXIES``: comma-separated addresses or CIDR networks; empty trusts none."""
+    out: list[IPv4Network | IPv6Network] = []
+    for item in (raw or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ConfigError(
+                f"COCKPIT_TRUSTED_PROXIES must list IP addresses or networks (CIDR), got {item!r}"
+            ) from exc
+    return tuple(out)
 
 
 def load_settings() -> Settings:
@@ -127,6 +146,7 @@ def load_settings() -> Settings:
             group_commit=_int("COCKPIT_WORKER_GROUP_COMMIT", 50),
             fast_path=_bool("COCKPIT_WORKER_FAST_PATH", True),
         ),
+        trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
     )
 
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine import crypto
+from engine import crypto, names
 from engine.audit import Actor, emit_event, record_audit
-from engine.authz import Authority, load_authority
-from engine.errors import Conflict, Forbidden, NotFound, invalid
+from engine.authz import Authority, require_authority_over
+from engine.errors import Conflict, NotFound, ValidationFailed, invalid
 from engine.identity import create_user, now
 from engine.ids import new_id
-from engine.models import ServicePrincipal, User
+from engine.models import BrowserSession, ServicePrincipal, User
 from engine.pagination import Page, keyset_page
 
 __all__ = ["create_user"]
@@ -79,22 +79,15 @@ async def list_users(
     return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
 
 
-async def require_outranks(session: AsyncSession, actor: Actor, authority: Authority | None, user: User) -> None:
-    """Changing someone's password or status needs every permission they hold realm-wide.
+async def require_outranks(
+    session: AsyncSession, actor: Actor, authority: Authority | None, user: User, what: str = "change this user"
+) -> None:
+    """Changing someone needs every permission they hold, in every scope (engine.authz's one rule).
 
     Otherwise a holder of realm.users.write could take over an administrator's account, or a
     holder of realm.users.suspend lock every administrator out.
     """
-    if authority is None:
-        return
-    target = await load_authority(session, actor.realm_id, "user", user.id)
-    missing = sorted(p for p in target.permissions_in(None) if not authority.holds(p))
-    if missing:
-        raise Forbidden(
-            "This user holds permissions you do not hold (" + ", ".join(missing) + "); you cannot change their "
-            "password or status.",
-            code="target_outranks_actor",
-        )
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what=what)
 
 
 async def update_user(
@@ -108,8 +101,13 @@ async def update_user(
     authority: Authority | None = None,
 ) -> User:
     user = await get_user(session, actor.realm_id, user_id)
-    if password is not None and user.id != actor.id:
-        await require_outranks(session, actor, authority, user)
+    if display_name is not None:
+        hidden = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
+        if hidden:
+            raise ValidationFailed("The request is not valid.", issues=hidden)
+        display_name = names.normalize(display_name)
+    if user.id != actor.id and (display_name, guest, password) != (None, None, None):
+        await require_outranks(session, actor, authority, user, "change their profile or password")
     changed: list[str] = []
     if display_name is not None and display_name != user.display_name:
         user.display_name = display_name
@@ -134,11 +132,11 @@ async def set_user_status(
 ) -> User:
     """Suspend or reactivate; a suspended user's sessions and tokens stop working at once.
 
-    With ``authority`` (the caller's), suspending someone needs every permission they hold.
+    With ``authority`` (the caller's), suspending or reactivating someone needs every
+    permission they hold.
     """
     user = await get_user(session, actor.realm_id, user_id)
-    if status == "suspended":
-        await require_outranks(session, actor, authority, user)
+    await require_outranks(session, actor, authority, user, "change their status")
     if user.status == status:
         raise Conflict(f"The user is already {status}.")
     if status == "suspended" and actor.id == user.id:
@@ -152,6 +150,32 @@ async def set_user_status(
     return user
 
 
+async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None) -> User:
+    """Remove a user's second factor (a lost phone): they enrol again at their next MFA sign-in.
+
+    Their browser sessions end too, so a session that relied on the old factor stops at once.
+    Resetting someone's factor needs every permission they hold (the one rule).
+    """
+    user = await get_user(session, actor.realm_id, user_id)
+    await require_outranks(session, actor, authority, user, "reset their second factor")
+    if user.totp_enabled_at is None and user.totp_secret_enc is None:
+        raise Conflict("The user has no second factor to reset.", code="mfa_not_enrolled")
+    user.totp_secret_enc = None
+    user.totp_enabled_at = None
+    user.totp_last_step = None
+    user.updated_at = now()
+    await session.execute(
+        update(BrowserSession)
+        .where(BrowserSession.user_id == user.id, col(BrowserSession.revoked_at).is_(None))
+        .values(revoked_at=now())
+    )
+    await session.flush()
+    await record_audit(
+        session, actor, "user.mfa_reset", category="authentication", subject_type="user", subject_id=user.id
+    )
+    return user
+
+
 def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
     return {"id": sp.id, "name": sp.name, "description": sp.description, "created_at": sp.created_at}
 
@@ -159,6 +183,10 @@ def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
 async def create_service_principal(
     session: AsyncSession, actor: Actor, *, name: str, description: str
 ) -> ServicePrincipal:
+    issues = names.hidden_character_issues("/name", name) or names.mixed_script_issues("/name", name)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    name = names.normalize(name)
     exists = await session.scalar(
         select(func.count())
         .select_from(ServicePrincipal)

@@ -15,10 +15,10 @@ import pyotp
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine import crypto
+from engine import crypto, names
 from engine.audit import Actor, emit_event, record_audit
 from engine.authz import BUILTIN_ROLES
-from engine.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized, invalid
+from engine.errors import Conflict, Forbidden, NotFound, TooManyRequests, Unauthorized, ValidationFailed, invalid
 from engine.ids import new_id
 from engine.models import (
     ApiToken,
@@ -127,7 +127,8 @@ async def builtin_role(session: AsyncSession, realm_id: str, name: str) -> Role:
 
 
 def normalize_email(email: str) -> str:
-    return email.strip()
+    """NFKC (a fullwidth ``ｂob@…`` is ``bob@…``), without surrounding white space."""
+    return names.normalize(email)
 
 
 async def user_by_email(session: AsyncSession, realm_id: str, email: str) -> User | None:
@@ -146,8 +147,17 @@ async def create_user(
     guest: bool = False,
     password: str | None = None,
 ) -> User:
-    """A user, with its ``user.created`` outbox event and audit event in the same transaction."""
+    """A user, with its ``user.created`` outbox event and audit event in the same transaction.
+
+    Email and display name are stored NFKC-normalized; invisible and bidirectional-control
+    characters are refused in both, and an email mixing Latin with Cyrillic or Greek too.
+    """
+    issues = names.hidden_character_issues("/email", email) or names.mixed_script_issues("/email", email)
+    issues += names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
     email = normalize_email(email)
+    display_name = names.normalize(display_name)
     if await user_by_email(session, actor.realm_id, email):
         raise Conflict("A user with this email already exists in the realm.")
     user = User(

@@ -18,10 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.audit import Actor, emit_event, record_audit
-from engine.authz import Authority
+from engine.authz import Authority, require_authority_over
 from engine.errors import Conflict, Issue, NotFound
 from engine.ids import new_id
 from engine.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
+from engine.names import normalize
 from engine.pagination import Page, keyset_page
 from engine.roles import like, raise_issues, require_ceiling, text_issues
 
@@ -70,8 +71,8 @@ def _state_issues(path: str, state: str | None) -> list[Issue]:
 
 
 async def create_organization(session: AsyncSession, actor: Actor, *, name: str) -> Organization:
-    raise_issues(text_issues("/name", name, maximum=NAME_MAX))
-    name = name.strip()
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True))
+    name = normalize(name)
     if await _org_name_taken(session, actor.realm_id, name):
         raise Conflict("An organization with this name already exists in the realm.")
     org = Organization(id=new_id("org"), realm_id=actor.realm_id, name=name)
@@ -104,13 +105,13 @@ async def list_organizations(
 async def update_organization(
     session: AsyncSession, actor: Actor, org_id: str, *, name: str | None = None, state: str | None = None
 ) -> Organization:
-    raise_issues(text_issues("/name", name, maximum=NAME_MAX) + _state_issues("/state", state))
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True) + _state_issues("/state", state))
     org = await get_organization(session, actor.realm_id, org_id)
     changed: dict[str, Any] = {}
-    if name is not None and name.strip() != org.name:
-        if await _org_name_taken(session, actor.realm_id, name.strip(), other_than=org.id):
+    if name is not None and normalize(name) != org.name:
+        if await _org_name_taken(session, actor.realm_id, normalize(name), other_than=org.id):
             raise Conflict("An organization with this name already exists in the realm.")
-        org.name = name.strip()
+        org.name = normalize(name)
         changed["name"] = org.name
     if state is not None and state != org.state:
         org.state = state
@@ -152,9 +153,13 @@ async def _membership(session: AsyncSession, org_id: str, user_id: str) -> Membe
     return result.scalar_one_or_none()
 
 
-async def add_member(session: AsyncSession, actor: Actor, org_id: str, user_id: str) -> Membership:
+async def add_member(
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+) -> Membership:
+    """Make a user a member; with the caller's ``authority``, the caller must hold all the user holds."""
     org = await get_organization(session, actor.realm_id, org_id)
     user = await _user_in_realm(session, actor.realm_id, user_id)
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their memberships")
     if await _membership(session, org.id, user.id):
         raise Conflict("The user is already a member of this organization.", code="already_a_member")
     membership = Membership(id=new_id("mem"), realm_id=actor.realm_id, organization_id=org.id, user_id=user.id)
@@ -202,6 +207,7 @@ async def remove_member(
         )
         for group in joined.scalars().all():
             await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their memberships")
     left = await session.execute(
         delete(GroupMember)
         .where(
@@ -311,6 +317,13 @@ async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Rol
     return list(result.scalars().all())
 
 
+async def _roles_by_id(session: AsyncSession, role_ids: Sequence[str]) -> list[Role]:
+    if not role_ids:
+        return []
+    result = await session.execute(select(Role).where(col(Role.id).in_(list(role_ids))))
+    return list(result.scalars().all())
+
+
 async def inherited_roles(session: AsyncSession, group: Group) -> list[Role]:
     """Every role a member of ``group`` holds through it (its own and its ancestors')."""
     return await _roles_of(session, await lineage(session, group.id))
@@ -381,13 +394,13 @@ async def create_group(
 ) -> tuple[Group, list[str]]:
     """A group of the organization; granting roles through it needs the ceiling for each role."""
     org = await get_organization(session, actor.realm_id, org_id)
-    issues = text_issues("/name", name, maximum=NAME_MAX)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
     parent = await _resolve_parent(session, actor.realm_id, org.id, parent_id, issues)
     roles = await _resolve_roles(session, actor.realm_id, role_ids, issues)
     raise_issues(issues)
     for role in roles:
         require_ceiling(authority, role, org.id, "grant")
-    name = name.strip()
+    name = normalize(name)
     if await _group_name_taken(session, org.id, name):
         raise Conflict("A group with this name already exists in the organization.")
     group = Group(
@@ -428,7 +441,7 @@ async def update_group(
     A new role, or a new parent whose roles the members would inherit, passes the ceiling.
     """
     group = await get_group(session, actor.realm_id, org_id, group_id)
-    issues = text_issues("/name", name, maximum=NAME_MAX)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
     parent: Group | None = None
     if not isinstance(parent_id, Unchanged) and parent_id:
         parent = await _resolve_parent(session, actor.realm_id, org_id, parent_id, issues)
@@ -438,7 +451,7 @@ async def update_group(
     raise_issues(issues)
     # Every check comes before any write: a refused change changes nothing.
     current_roles = (await group_role_ids(session, [group.id]))[group.id]
-    new_name = name.strip() if name is not None and name.strip() != group.name else None
+    new_name = normalize(name) if name is not None and normalize(name) != group.name else None
     if new_name and await _group_name_taken(session, group.organization_id, new_name, other_than=group.id):
         raise Conflict("A group with this name already exists in the organization.")
     roles_change = roles is not None and sorted(r.id for r in roles) != sorted(current_roles)
@@ -447,7 +460,7 @@ async def update_group(
         for role in roles:
             if role.id not in current_roles:
                 require_ceiling(authority, role, group.organization_id, "grant")
-        for role in await _roles_of(session, [r for r in current_roles if r not in kept]):
+        for role in await _roles_by_id(session, [r for r in current_roles if r not in kept]):
             require_ceiling(authority, role, group.organization_id, "revoke")
     new_parent_id = parent.id if parent else None
     moves = not isinstance(parent_id, Unchanged) and new_parent_id != group.parent_id
@@ -507,6 +520,7 @@ async def add_group_member(
     if await session.get(GroupMember, (group.id, user.id)) is not None:
         raise Conflict("The user is already in this group.", code="already_a_member")
     await check_group_grant(session, authority, group, "grant")
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their groups")
     member = GroupMember(
         group_id=group.id, user_id=user.id, realm_id=actor.realm_id, added_by=actor.id, source_run_id=source_run_id
     )
@@ -550,6 +564,7 @@ async def remove_group_member(
     if member is None or member.realm_id != actor.realm_id:
         raise NotFound("The user is not in this group.")
     await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their groups")
     await session.delete(member)
     await session.flush()
     await record_audit(

@@ -17,11 +17,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.audit import Actor, emit_event, record_audit
-from engine.authz import PERMISSIONS, Authority, check_assignment, is_valid_pattern, load_authority
+from engine.authz import (
+    PERMISSIONS,
+    Authority,
+    authority_gaps,
+    check_assignment,
+    is_valid_pattern,
+    load_authority,
+    require_authority_over,
+    require_grant_ceiling,
+    role_authority,
+)
 from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.identity import now as current_time
 from engine.ids import new_id
 from engine.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
+from engine.names import fold, hidden_character_issues, mixed_script_issues, normalize
 from engine.pagination import Page, keyset_page
 
 ROLE_BOUNDARIES = ("realm", "organization")
@@ -33,10 +44,16 @@ DESCRIPTION_MAX = 500
 # --- Input checks shared by the directory services ------------------------------------------------
 
 
-def text_issues(path: str, value: str | None, *, maximum: int, minimum: int = 1) -> list[Issue]:
-    """A one-line text of ``minimum``–``maximum`` characters (``None`` means not given)."""
+def text_issues(path: str, value: str | None, *, maximum: int, minimum: int = 1, name: bool = False) -> list[Issue]:
+    """A one-line text of ``minimum``–``maximum`` characters (``None`` means not given).
+
+    A ``name`` also refuses invisible and bidirectional-control characters and Latin mixed
+    with Cyrillic or Greek (engine/names.py).
+    """
     if value is None:
         return []
+    if name and (lookalike := hidden_character_issues(path, value) or mixed_script_issues(path, value)):
+        return lookalike
     if len(value.strip()) < minimum:
         return [Issue(path, "too_short", f"must be at least {minimum} character(s)")]
     if len(value) > maximum:
@@ -89,12 +106,7 @@ def grant_scope(role: Role, organization_id: str | None) -> str | None:
 
 def require_ceiling(authority: Authority, role: Role, organization_id: str | None, verb: str = "assign") -> None:
     """The grant ceiling for one role in one scope (403 grant_ceiling_exceeded naming what is missing)."""
-    scope = grant_scope(role, organization_id)
-    missing = sorted(p for p in role.permissions if not authority.holds(p, scope))
-    if missing:
-        raise GrantCeilingExceeded(
-            f"To {verb} {role.name} you need every permission of the role in that scope; missing: " + ", ".join(missing)
-        )
+    require_grant_ceiling(authority, role.name, role.permissions, grant_scope(role, organization_id), verb)
 
 
 def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issue]]:
@@ -115,7 +127,7 @@ def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issu
 
 
 def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb: str) -> None:
-    missing = sorted(p for p in permissions if not authority.holds(p))
+    missing = authority_gaps(authority, role_authority(permissions, None))
     if missing:
         raise GrantCeilingExceeded(
             f"You cannot {verb} a role holding permissions you do not hold realm-wide: " + ", ".join(missing)
@@ -123,10 +135,12 @@ def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb
 
 
 async def _name_taken(session: AsyncSession, realm_id: str, name: str, *, other_than: str | None = None) -> bool:
-    query = select(func.count()).select_from(Role).where(Role.realm_id == realm_id, Role.name == name)
+    """Is another role of the realm called the same, once normalized and case-folded?"""
+    query = select(Role.id, Role.name).where(Role.realm_id == realm_id)
     if other_than:
         query = query.where(Role.id != other_than)
-    return bool(await session.scalar(query))
+    wanted = fold(name)
+    return any(fold(existing) == wanted for _id, existing in await session.execute(query))
 
 
 async def get_role(session: AsyncSession, realm_id: str, role_id: str) -> Role:
@@ -176,13 +190,13 @@ async def create_role(
 ) -> Role:
     """A custom role; its creator must hold every permission put in it (realm-wide)."""
     unique, issues = _permission_issues(permissions)
-    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX) + issues
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True) + issues
     issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
     if boundary not in ROLE_BOUNDARIES:
         issues.append(Issue("/boundary", "invalid", "boundary is realm or organization"))
     raise_issues(issues)
     _require_role_ceiling(authority, unique, "create")
-    name = name.strip()
+    name = normalize(name)
     if await _name_taken(session, actor.realm_id, name):
         raise Conflict("A role with this name already exists in the realm.")
     role = Role(
@@ -221,7 +235,7 @@ async def update_role(
 ) -> Role:
     """Change a custom role. Built-in roles never change; the boundary is fixed at creation."""
     role = await get_role(session, actor.realm_id, role_id)
-    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX)
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True)
     issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
     unique: list[str] | None = None
     if permissions is not None:
@@ -233,10 +247,10 @@ async def update_role(
     # Whoever changes a role must be able to hold it before and after the change.
     _require_role_ceiling(authority, list(role.permissions) + (unique or []), "change")
     changed: list[str] = []
-    if name is not None and name.strip() != role.name:
-        if await _name_taken(session, actor.realm_id, name.strip(), other_than=role.id):
+    if name is not None and normalize(name) != role.name:
+        if await _name_taken(session, actor.realm_id, normalize(name), other_than=role.id):
             raise Conflict("A role with this name already exists in the realm.")
-        role.name = name.strip()
+        role.name = normalize(name)
         changed.append("name")
     if description is not None and description.strip() != role.description:
         role.description = description.strip()
@@ -368,9 +382,14 @@ async def create_assignment(
     elif not user_id and not service_principal_id:
         issues.append(Issue("/user_id", "required", "give user_id or service_principal_id"))
     if expires_at is not None:
-        expires_at = _aware(expires_at)
-        if expires_at <= current_time():
-            issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
+        try:
+            expires_at = _aware(expires_at).astimezone(UTC)
+        except OverflowError:
+            issues.append(Issue("/expires_at", "out_of_range", "must fall within the years 1 to 9999 in UTC"))
+            expires_at = None
+        else:
+            if expires_at <= current_time():
+                issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
     role = await session.get(Role, role_id)
     if role is not None and role.realm_id != actor.realm_id:
         role = None
@@ -416,6 +435,9 @@ async def create_assignment(
         organization_id=scope,
         subject_id=subject_id,
         approver=approver_authority,
+    )
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
     )
     subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
     duplicate = await session.scalar(
@@ -473,6 +495,12 @@ async def revoke_assignment(
     assignment = await get_assignment(session, actor.realm_id, assignment_id)
     role = await get_role(session, actor.realm_id, assignment.role_id)
     require_ceiling(authority, role, assignment.organization_id, "revoke")
+    subject_type = "user" if assignment.user_id else "service_principal"
+    subject_id = assignment.user_id or assignment.service_principal_id
+    assert subject_id is not None
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
+    )
     await session.delete(assignment)
     await session.flush()
     await record_audit(

@@ -17,7 +17,7 @@ from sqlmodel import col
 
 from engine import runstore
 from engine.audit import Actor, record_audit
-from engine.authz import load_authority
+from engine.authz import load_authority, require_authority_over
 from engine.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
 from engine.ids import new_id
@@ -231,6 +231,8 @@ async def start_manual_run(
         problems = await _org_issues(session, actor.realm_id, authority, revision.definition, organization_id)
     if problems:
         raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
+    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
+    await require_authority_over(session, actor.realm_id, authority, "user", subject_id, what="start a run about them")
     run = await start_run(
         session,
         StartRequest(

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine import identity
 from engine.audit import Actor, record_audit
+from engine.authz import Authority, require_authority_over
 from engine.errors import Forbidden, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
 from engine.models import ApiToken, ServicePrincipal, User
@@ -113,15 +114,28 @@ async def mint_own_token(
 
 
 async def mint_service_principal_token(
-    session: AsyncSession, actor: Actor, sp_id: str, *, name: str, expires_in_days: int | None
+    session: AsyncSession,
+    actor: Actor,
+    sp_id: str,
+    *,
+    name: str,
+    expires_in_days: int | None,
+    authority: Authority | None = None,
 ) -> tuple[str, ApiToken]:
-    """An admin-audience token for a service principal of the realm."""
+    """An admin-audience token for a service principal of the realm.
+
+    A token acts with everything its principal holds, so with the caller's ``authority`` the
+    caller must hold all of it (the one rule): nobody mints their way above themselves.
+    """
     issues = request_issues(name, None, expires_in_days)
     if issues:
         raise ValidationFailed("The request is not valid.", issues=issues)
     principal = await session.get(ServicePrincipal, sp_id)
     if principal is None or principal.realm_id != actor.realm_id:
         raise NotFound("No such service principal.")
+    await require_authority_over(
+        session, actor.realm_id, authority, "service_principal", principal.id, what="mint a token for it"
+    )
     return await identity.mint_token(
         session,
         actor,
@@ -150,17 +164,31 @@ async def list_tokens(
     return await keyset_page(session, query, ApiToken.id, cursor=cursor, limit=limit)
 
 
-async def revoke(session: AsyncSession, actor: Actor, token_id: str, *, may_revoke_any: bool) -> ApiToken:
+async def revoke(
+    session: AsyncSession,
+    actor: Actor,
+    token_id: str,
+    *,
+    may_revoke_any: bool,
+    authority: Authority | None = None,
+) -> ApiToken:
     """Revoke a token of the caller (or any token of the realm when ``may_revoke_any``).
 
     Someone else's token answers 404 to a caller who may not revoke it, so token ids do not
-    leak. Revoking a revoked token changes nothing.
+    leak. Revoking someone else's token needs every permission its owner holds (``authority``,
+    the one rule). Revoking a revoked token changes nothing.
     """
     row = await session.get(ApiToken, token_id, with_for_update=True)
     if row is None or row.realm_id != actor.realm_id:
         raise NotFound("No such token.")
-    if not may_revoke_any and (actor.type != "user" or row.user_id != actor.id):
+    own = actor.type == "user" and row.user_id == actor.id
+    if not may_revoke_any and not own:
         raise NotFound("No such token.")
+    if not own:
+        owner_type = "user" if row.user_id else "service_principal"
+        owner_id = row.user_id or row.service_principal_id
+        assert owner_id is not None
+        await require_authority_over(session, actor.realm_id, authority, owner_type, owner_id, what="revoke its tokens")
     if row.revoked_at is not None:
         return row
     row.revoked_at = utc_now()

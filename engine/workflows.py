@@ -41,6 +41,7 @@ from engine.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotF
 from engine.identity import now
 from engine.ids import new_id
 from engine.models import Group, Role, User
+from engine.names import hidden_character_issues, normalize
 from engine.pagination import Page, keyset_page
 from engine.policy import publish_approval_required
 from engine.workflow_models import Workflow, WorkflowRevision
@@ -103,7 +104,7 @@ def name_issues(path: str, name: str | None) -> list[Issue]:
         return [Issue(path, "invalid", "A workflow name has no line breaks.")]
     if "\x00" in name:
         return [Issue(path, "invalid_character", "A workflow name has no NUL characters.")]
-    return []
+    return hidden_character_issues(path, name)
 
 
 def description_issues(path: str, description: str | None) -> list[Issue]:
@@ -417,14 +418,24 @@ async def create_workflow(
 ) -> tuple[Workflow, WorkflowRevision | None]:
     issues = name_issues("/name", name) + description_issues("/description", description)
     issues += await _owner_issue(session, actor.realm_id, owner_id, "/owner_id")
+    policy_floor = await publish_approval_required(session, actor.realm_id)
+    if policy_floor and requires_approval is False:
+        # The realm policy is a floor: a request may turn approval on, never off.
+        issues.append(
+            Issue(
+                "/requires_approval",
+                "required_by_policy",
+                "the realm policy requires approval before publishing; it cannot be turned off",
+            )
+        )
     if has_definition:
         issues += prefixed(await validate_for_realm(session, actor.realm_id, definition), "/definition")
     raise_if(issues)
-    name = name.strip()
+    name = normalize(name)
     if await _name_taken(session, actor.realm_id, name):
         raise Conflict("A workflow with this name already exists in the realm.")
     if requires_approval is None:
-        requires_approval = await publish_approval_required(session, actor.realm_id)
+        requires_approval = policy_floor
     workflow = Workflow(
         id=new_id("wfl"),
         realm_id=actor.realm_id,
@@ -486,10 +497,10 @@ async def update_workflow(
     issues += await _owner_issue(session, actor.realm_id, owner_id, "/owner_id")
     raise_if(issues)
     changed: dict[str, Any] = {}
-    if name is not None and name.strip() != workflow.name:
-        if await _name_taken(session, actor.realm_id, name.strip(), other_than=workflow.id):
+    if name is not None and normalize(name) != workflow.name:
+        if await _name_taken(session, actor.realm_id, normalize(name), other_than=workflow.id):
             raise Conflict("A workflow with this name already exists in the realm.")
-        changed["name"] = workflow.name = name.strip()
+        changed["name"] = workflow.name = normalize(name)
     if description is not None and description != workflow.description:
         changed["description"] = workflow.description = description
     if owner_id is not None and owner_id != workflow.owner_id:
@@ -651,9 +662,14 @@ async def stage_revision(session: AsyncSession, actor: Actor, workflow_id: str, 
     return await _stage(session, actor, workflow, definition)
 
 
+REVISION_MAX = 2**31 - 1  # revision numbers are PostgreSQL integers
+
+
 async def get_revision(
     session: AsyncSession, realm_id: str, workflow_id: str, number: int, *, lock: bool = False
 ) -> WorkflowRevision:
+    if not 1 <= number <= REVISION_MAX:
+        raise NotFound("No such revision.")
     query = select(WorkflowRevision).where(
         WorkflowRevision.workflow_id == workflow_id,
         WorkflowRevision.realm_id == realm_id,
@@ -779,13 +795,19 @@ async def publish_revision(
         raise Conflict("A superseded revision is not published again directly; roll back to it instead.")
     if revision.status == "rejected":
         raise Conflict("A rejected revision cannot be published.")
-    if workflow.requires_approval and revision.status != "approved":
+    if revision.status != "approved" and (
+        workflow.requires_approval or await publish_approval_required(session, actor.realm_id)
+    ):
         raise Forbidden("This workflow requires an approved revision before publishing.", code="approval_required")
     return await _publish(session, actor, workflow, revision, rollback=False, comment=comment)
 
 
 async def rollback(session: AsyncSession, actor: Actor, workflow_id: str, number: int) -> Publication:
     """Republish an earlier revision (one that was published before) under the same checks."""
+    if not 1 <= number <= REVISION_MAX:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/revision", "out_of_range", "is not a revision number")]
+        )
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
     _not_plugin(workflow, "roll back")
     revision = await get_revision(session, actor.realm_id, workflow_id, number, lock=True)

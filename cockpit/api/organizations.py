@@ -112,7 +112,13 @@ class OrganizationsController(Controller):
         principal: CurrentPrincipal,
     ) -> dict[str, Any]:
         check(id_issue("/user_id", data.user_id, "usr"))
-        membership = await orgs.add_member(db_session, principal.actor(request_id_of(request)), org_id, data.user_id)
+        membership = await orgs.add_member(
+            db_session,
+            principal.actor(request_id_of(request)),
+            org_id,
+            data.user_id,
+            authority=await authority_of(principal, db_session),
+        )
         return orgs.membership_view(membership)
 
     @get("/{org_id:str}/members", operation_id="listOrganizationMembers", opt=READ)

@@ -83,6 +83,8 @@ class TokensController(Controller):
             principal.actor(request_id_of(request)),
             token_id,
             may_revoke_any=await may_revoke_any(db_session, principal),
+            authority=principal.authority
+            or await load_authority(db_session, principal.realm.id, principal.type, principal.id),
         )
 
 
@@ -106,6 +108,7 @@ class ServicePrincipalTokensController(Controller):
             sp_id,
             name=data.name,
             expires_in_days=data.expires_in_days,
+            authority=principal.authority,
         )
         return tokens.minted_view(token, row)
 

@@ -115,7 +115,24 @@ class UsersController(Controller):
     async def reactivate(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> dict[str, Any]:
-        user = await directory.set_user_status(db_session, principal.actor(request_id_of(request)), user_id, "active")
+        user = await directory.set_user_status(
+            db_session, principal.actor(request_id_of(request)), user_id, "active", authority=principal.authority
+        )
+        return directory.user_view(user)
+
+    @post(
+        "/{user_id:str}/reset-mfa",
+        operation_id="resetUserMfa",
+        status_code=200,
+        opt={"permission": "realm.users.write"},
+    )
+    async def reset_mfa(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Remove the user's second factor and end their browser sessions; they enrol again."""
+        user = await directory.reset_mfa(
+            db_session, principal.actor(request_id_of(request)), user_id, authority=principal.authority
+        )
         return directory.user_view(user)
 
 

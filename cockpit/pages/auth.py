@@ -33,7 +33,14 @@ from litestar.response import Redirect, Template
 from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from cockpit.auth import PRE_SESSION_COOKIE, SESSION_COOKIE, CurrentPrincipal, client_address, request_id_of
+from cockpit.auth import (
+    PRE_SESSION_COOKIE,
+    SESSION_COOKIE,
+    CurrentPrincipal,
+    Principal,
+    client_address,
+    request_id_of,
+)
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, context_of
 from engine import crypto, identity
@@ -426,6 +433,12 @@ class SignInPages(Controller):
         return response
 
 
+def require_browser_session(principal: Principal) -> None:
+    """Second factors are enrolled and verified by a person in a browser, never with a token."""
+    if principal.via != "session" or principal.session_id is None:
+        raise Forbidden("Two-step verification is set up from a browser session, not with a token.")
+
+
 class MfaPages(Controller):
     """Two-step verification: enrol an authenticator app, or verify a code to upgrade a session."""
 
@@ -434,6 +447,7 @@ class MfaPages(Controller):
 
     @get("/", operation_id="mfaPage", opt={"audience": "account"})
     async def mfa_page(self, request: AnyRequest, principal: CurrentPrincipal) -> Template:
+        require_browser_session(principal)
         ctx = context_of(request.app)
         async with ctx.sessions() as session:
             user = await session.get(User, principal.id)
@@ -478,6 +492,7 @@ class MfaPages(Controller):
     async def verify(
         self, request: AnyRequest, principal: CurrentPrincipal, data: URLEncodedBody[CodeForm]
     ) -> Response[Any]:
+        require_browser_session(principal)
         ctx = context_of(request.app)
         slug = principal.realm.slug
         target = safe_next(slug, data.next)

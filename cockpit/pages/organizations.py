@@ -244,7 +244,9 @@ class OrganizationsPages(Controller):
         try:
             async with db_session.begin_nested():  # an error undoes only this change
                 user_id = await user_by_email(db_session, principal.realm.id, email)
-                await orgs.add_member(db_session, principal.actor(request_id_of(request)), org.id, user_id)
+                await orgs.add_member(
+                    db_session, principal.actor(request_id_of(request)), org.id, user_id, authority=principal.authority
+                )
         except EngineError as exc:
             return await self._detail(
                 request,

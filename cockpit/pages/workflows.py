@@ -494,7 +494,9 @@ class WorkflowsPages(Controller):
             "name": field(data, "name"),
             "description": field(data, "description"),
             "owner_id": field(data, "owner_id"),
-            "requires_approval": bool(field(data, "requires_approval")),
+            # The realm policy is a floor: the page shows the box ticked and locked.
+            "requires_approval": bool(field(data, "requires_approval"))
+            or await publish_approval_required(db_session, principal.realm.id),
             "definition": text,
         }
         parsed = parse_text(text) if text.strip() else None

@@ -26,6 +26,7 @@ MATRIX: dict[tuple[str, str], str] = {
     ("PATCH", "/users/{user_id}"): "realm.users.write",
     ("POST", "/users/{user_id}/suspend"): "realm.users.suspend",
     ("POST", "/users/{user_id}/reactivate"): "realm.users.suspend",
+    ("POST", "/users/{user_id}/reset-mfa"): "realm.users.write",
     ("POST", "/service-principals"): "realm.users.write",
     ("GET", "/service-principals"): "realm.users.read",
     ("GET", "/service-principals/{sp_id}"): "realm.users.read",

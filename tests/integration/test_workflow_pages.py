@@ -297,23 +297,25 @@ async def test_a_new_workflow_shows_every_error_at_once_then_opens_the_editor(
     assert again.status_code == 409 and "already exists" in again.text
 
 
-async def test_the_approval_default_follows_the_realm_policy(client: Client, realm: RealmHandle) -> None:
+async def test_the_realm_policy_locks_approval_on(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
+    url = f"/realms/{realm.slug}/workflows/new"
+    free = await client.get(url, headers=HTML)
+    assert (
+        'name="requires_approval" value="on" >' in free.text and "disabled" not in free.text.split("wf-definition")[0]
+    )
     async with realm.sessions() as session, session.begin():
         policy = await session.get(RealmPolicy, realm.id)
         assert policy is not None
         policy.extensions = {"workflow_publish_approval": True}
-    url = f"/realms/{realm.slug}/workflows/new"
     form = await client.get(url, headers=HTML)
-    assert (
-        'name="requires_approval" value="on" checked>' in form.text
-        and "The realm policy asks for approval" in form.text
-    )
-    # Unticked on purpose: the request says no approval.
+    assert re.search(r'<input type="checkbox" name="requires_approval_locked" value="on" checked disabled', form.text)
+    assert "Locked: the realm policy requires approval before publishing" in form.text
+    # A form without the box (forged, or from an old page) still gets approval: the policy is a floor.
     done = await client.post(url, data={"_csrf": login.csrf, "name": "Quick"}, headers=HTML, follow_redirects=False)
     assert done.status_code == 303
     async with realm.sessions() as session:
-        assert await session.scalar(text("SELECT requires_approval FROM workflows WHERE name = 'Quick'")) is False
+        assert await session.scalar(text("SELECT requires_approval FROM workflows WHERE name = 'Quick'")) is True
 
 
 # --- The editor -----------------------------------------------------------------------------------

@@ -147,7 +147,11 @@ class TestWorkflowValidation:
             realm.api + "/policy", json={"extensions": {"workflow_publish_approval": True}}, headers=realm.headers
         )
         assert await create("b") is True
-        assert await create("c", requires_approval=False) is False
+        refused = await client.post(
+            realm.api + "/workflows", json={"name": "c", "requires_approval": False}, headers=realm.headers
+        )
+        assert refused.status_code == 422 and refused.json()["errors"][0]["path"] == "/requires_approval"
+        assert await create("c", requires_approval=True) is True
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
         assert await create("d") is True  # the policy cannot be read: approval required

@@ -120,3 +120,43 @@ def test_the_approver_could_assign_the_role_themselves() -> None:
     with pytest.raises(Forbidden):
         assign(ADMIN, org_only)  # holds the role in one organization, not realm-wide
     assign(ADMIN, OTHER_ADMIN)
+
+
+# --- The one rule: may this actor act on that target? ---------------------------------------------
+
+
+def test_the_rule_compares_every_scope_not_only_the_realm() -> None:
+    from engine.authz import authority_gaps, may_act_on
+
+    user_admin = authority("usr_actor", (["realm.users.write", "realm.users.read"], None))
+    org_admin = authority("usr_target", (["org.*"], ORG_A))
+    assert not may_act_on(user_admin, org_admin)
+    assert authority_gaps(user_admin, org_admin) == [f"org.* in {ORG_A}"]
+    # Holding it in that organization, or realm-wide, is enough; in another organization is not.
+    assert may_act_on(authority("a", (["org.*"], ORG_A)), org_admin)
+    assert may_act_on(authority("a", (["org.*"], None)), org_admin)
+    assert not may_act_on(authority("a", (["org.*"], ORG_B)), org_admin)
+    # A realm-wide grant of the target needs a realm-wide grant of the actor.
+    assert not may_act_on(authority("a", (["org.*"], ORG_A), (["org.*"], ORG_B)), authority("t", (["org.*"], None)))
+
+
+def test_the_rule_expands_wildcards_both_ways() -> None:
+    from engine.authz import PERMISSIONS, authority_gaps, may_act_on
+
+    every_org_permission = [p for p in PERMISSIONS if p.startswith("org.")]
+    assert may_act_on(authority("a", (every_org_permission, ORG_A)), authority("t", (["org.*"], ORG_A)))
+    assert may_act_on(authority("a", (["*"], None)), authority("t", (["realm.*", "org.*"], None)))
+    partial = authority("a", (["realm.users.*"], None))
+    gaps = authority_gaps(partial, authority("t", (["realm.*"], None)))
+    assert "realm.roles.write" in gaps and "realm.users.write" not in gaps
+    assert authority_gaps(authority("a"), authority("t", (["realm.*"], None))) == ["realm.*"]
+    assert may_act_on(authority("a"), authority("t"))  # nobody holds less than nothing
+
+
+def test_the_grant_ceiling_is_the_same_rule_with_the_role_as_target() -> None:
+    from engine.authz import require_grant_ceiling
+
+    who = authority("a", (["org.groups.write"], ORG_A))
+    require_grant_ceiling(who, "helper", ["org.groups.write"], ORG_A, "revoke")
+    with pytest.raises(GrantCeilingExceeded, match="revoke realm-admin"):
+        require_grant_ceiling(who, "realm-admin", ["realm.*", "org.*"], ORG_A, "revoke")

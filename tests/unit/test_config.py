@@ -52,3 +52,42 @@ def test_bad_values_are_refused_with_the_variable_named(
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=fragment):
         load_settings()
+
+
+def test_trusted_proxies_default_to_none_and_refuse_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipaddress import ip_network
+
+    from engine.config import ConfigError, load_settings, parse_trusted_proxies
+
+    monkeypatch.delenv("COCKPIT_TRUSTED_PROXIES", raising=False)
+    assert load_settings().trusted_proxies == ()
+    assert parse_trusted_proxies(" 10.0.0.0/8, ::1 ,") == (ip_network("10.0.0.0/8"), ip_network("::1"))
+    with pytest.raises(ConfigError, match="COCKPIT_TRUSTED_PROXIES"):
+        parse_trusted_proxies("proxy.example.com")
+
+
+def test_the_server_never_reads_proxy_headers_itself() -> None:
+    from cockpit.cli import server_config
+
+    config = server_config(object(), "127.0.0.1", 8000)
+    assert config.proxy_headers is False
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "proxies", "client"),
+    [
+        ("127.0.0.1", "203.0.113.9", (), "127.0.0.1"),  # nobody trusted: the header means nothing
+        ("198.51.100.1", "203.0.113.9", ("127.0.0.1",), "198.51.100.1"),  # not from the proxy
+        ("127.0.0.1", "203.0.113.9", ("127.0.0.1",), "203.0.113.9"),
+        ("127.0.0.1", "6.6.6.6, 203.0.113.9", ("127.0.0.1",), "203.0.113.9"),  # the left part is the client's say
+        ("127.0.0.1", "203.0.113.9, 10.0.0.2", ("127.0.0.1", "10.0.0.0/8"), "203.0.113.9"),
+        ("127.0.0.1", "not-an-address", ("127.0.0.1",), "127.0.0.1"),
+    ],
+)
+def test_forwarded_for_is_read_from_the_right_past_trusted_proxies(
+    peer: str, forwarded: str, proxies: tuple[str, ...], client: str
+) -> None:
+    from cockpit.boundary import forwarded_client
+    from engine.config import parse_trusted_proxies
+
+    assert forwarded_client(peer, forwarded, parse_trusted_proxies(",".join(proxies))) == client

@@ -1,0 +1,338 @@
+"""No route lifts anyone above their own authority: generated from the authorization matrix.
+
+For every mutating route of ``test_authorization_matrix.MATRIX``, an actor holding only that
+route's permission tries it against targets stronger than themselves — a realm administrator,
+an organization administrator, a service principal holding realm-admin (and, for routes that
+change what a group or role grants, the strong roles themselves). None may succeed, and nothing
+may change. Every mutating route needs an entry in ``ESCALATIONS``: either its attacks, or the
+reason it touches no principal. A route added later without an entry fails
+``test_every_mutating_route_has_an_escalation_entry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine import identity
+from engine.ids import new_id
+from engine.models import RoleAssignment, ServicePrincipal, User
+from tests.factories import RealmHandle, bearer, enrol_totp
+from tests.integration.test_authorization_matrix import ACCOUNT, MATRIX
+
+Client = AsyncTestClient[Litestar]
+MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
+TARGETS = ("realm_admin", "org_admin", "sp_admin")
+
+
+@dataclass
+class World:
+    """The stronger targets and what surrounds them."""
+
+    api: str
+    org: str  # the organization the organization admin administers; every target user is a member
+    other_org: str  # an organization none of them belongs to
+    users: dict[str, str]  # realm_admin / org_admin -> user id
+    suspended: dict[str, str]  # suspended twins, for reactivation
+    sp: str  # the service principal holding realm-admin
+    roles: dict[str, str]  # realm_admin / org_admin -> role id
+    assignments: dict[str, str]  # target -> the id of its strong assignment
+    tokens: dict[str, str]  # target -> the id of one of its tokens
+    admin_group: str  # a group of ``org`` granting realm-admin
+    member_group: str  # a group of ``org`` every target user is in (grants nothing)
+    empty_group: str  # a group of ``org`` nobody is in (grants nothing)
+    workflow: str  # published: suspends its subject
+    actor_user: str = ""  # the actor of the current route
+    actor_role: str = ""  # the role holding only the current route's permission
+
+
+# A request: (method, path below the realm, JSON body or None).
+Request = tuple[str, str, dict[str, Any] | None]
+Attack = Callable[[World, str, str], Request | None]  # (world, target kind, actor's role id) -> request
+
+
+@dataclass(frozen=True)
+class Unrelated:
+    """The route changes no principal and nothing a principal holds."""
+
+    reason: str
+
+
+def user_only(build: Callable[[World, str], Request]) -> Attack:
+    return lambda w, kind, _role: build(w, w.users[kind]) if kind in w.users else None
+
+
+def suspended_only(build: Callable[[World, str], Request]) -> Attack:
+    return lambda w, kind, _role: build(w, w.suspended[kind]) if kind in w.suspended else None
+
+
+def strong_role(build: Callable[[World, str], Request]) -> Attack:
+    return lambda w, kind, _role: build(w, w.roles[kind]) if kind in w.roles else None
+
+
+ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
+    ("POST", "/users"): Unrelated("creates a new user, who holds nothing"),
+    ("PATCH", "/users/{user_id}"): [
+        user_only(lambda w, u: ("PATCH", f"/users/{u}", {"password": "taken-over-password"})),
+        user_only(lambda w, u: ("PATCH", f"/users/{u}", {"display_name": "Mallory"})),
+    ],
+    ("POST", "/users/{user_id}/suspend"): [user_only(lambda w, u: ("POST", f"/users/{u}/suspend", None))],
+    ("POST", "/users/{user_id}/reactivate"): [suspended_only(lambda w, u: ("POST", f"/users/{u}/reactivate", None))],
+    ("POST", "/users/{user_id}/reset-mfa"): [user_only(lambda w, u: ("POST", f"/users/{u}/reset-mfa", None))],
+    ("POST", "/service-principals"): Unrelated("creates a new service principal, which holds nothing"),
+    ("POST", "/organizations"): Unrelated("creates an organization; organizations are not principals"),
+    ("PATCH", "/organizations/{org_id}"): Unrelated("renames or deactivates an organization; grants are unchanged"),
+    ("POST", "/organizations/{org_id}/members"): [
+        user_only(lambda w, u: ("POST", f"/organizations/{w.other_org}/members", {"user_id": u}))
+    ],
+    ("DELETE", "/organizations/{org_id}/members/{user_id}"): [
+        user_only(lambda w, u: ("DELETE", f"/organizations/{w.org}/members/{u}", None))
+    ],
+    ("POST", "/organizations/{org_id}/groups"): [
+        strong_role(lambda w, r: ("POST", f"/organizations/{w.org}/groups", {"name": "Climb", "role_ids": [r]}))
+    ],
+    ("PATCH", "/organizations/{org_id}/groups/{group_id}"): [
+        lambda w, kind, _r: ("PATCH", f"/organizations/{w.org}/groups/{w.admin_group}", {"role_ids": []}),
+        strong_role(lambda w, r: ("PATCH", f"/organizations/{w.org}/groups/{w.empty_group}", {"role_ids": [r]})),
+        lambda w, kind, _r: ("PATCH", f"/organizations/{w.org}/groups/{w.empty_group}", {"parent_id": w.admin_group}),
+    ],
+    ("POST", "/organizations/{org_id}/groups/{group_id}/members"): [
+        user_only(lambda w, u: ("POST", f"/organizations/{w.org}/groups/{w.empty_group}/members", {"user_id": u})),
+    ],
+    ("DELETE", "/organizations/{org_id}/groups/{group_id}/members/{user_id}"): [
+        user_only(lambda w, u: ("DELETE", f"/organizations/{w.org}/groups/{w.member_group}/members/{u}", None)),
+        user_only(lambda w, u: ("DELETE", f"/organizations/{w.org}/groups/{w.admin_group}/members/{u}", None)),
+    ],
+    ("POST", "/roles"): [
+        lambda w, kind, _r: ("POST", "/roles", {"name": "climb", "permissions": ["realm.*"], "boundary": "realm"}),
+        lambda w, kind, _r: ("POST", "/roles", {"name": "climb", "permissions": ["*"], "boundary": "organization"}),
+    ],
+    ("PATCH", "/roles/{role_id}"): [
+        lambda w, kind, _r: ("PATCH", f"/roles/{w.roles['org_admin']}", {"name": "renamed"}),
+        lambda w, kind, role: ("PATCH", f"/roles/{role}", {"permissions": ["realm.*", "org.*"]}),
+    ],
+    ("DELETE", "/roles/{role_id}"): [lambda w, kind, _r: ("DELETE", f"/roles/{w.roles['org_admin']}", None)],
+    ("POST", "/role-assignments"): [
+        # Even a role the actor may hand out is not theirs to give to someone above them.
+        user_only(lambda w, u: ("POST", "/role-assignments", {"role_id": w.actor_role, "user_id": u})),
+        lambda w, kind, _r: (
+            ("POST", "/role-assignments", {"role_id": w.actor_role, "service_principal_id": w.sp})
+            if kind == "sp_admin"
+            else None
+        ),
+        lambda w, kind, _r: (
+            "POST",
+            "/role-assignments",
+            {"role_id": w.roles[kind], "user_id": w.actor_user}
+            | ({"organization_id": w.org} if kind == "org_admin" else {}),
+        ),
+    ],
+    ("DELETE", "/role-assignments/{assignment_id}"): [
+        lambda w, kind, _r: ("DELETE", f"/role-assignments/{w.assignments[kind]}", None)
+    ],
+    ("POST", "/webhooks"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("PATCH", "/webhooks/{webhook_id}"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("DELETE", "/webhooks/{webhook_id}"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("POST", "/webhooks/{webhook_id}/rotate-secret"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("PUT", "/templates/{name}"): Unrelated("the wording of notices"),
+    ("DELETE", "/templates/{name}"): Unrelated("the wording of notices"),
+    ("PATCH", "/policy"): Unrelated("the policy only adds requirements (publish approval)"),
+    ("POST", "/tokens"): Unrelated("mints a token for the caller alone, never above their own credential"),
+    ("DELETE", "/tokens/{token_id}"): [
+        lambda w, kind, _r: ("DELETE", f"/tokens/{w.tokens[kind]}", None),
+    ],
+    ("POST", "/service-principals/{sp_id}/tokens"): [
+        lambda w, kind, _r: (
+            ("POST", f"/service-principals/{w.sp}/tokens", {"name": "climb"}) if kind == "sp_admin" else None
+        )
+    ],
+    ("POST", "/workflows/validate"): Unrelated("validation has no effect"),
+    ("POST", "/workflows"): Unrelated("definitions act only once published, under the publisher's ceiling"),
+    ("PATCH", "/workflows/{workflow_id}"): Unrelated("renames a workflow"),
+    ("DELETE", "/workflows/{workflow_id}"): Unrelated("removes a workflow; no grant changes"),
+    ("POST", "/workflows/{workflow_id}/enable"): Unrelated("publisher's ceiling re-checked at run time"),
+    ("POST", "/workflows/{workflow_id}/disable"): Unrelated("stopping a workflow grants nothing"),
+    ("POST", "/workflows/{workflow_id}/revisions"): Unrelated("a draft does nothing until published"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/approve"): Unrelated("approval does nothing until published"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/reject"): Unrelated("rejection does nothing"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/publish"): Unrelated(
+        "publication passes the delegation ceiling for every step (tests/integration/test_workflows_api.py)"
+    ),
+    ("POST", "/workflows/{workflow_id}/rollback"): Unrelated("rollback passes the same delegation ceiling"),
+    ("POST", "/workflows/{workflow_id}/runs"): [
+        user_only(lambda w, u: ("POST", f"/workflows/{w.workflow}/runs", {"subject_id": u}))
+    ],
+    ("POST", "/workflow-runs/{run_id}/cancel"): Unrelated(
+        "cancelling only undoes what the run did, under its publisher's authority"
+    ),
+}
+
+
+def mutating_routes() -> set[tuple[str, str]]:
+    return {route for route in MATRIX if route[0] in MUTATING}
+
+
+def test_every_mutating_route_has_an_escalation_entry() -> None:
+    missing = sorted(mutating_routes() - ESCALATIONS.keys())
+    stale = sorted(ESCALATIONS.keys() - mutating_routes())
+    assert not missing, f"mutating routes without an escalation entry: {missing}"
+    assert not stale, f"escalation entries for routes that do not exist: {stale}"
+    for route, entry in ESCALATIONS.items():
+        if isinstance(entry, Unrelated):
+            assert entry.reason.strip(), route
+        else:
+            assert entry, f"{route}: no attack"
+
+
+FINGERPRINT = text(
+    """
+    SELECT json_build_object(
+      'users', (SELECT json_agg(json_build_array(id, status, password_hash, totp_enabled_at, display_name) ORDER BY id)
+                  FROM users WHERE realm_id = :r),
+      'assignments', (SELECT json_agg(id ORDER BY id) FROM role_assignments WHERE realm_id = :r),
+      'roles', (SELECT json_agg(json_build_array(id, name, permissions) ORDER BY id) FROM roles WHERE realm_id = :r),
+      'group_roles', (SELECT json_agg(json_build_array(gr.group_id, gr.role_id) ORDER BY gr.group_id, gr.role_id)
+                        FROM group_roles gr JOIN groups g ON g.id = gr.group_id WHERE g.realm_id = :r),
+      'groups', (SELECT json_agg(json_build_array(id, parent_id) ORDER BY id) FROM groups WHERE realm_id = :r),
+      'group_members', (SELECT json_agg(json_build_array(group_id, user_id) ORDER BY group_id, user_id)
+                          FROM group_members WHERE realm_id = :r),
+      'memberships', (SELECT json_agg(json_build_array(organization_id, user_id) ORDER BY organization_id, user_id)
+                        FROM memberships WHERE realm_id = :r),
+      'tokens', (SELECT json_agg(json_build_array(id, revoked_at) ORDER BY id) FROM api_tokens WHERE realm_id = :r),
+      'runs', (SELECT count(*) FROM workflow_runs WHERE realm_id = :r)
+    )::text
+    """
+)
+
+
+async def fingerprint(realm: RealmHandle) -> str:
+    async with realm.sessions() as session:
+        return str(await session.scalar(FINGERPRINT, {"r": realm.id}))
+
+
+async def build_world(client: Client, realm: RealmHandle) -> World:
+    api = realm.api
+    org, other = await realm.organization("Target org"), await realm.organization("Elsewhere")
+    realm_admin_role = await realm.builtin_role("realm-admin")
+    org_admin_role = await realm.role("org-admin", ["org.*"], boundary="organization")
+    users: dict[str, str] = {}
+    suspended: dict[str, str] = {}
+    assignments: dict[str, str] = {}
+    tokens: dict[str, str] = {}
+    for kind, role, scope in (("realm_admin", realm_admin_role, None), ("org_admin", org_admin_role, org.id)):
+        for twin in (users, suspended):
+            user = await realm.user(f"{kind}-{len(twin)}-{id(twin) % 1000}@example.com")
+            await realm.member(org, user)
+            assignment = await realm.assign(user, role, organization_id=scope)
+            await enrol_totp(realm, user)
+            twin[kind] = user.id
+            if twin is users:
+                assignments[kind] = assignment.id
+        async with realm.sessions() as session, session.begin():
+            row = await session.get(User, suspended[kind])
+            assert row is not None
+            row.status = "suspended"
+            tokens[kind] = (
+                await identity.mint_token(
+                    session, realm.actor, audience="admin", user=await session.get(User, users[kind])
+                )
+            )[1].id
+    async with realm.sessions() as session, session.begin():
+        sp = ServicePrincipal(id=new_id("spn"), realm_id=realm.id, name="deployer")
+        session.add(sp)
+        await session.flush()
+        sp_assignment = RoleAssignment(
+            id=new_id("ras"),
+            realm_id=realm.id,
+            role_id=realm_admin_role.id,
+            service_principal_id=sp.id,
+            granted_by=realm.admin.id,
+        )
+        session.add(sp_assignment)
+        tokens["sp_admin"] = (await identity.mint_token(session, realm.actor, audience="admin", service_principal=sp))[
+            1
+        ].id
+    assignments["sp_admin"] = sp_assignment.id
+
+    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await client.post(api + path, json=body, headers=realm.headers)
+        assert response.status_code in {200, 201, 202}, (path, response.text)
+        data: dict[str, Any] = response.json()
+        return data
+
+    groups = f"/organizations/{org.id}/groups"
+    admin_group = await post(groups, {"name": "Admins", "role_ids": [realm_admin_role.id]})
+    member_group = await post(groups, {"name": "Everyone"})
+    empty_group = await post(groups, {"name": "Nobody"})
+    for user_id in users.values():
+        await post(f"{groups}/{member_group['id']}/members", {"user_id": user_id})
+        await post(f"{groups}/{admin_group['id']}/members", {"user_id": user_id})
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "suspend", "type": "suspend_user"}, {"id": "done", "type": "end"}],
+    }
+    workflow = await post("/workflows", {"name": "Offboard", "definition": definition})
+    await post(f"/workflows/{workflow['id']}/revisions/1/publish", {})
+    return World(
+        api=api,
+        org=org.id,
+        other_org=other.id,
+        users=users,
+        suspended=suspended,
+        sp=sp.id,
+        roles={"realm_admin": realm_admin_role.id, "org_admin": org_admin_role.id, "sp_admin": realm_admin_role.id},
+        assignments=assignments,
+        tokens=tokens,
+        admin_group=admin_group["id"],
+        member_group=member_group["id"],
+        empty_group=empty_group["id"],
+        workflow=workflow["id"],
+    )
+
+
+async def test_no_route_lets_an_actor_act_on_someone_stronger(client: Client, realm: RealmHandle) -> None:
+    world = await build_world(client, realm)
+    actors: dict[str, tuple[str, str, dict[str, str]]] = {}  # permission -> (user id, role id, headers)
+
+    async def actor_for(permission: str) -> tuple[str, str, dict[str, str]]:
+        if permission not in actors:
+            user = await realm.user()
+            if permission == ACCOUNT:
+                actors[permission] = (user.id, "", bearer(await realm.token(user, "account")))
+            else:
+                role = await realm.role(f"only-{permission}", [permission])
+                await realm.assign(user, role)
+                actors[permission] = (user.id, role.id, bearer(await realm.token(user)))
+        return actors[permission]
+
+    failures: list[str] = []
+    attempts = 0
+    for route, entry in sorted(ESCALATIONS.items()):
+        if isinstance(entry, Unrelated):
+            continue
+        actor_id, role_id, headers = await actor_for(MATRIX[route])
+        world.actor_user, world.actor_role = actor_id, role_id
+        for attack in entry:
+            for kind in TARGETS:
+                request = attack(world, kind, role_id)
+                if request is None:
+                    continue
+                method, path, body = request
+                before = await fingerprint(realm)
+                response = await client.request(method, world.api + path, json=body, headers=headers)
+                attempts += 1
+                label = f"{route[0]} {route[1]} as {MATRIX[route]} against {kind}: {method} {path} {body}"
+                # Someone else's token is 404 to a caller who may not revoke it (ids do not leak).
+                refused = {403, 404} if route == ("DELETE", "/tokens/{token_id}") else {403}
+                if response.status_code not in refused:
+                    failures.append(f"{label} -> {response.status_code} {response.text[:300]}")
+                if await fingerprint(realm) != before:
+                    failures.append(f"{label} changed something")
+    assert attempts >= 40, attempts
+    assert not failures, "\n".join(failures)
