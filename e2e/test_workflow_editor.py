@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from e2e.conftest import LiveServer
 from engine.db import make_engine, make_sessionmaker
@@ -54,7 +55,7 @@ def sign_in(page: Page, live_server: LiveServer, slug: str, token: str) -> None:
 
 
 def test_an_admin_writes_fixes_and_saves_a_second_approves_the_first_publishes(
-    live_server: LiveServer, page: Page, browser: Browser
+    live_server: LiveServer, page: Page, new_context: Callable[..., BrowserContext]
 ) -> None:
     slug, first_link, second_link = prepare(live_server)
     page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm asks before publishing
@@ -110,10 +111,9 @@ def test_an_admin_writes_fixes_and_saves_a_second_approves_the_first_publishes(
     expect(page.get_by_role("button", name="Publish")).to_have_count(0)  # approval comes first
 
     # A second admin approves it.
-    other = browser.new_context(viewport={"width": 1280, "height": 900})
+    other = new_context()
     try:
         second = other.new_page()
-        second.set_default_timeout(15_000)
         sign_in(second, live_server, slug, second_link)
         second.goto(revision_url)
         second.get_by_label("Approval comment").fill("Looks right.")
