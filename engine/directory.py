@@ -15,9 +15,9 @@ from engine import crypto
 from engine.audit import Actor, emit_event, record_audit
 from engine.authz import Authority, load_authority
 from engine.errors import Conflict, Forbidden, NotFound, invalid
-from engine.identity import create_user, now
+from engine.identity import create_user, issue_sign_in_link, now
 from engine.ids import new_id
-from engine.models import ServicePrincipal, User
+from engine.models import ServicePrincipal, SignInLink, User
 from engine.pagination import Page, keyset_page
 
 __all__ = ["create_user"]
@@ -69,19 +69,27 @@ async def list_users(
 
 
 async def require_outranks(session: AsyncSession, actor: Actor, authority: Authority | None, user: User) -> None:
-    """Changing someone's password or status needs every permission they hold realm-wide.
+    """Changing someone's password or status, or signing in as them, needs every permission they
+    hold, in every scope they hold it: realm-wide, and in each organization.
 
-    Otherwise a holder of realm.users.write could take over an administrator's account, or a
-    holder of realm.users.suspend lock every administrator out.
+    Otherwise a holder of realm.users.write could take over an administrator's account (or an
+    organization administrator's), or a holder of realm.users.suspend lock every administrator out.
     """
     if authority is None:
         return
     target = await load_authority(session, actor.realm_id, "user", user.id)
-    missing = sorted(p for p in target.permissions_in(None) if not authority.holds(p))
+    missing = sorted(
+        {
+            p if grant.organization_id is None else f"{p} in {grant.organization_id}"
+            for grant in target.grants
+            for p in grant.permissions
+            if not authority.holds(p, grant.organization_id)
+        }
+    )
     if missing:
         raise Forbidden(
             "This user holds permissions you do not hold (" + ", ".join(missing) + "); you cannot change their "
-            "password or status.",
+            "password or status, or sign in as them.",
             code="target_outranks_actor",
         )
 
@@ -139,6 +147,20 @@ async def set_user_status(
     await emit_event(session, actor, event, subject_id=user.id, payload={"user_id": user.id})
     await record_audit(session, actor, event, subject_type="user", subject_id=user.id)
     return user
+
+
+async def create_sign_in_link(
+    session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None
+) -> tuple[str, SignInLink]:
+    """A one-time sign-in link for a user of the realm, made by an administrator (automation
+    signs a browser in without a person). The same ceiling as changing that user applies: the
+    actor holds everything the user holds, in every scope. The token is returned this once."""
+    user = await get_user(session, actor.realm_id, user_id)
+    if user.id != actor.id:
+        await require_outranks(session, actor, authority, user)
+    if user.status != "active":
+        raise Conflict("The user is suspended: a sign-in link would not work.", code="user_suspended")
+    return await issue_sign_in_link(session, user, actor=actor)
 
 
 def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
