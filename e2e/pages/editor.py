@@ -30,6 +30,11 @@ class EditorPage(CockpitPage):
         return self.page.get_by_role("region", name="Validation")
 
     @property
+    def error_lines(self) -> Locator:
+        """The line numbers the gutter marks as wrong."""
+        return self.page.get_by_test_id("error-line")
+
+    @property
     def issues(self) -> Locator:
         return self.feedback.get_by_role("listitem")
 
