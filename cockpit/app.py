@@ -21,7 +21,7 @@ from cockpit.api.roles import PermissionsController, RoleAssignmentsController, 
 from cockpit.api.runs import ManualRunsController, RunsController
 from cockpit.api.settings import PolicyController, TemplatesController
 from cockpit.api.tokens import ServicePrincipalTokensController, TokensController
-from cockpit.api.users import ServicePrincipalsController, UsersController
+from cockpit.api.users import ServicePrincipalsController, SignInLinksController, UsersController
 from cockpit.api.webhooks import WebhooksController
 from cockpit.api.workflows import ContractsController, WorkflowsController
 from cockpit.auth import provide_principal, realm_guard
@@ -53,6 +53,7 @@ HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text()
 API_CONTROLLERS: list[type] = [
     UsersController,
     ServicePrincipalsController,
+    SignInLinksController,
     PermissionsController,
     OrganizationsController,
     GroupsController,

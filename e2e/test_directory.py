@@ -7,6 +7,7 @@ from playwright.sync_api import Page, expect
 
 from e2e.conftest import LiveServer
 from e2e.helpers import create_realm, sign_in_url
+from e2e.pages import RealmHome, UsersPage, sign_in_with_link
 
 
 def test_sign_in_create_user_add_to_organization_and_audit(live_server: LiveServer, page: Page) -> None:
@@ -20,34 +21,32 @@ def test_sign_in_create_user_add_to_organization_and_audit(live_server: LiveServ
         ),
     )
     create_realm(live_server, "acme", "root@acme.example")
-    page.goto(sign_in_url(live_server, "acme", "root@acme.example"))
-    page.get_by_role("button", name="Continue").click()
-    page.wait_for_url(f"{live_server.url}/realms/acme/**")
-    expect(page.get_by_role("navigation", name="Main")).to_contain_text("Users")
+    sign_in_with_link(page, sign_in_url(live_server, "acme", "root@acme.example"), "acme")
+    home = RealmHome(page, "acme")
+    expect(home.navigation).to_contain_text("Users")
+    expect(home.kpi_value("users")).to_have_text("1")
 
     # Create a user.
-    page.get_by_role("navigation", name="Main").get_by_role("link", name="Users").click()
-    page.get_by_label("Email", exact=True).fill("grace@acme.example")
-    page.get_by_label("Display name").fill("Grace Hopper")
-    page.get_by_role("button", name="Create user").click()
-    expect(page.locator("main")).to_contain_text("grace@acme.example")
+    home.nav("Users")
+    users = UsersPage(page, "acme")
+    users.create("grace@acme.example", "Grace Hopper")
+    expect(page.get_by_role("main")).to_contain_text("grace@acme.example")
 
     # Create an organization and add her to it.
-    page.get_by_role("navigation", name="Main").get_by_role("link", name="Organizations").click()
+    home.nav("Organizations")
     page.get_by_label("Name", exact=True).fill("Research")
     page.get_by_role("button", name="Create organization").click()
-    expect(page.get_by_role("heading", level=1)).to_contain_text("Research")
+    expect(home.heading).to_contain_text("Research")
     page.get_by_label("Add a member").fill("grace@acme.example")
     page.get_by_role("button", name="Add member").click()
-    expect(page.locator("#org-members table")).to_contain_text("grace@acme.example")
+    members = page.get_by_role("region", name="Members")
+    expect(members.get_by_role("table")).to_contain_text("grace@acme.example")
     # Adding her again: the widget shows the refusal in place (a 409 it swaps in, static/js/cockpit.js).
     page.get_by_label("Add a member").fill("grace@acme.example")
     page.get_by_role("button", name="Add member").click()
-    expect(page.locator("#org-members")).to_contain_text("already a member")
+    expect(members).to_contain_text("already a member")
 
     # The audit log shows the membership, newest first.
-    page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit log").click()
-    first_row = page.locator("table.audit tbody tr").first
-    expect(first_row).to_contain_text("organization.membership.added")
-    expect(page.locator("main")).to_contain_text("user.created")
+    home.nav("Audit log")
+    expect(page.get_by_test_id("audit-event")).to_contain_text(["organization.membership.added", "user.created"])
     assert not blocked, blocked

@@ -17,9 +17,9 @@ from engine import crypto, names
 from engine.audit import Actor, emit_event, record_audit
 from engine.authz import Authority, require_authority_over
 from engine.errors import Conflict, NotFound, ValidationFailed, invalid
-from engine.identity import create_user, now
+from engine.identity import create_user, issue_sign_in_link, now
 from engine.ids import new_id
-from engine.models import BrowserSession, ServicePrincipal, User
+from engine.models import BrowserSession, ServicePrincipal, SignInLink, User
 from engine.pagination import Page, keyset_page
 
 __all__ = ["create_user"]
@@ -84,8 +84,8 @@ async def require_outranks(
 ) -> None:
     """Changing someone needs every permission they hold, in every scope (engine.authz's one rule).
 
-    Otherwise a holder of realm.users.write could take over an administrator's account, or a
-    holder of realm.users.suspend lock every administrator out.
+    Otherwise a holder of realm.users.write could take over an administrator's account (or an
+    organization administrator's), or a holder of realm.users.suspend lock every administrator out.
     """
     await require_authority_over(session, actor.realm_id, authority, "user", user.id, what=what)
 
@@ -174,6 +174,20 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
         session, actor, "user.mfa_reset", category="authentication", subject_type="user", subject_id=user.id
     )
     return user
+
+
+async def create_sign_in_link(
+    session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None
+) -> tuple[str, SignInLink]:
+    """A one-time sign-in link for a user of the realm, made by an administrator (automation
+    signs a browser in without a person). The same ceiling as changing that user applies: the
+    actor holds everything the user holds, in every scope. The token is returned this once."""
+    user = await get_user(session, actor.realm_id, user_id)
+    if user.id != actor.id:
+        await require_outranks(session, actor, authority, user, "sign in as them")
+    if user.status != "active":
+        raise Conflict("The user is suspended: a sign-in link would not work.", code="user_suspended")
+    return await issue_sign_in_link(session, user, actor=actor)
 
 
 def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:

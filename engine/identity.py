@@ -517,26 +517,35 @@ async def close_session(
 # --- One-time sign-in links -----------------------------------------------------------------------
 
 
-async def create_sign_in_link(session: AsyncSession, user: User) -> str:
+async def issue_sign_in_link(
+    session: AsyncSession, user: User, *, actor: Actor | None = None
+) -> tuple[str, SignInLink]:
+    """A one-time link token for ``user`` (15 minutes); only its hash is stored, so the token is
+    returned this once. Audited with ``actor`` (the system when an operator ran the CLI)."""
     token = crypto.new_token("sil.", 32)
-    session.add(
-        SignInLink(
-            id=new_id("sil"),
-            token_hash=crypto.token_hash(token),
-            realm_id=user.realm_id,
-            user_id=user.id,
-            expires_at=now() + SIGN_IN_LINK_TTL,
-        )
+    row = SignInLink(
+        id=new_id("sil"),
+        token_hash=crypto.token_hash(token),
+        realm_id=user.realm_id,
+        user_id=user.id,
+        expires_at=now() + SIGN_IN_LINK_TTL,
     )
+    session.add(row)
     await session.flush()
     await record_audit(
         session,
-        Actor.system(user.realm_id),
+        actor or Actor.system(user.realm_id),
         "user.sign_in_link_created",
         category="authentication",
         subject_type="user",
         subject_id=user.id,
+        details={"link_id": row.id, "expires_at": row.expires_at.isoformat()},
     )
+    return token, row
+
+
+async def create_sign_in_link(session: AsyncSession, user: User) -> str:
+    token, _ = await issue_sign_in_link(session, user)
     return token
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, get, patch, post
+from litestar import Controller, Response, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
@@ -134,6 +134,45 @@ class UsersController(Controller):
             db_session, principal.actor(request_id_of(request)), user_id, authority=principal.authority
         )
         return directory.user_view(user)
+
+
+class CreateSignInLink(Body):
+    user_id: str
+
+
+class SignInLinksController(Controller):
+    """One-time sign-in links made by administrators, so automation (browser tests, scripts)
+    starts a browser session without a person typing a password."""
+
+    path = REALM_BASE + "/sign-in-links"
+    tags = ["authentication"]
+
+    @post("/", operation_id="createSignInLink", opt={"permission": "realm.users.write"})
+    async def create(
+        self,
+        request: AnyRequest,
+        data: JSONBody[CreateSignInLink],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Response[dict[str, Any]]:
+        """A one-time sign-in link for a user of the realm (15 minutes, counts as a second factor).
+
+        The caller must hold every permission the user holds, in every scope (403
+        ``target_outranks_actor`` otherwise); a suspended user gets none (409 ``user_suspended``).
+        ``url`` (and ``path``) carry the token and are in this answer only; the creation is audited
+        as ``user.sign_in_link_created``. Opening the link shows a page whose **Continue** button
+        signs in.
+        """
+        token, row = await directory.create_sign_in_link(
+            db_session, principal.actor(request_id_of(request)), data.user_id, authority=principal.authority
+        )
+        path = f"/realms/{principal.realm.slug}/sign-in/link?token={token}"
+        base = str(request.base_url).rstrip("/")
+        return Response(
+            {"id": row.id, "user_id": row.user_id, "url": base + path, "path": path, "expires_at": row.expires_at},
+            status_code=201,
+            headers={"Cache-Control": "no-store"},
+        )
 
 
 class ServicePrincipalsController(Controller):

@@ -3,8 +3,9 @@
 The timeline shows the steps of the revision the run is pinned to, in order, with every attempt;
 while the run has not finished it asks for itself again every two seconds (htmx, the same URL
 with ``HX-Target: run-timeline``) and once it has finished it is rendered without the trigger,
-so the polling stops by itself. Polling pauses while the cancel confirmation is open, so the
-reason being typed is not replaced.
+so the polling stops by itself. Polling pauses while the cancel confirmation is open, and an
+answer to a poll already in flight when it opened is dropped (``static/js/cockpit.js``), so the
+reason being typed is never replaced.
 
 The manual start form lives on the workflow's page: a placeholder there loads it from
 ``…/workflows/{id}/runs/start`` (a full page without JavaScript). Errors of the service

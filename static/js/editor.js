@@ -27,7 +27,7 @@
     var bad = badLines(textarea);
     var parts = [];
     for (var i = 1; i <= count; i++) {
-      parts.push(bad.has(String(i)) ? '<span class="bad">' + i + "</span>" : String(i));
+      parts.push(bad.has(String(i)) ? '<span class="bad" data-testid="error-line">' + i + "</span>" : String(i));
     }
     gutter.innerHTML = parts.join("\n") + "\n";
     gutter.scrollTop = textarea.scrollTop;

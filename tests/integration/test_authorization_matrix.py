@@ -30,6 +30,7 @@ MATRIX: dict[tuple[str, str], str] = {
     ("POST", "/service-principals"): "realm.users.write",
     ("GET", "/service-principals"): "realm.users.read",
     ("GET", "/service-principals/{sp_id}"): "realm.users.read",
+    ("POST", "/sign-in-links"): "realm.users.write",
     ("GET", "/permissions"): "realm.roles.read",
     ("POST", "/organizations"): "realm.organizations.write",
     ("GET", "/organizations"): "realm.organizations.read",

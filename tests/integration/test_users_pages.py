@@ -192,7 +192,10 @@ async def test_the_realm_home_shows_counts_activity_and_status(client: Client, r
     assert realm.slug in home.text and 'id="service-status"' in home.text
     users_tile = home.text.split('id="kpi-users"', 1)[1].split("</a>", 1)[0]
     orgs_tile = home.text.split('id="kpi-organizations"', 1)[1].split("</a>", 1)[0]
-    assert '<span class="kpi">2</span>' in users_tile and '<span class="kpi">1</span>' in orgs_tile
+    assert (
+        '<span class="kpi" data-testid="kpi-value">2</span>' in users_tile
+        and '<span class="kpi" data-testid="kpi-value">1</span>' in orgs_tile
+    )
     assert "user.created" in home.text and "Recent activity" in home.text
 
     # Counts the caller may not read are unknown, not zero.
@@ -201,7 +204,7 @@ async def test_the_realm_home_shows_counts_activity_and_status(client: Client, r
     await signed_in(client, realm, auditor)
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
     users_tile = home.text.split('id="kpi-users"', 1)[1].split("</a>", 1)[0]
-    assert '<span class="kpi">—</span>' in users_tile
+    assert '<span class="kpi" data-testid="kpi-value">—</span>' in users_tile
     assert "user.created" in home.text  # the auditor reads the audit log
 
     plain = await realm.user("plain@example.com")
@@ -224,16 +227,18 @@ async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: Re
         return text.split(f'id="kpi-{name}"', 1)[1].split("</a>", 1)[0]
 
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
-    assert '<span class="kpi">1</span>' in tile(home, "active-workflows")
-    assert '<span class="kpi">1</span>' in tile(home, "runs-in-flight")
+    assert '<span class="kpi" data-testid="kpi-value">1</span>' in tile(home, "active-workflows")
+    assert '<span class="kpi" data-testid="kpi-value">1</span>' in tile(home, "runs-in-flight")
     assert "<time" in tile(home, "oldest-due")
-    assert '<span class="kpi">—</span>' in tile(home, "pending-approvals")  # unknown, never 0
+    assert '<span class="kpi" data-testid="kpi-value">—</span>' in tile(home, "pending-approvals")  # unknown, never 0
     await drain(runner(realm))
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
-    assert '<span class="kpi">0</span>' in tile(home, "runs-in-flight")
-    assert '<span class="kpi">0</span>' in tile(home, "failed")
+    assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "runs-in-flight")
+    assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "failed")
 
     plain = await realm.user("plain@example.com")
     await signed_in(client, realm, plain)
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
-    assert '<span class="kpi">—</span>' in tile(home, "active-workflows")  # may not read workflows
+    assert '<span class="kpi" data-testid="kpi-value">—</span>' in tile(
+        home, "active-workflows"
+    )  # may not read workflows

@@ -212,11 +212,15 @@ async def test_the_list_shows_state_revision_approval_and_owner_and_filters(clie
     assert "New workflow" in listing.text and 'id="workflows-table"' in listing.text
     assert 'aria-current="page"' in listing.text.split(f'href="{url}"', 1)[1][:30]
     row = listing.text.split(">Onboarding</a>", 1)[1].split("</tr>", 1)[0]
-    assert '<span class="badge active">active</span>' in row
+    assert '<span class="badge active" data-testid="workflow-state">active</span>' in row
     assert f'href="{url}/{onboarding.id}/revisions/1">revision 1</a>' in row
     assert "requires approval" in row and "Grace Hopper" in row
     other = listing.text.split(">Offboarding</a>", 1)[1].split("</tr>", 1)[0]
-    assert '<span class="badge draft">draft</span>' in other and "none" in other and "requires approval" not in other
+    assert (
+        '<span class="badge draft" data-testid="workflow-state">draft</span>' in other
+        and "none" in other
+        and "requires approval" not in other
+    )
 
     fragment = await client.get(
         url, params={"q": "onb"}, headers=HTML | {"HX-Request": "true", "HX-Target": "workflows-table"}
@@ -408,7 +412,7 @@ async def test_saving_stages_a_draft_or_shows_the_api_errors_keeping_the_text(
     assert issues_of(refused.text) == [("/definition/steps/0/id", "invalid_value", 3)]
     textarea = refused.text.split('id="definition-text"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
     assert html.unescape(textarea) == "\n" + typed  # the leading newline is eaten by the HTML parser
-    assert '<span class="bad">3</span>' in refused.text  # the gutter marks the line
+    assert '<span class="bad" data-testid="error-line">3</span>' in refused.text  # the gutter marks the line
 
     not_json = await client.post(url, data={"_csrf": login.csrf, "definition": "{"}, headers=HTML)
     assert not_json.status_code == 422 and issues_of(not_json.text)[0][1] == "invalid_json"
@@ -462,7 +466,10 @@ async def test_the_revision_page_diffs_against_the_published_revision_or_any_oth
     assert '<span class="badge moved">1 moved</span>' in page.text
     ask = page.text.split("<td><code>ask</code></td>", 1)[1].split("</tr>", 1)[0]
     assert "/expires_in" in ask and "<del>72h</del>" in ask and "<ins>48h</ins>" in ask
-    assert '<tr class="st-added">' in page.text.split("<td><code>bye</code></td>", 1)[0][-40:]
+    assert (
+        '<tr class="st-added" data-testid="diff-step" data-step="bye">'
+        in page.text.split("<td><code>bye</code></td>", 1)[0][-80:]
+    )
     lines = page.text.split('<table class="side-by-side"', 1)[1].split("</table>", 1)[0]
     assert '<tr class="replace">' in lines or '<tr class="insert">' in lines
     assert "&#34;48h&#34;" in lines and "&#34;72h&#34;" in lines
@@ -596,7 +603,10 @@ async def test_the_overview_disables_enables_and_deletes(client: Client, realm: 
 
     off = await client.post(url + "/disable", headers=htmx(login, "workflow-state"))
     assert off.status_code == 200 and off.text.lstrip().startswith('<section id="workflow-state"')
-    assert '<span class="badge disabled">disabled</span>' in off.text and "Enable</button>" in off.text
+    assert (
+        '<span class="badge disabled" data-testid="workflow-state">disabled</span>' in off.text
+        and "Enable</button>" in off.text
+    )
     twice = await client.post(url + "/disable", headers=htmx(login, "workflow-state"))
     assert twice.status_code == 409 and "already disabled" in twice.text and "<html" not in twice.text
     on = await client.post(url + "/enable", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False)

@@ -1,0 +1,193 @@
+"""The smoke suite: flows against any running cockpit, the way QA runs them.
+
+    COCKPIT_E2E_TOKEN=pat_… COCKPIT_E2E_REALM=acme uv run pytest e2e/smoke --base-url https://cockpit.example
+
+The token is an admin-audience token of a realm administrator. The suite never touches the
+database: it creates what it needs through the JSON API — its own users, workflows and runs, all
+named with one prefix (``smoke-<time>-<random>``) — and removes them at the end: each workflow
+is disabled and deleted (its runs cancelled first if any is still going), its roles are deleted,
+each user loses the roles the suite gave them and is suspended. Without the base URL, the token and the realm the
+tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page, Playwright
+
+from e2e.signin import create_sign_in_link, storage_state_from_link
+
+TOKEN_VARIABLE = "COCKPIT_E2E_TOKEN"
+REALM_VARIABLE = "COCKPIT_E2E_REALM"
+CLEANUP_DEADLINE_S = 60
+RUNNING = {"pending", "running", "waiting", "awaiting_approval", "compensating"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _needs_a_running_cockpit(base_url: str | None) -> None:
+    missing = [] if base_url else ["--base-url"]
+    missing += [name for name in (TOKEN_VARIABLE, REALM_VARIABLE) if not os.environ.get(name)]
+    if missing:
+        pytest.skip("the smoke suite runs against a running cockpit; missing: " + ", ".join(missing))
+
+
+@dataclass
+class Person:
+    id: str
+    email: str
+    display_name: str
+
+
+@dataclass
+class Deployment:
+    """The cockpit under test, its realm, and an API client holding the administrator's token."""
+
+    url: str
+    realm: str
+    prefix: str
+    api: httpx.Client
+    users: list[str] = field(default_factory=list)
+    assignments: list[str] = field(default_factory=list)
+    workflows: list[str] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+
+    def call(self, method: str, path: str, expected: int | tuple[int, ...] = (200, 201), **kwargs: Any) -> Any:
+        response = self.api.request(method, path, **kwargs)
+        codes = (expected,) if isinstance(expected, int) else expected
+        assert response.status_code in codes, f"{method} {path} → {response.status_code}: {response.text}"
+        return response.json() if response.content else None
+
+    def name(self, what: str) -> str:
+        return f"{self.prefix}-{what}"
+
+    def email(self, who: str) -> str:
+        return f"{self.prefix}-{who}@smoke.example"
+
+    def user(self, who: str, display_name: str) -> Person:
+        body = self.call("POST", "/users", json={"email": self.email(who), "display_name": display_name})
+        self.users.append(body["id"])
+        return Person(body["id"], body["email"], body["display_name"])
+
+    def builtin_role(self, name: str) -> str:
+        roles = self.call("GET", "/roles", params={"limit": 200})["items"]
+        return next(r["id"] for r in roles if r["name"] == name)
+
+    def role(self, what: str, permissions: list[str]) -> str:
+        body = self.call(
+            "POST", "/roles", json={"name": self.name(what), "permissions": permissions, "boundary": "realm"}
+        )
+        self.roles.append(body["id"])
+        role_id: str = body["id"]
+        return role_id
+
+    def administrator(self, who: str, display_name: str) -> Person:
+        person = self.user(who, display_name)
+        assignment = self.call(
+            "POST", "/role-assignments", json={"role_id": self.builtin_role("realm-admin"), "user_id": person.id}
+        )
+        self.assignments.append(assignment["id"])
+        return person
+
+    def workflow(self, what: str, steps: list[dict[str, Any]], *, publish: bool = True) -> str:
+        definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
+        body = self.call(
+            "POST", "/workflows", json={"name": self.name(what), "definition": definition, "requires_approval": False}
+        )
+        self.workflows.append(body["id"])
+        if publish:
+            self.call("POST", f"/workflows/{body['id']}/revisions/1/publish", json={})
+        workflow_id: str = body["id"]
+        return workflow_id
+
+    def adopt_workflows(self) -> None:
+        """Workflows the flows created in the browser, found by the prefix."""
+        for item in self.call("GET", "/workflows", params={"q": self.prefix, "limit": 200})["items"]:
+            if item["name"].startswith(self.prefix) and item["id"] not in self.workflows:
+                self.workflows.append(item["id"])
+
+    def adopt_users(self) -> None:
+        for item in self.call("GET", "/users", params={"q": self.prefix, "limit": 200})["items"]:
+            if item["email"].startswith(self.prefix) and item["id"] not in self.users:
+                self.users.append(item["id"])
+
+    def clean_up(self) -> list[str]:
+        """Remove what the suite made; returns what could not be removed (reported, not hidden)."""
+        left: list[str] = []
+        self.adopt_workflows()
+        self.adopt_users()
+        for workflow_id in self.workflows:
+            left += self._remove_workflow(workflow_id)
+        for role_id in self.roles:
+            response = self.api.delete(f"/roles/{role_id}")
+            if response.status_code not in (204, 404):
+                left.append(f"role {role_id}: {response.status_code}")
+        for assignment_id in self.assignments:
+            response = self.api.delete(f"/role-assignments/{assignment_id}")
+            if response.status_code not in (204, 404):
+                left.append(f"role assignment {assignment_id}: {response.status_code}")
+        for user_id in self.users:
+            response = self.api.post(f"/users/{user_id}/suspend")
+            if response.status_code not in (200, 409):  # 409: suspended already
+                left.append(f"user {user_id}: {response.status_code}")
+        return left
+
+    def _remove_workflow(self, workflow_id: str) -> list[str]:
+        runs = self.api.get("/workflow-runs", params={"workflow_id": workflow_id, "limit": 200})
+        for run in runs.json().get("items", []) if runs.status_code == 200 else []:
+            if run["state"] in RUNNING:
+                self.api.post(f"/workflow-runs/{run['id']}/cancel", json={"reason": "smoke suite clean-up"})
+        disabled = self.api.post(f"/workflows/{workflow_id}/disable")
+        if disabled.status_code not in (200, 409):
+            return [f"workflow {workflow_id}: disable answered {disabled.status_code}"]
+        deadline = time.monotonic() + CLEANUP_DEADLINE_S
+        while True:
+            deleted = self.api.delete(f"/workflows/{workflow_id}")
+            if deleted.status_code in (204, 404):
+                return []
+            if deleted.status_code != 409 or time.monotonic() > deadline:
+                return [f"workflow {workflow_id}: delete answered {deleted.status_code}"]
+            time.sleep(0.5)  # runs still undoing what they did after the cancel: wait for them to end
+
+
+@pytest.fixture(scope="session")
+def deployment(base_url: str) -> Iterator[Deployment]:
+    url = base_url.rstrip("/")
+    realm = os.environ[REALM_VARIABLE]
+    api = httpx.Client(
+        base_url=f"{url}/api/v1/realms/{realm}",
+        headers={"Authorization": f"Bearer {os.environ[TOKEN_VARIABLE]}"},
+        timeout=30,
+    )
+    probe = api.get("/users", params={"limit": 1})
+    if probe.status_code != 200:
+        pytest.fail(f"{TOKEN_VARIABLE} does not reach realm {realm!r} at {url}: {probe.status_code} {probe.text}")
+    prefix = f"smoke-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    deployment = Deployment(url=url, realm=realm, prefix=prefix, api=api)
+    try:
+        yield deployment
+    finally:
+        left = deployment.clean_up()
+        api.close()
+        assert not left, "the smoke suite could not remove: " + "; ".join(left)
+
+
+@pytest.fixture
+def signed_in(
+    deployment: Deployment, playwright: Playwright, new_context: Callable[..., BrowserContext]
+) -> Callable[[Person], Page]:
+    """A page of a new browser context, signed in as ``person`` through a one-time link."""
+
+    def open_as(person: Person) -> Page:
+        link = create_sign_in_link(deployment.api, person.id)
+        state = storage_state_from_link(playwright, deployment.url + link.path)
+        return new_context(storage_state=state).new_page()
+
+    return open_as

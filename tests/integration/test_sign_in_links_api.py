@@ -1,0 +1,150 @@
+"""POST /sign-in-links: administrators make one-time sign-in links, so automation signs a browser
+in without a person. The ceiling of changing a user applies, in every scope."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from tests.factories import HTML, RealmHandle, bearer, form_value
+
+Client = AsyncTestClient[Litestar]
+
+
+async def counts(realm: RealmHandle) -> tuple[int, int]:
+    async with realm.sessions() as session:
+        links = await session.scalar(text("SELECT count(*) FROM sign_in_links WHERE realm_id = :r"), {"r": realm.id})
+        audited = await session.scalar(
+            text("SELECT count(*) FROM audit_events WHERE realm_id = :r AND type = 'user.sign_in_link_created'"),
+            {"r": realm.id},
+        )
+    return int(links or 0), int(audited or 0)
+
+
+async def test_an_admin_gets_a_link_once_that_signs_the_user_in_and_is_audited(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("qa-flow@example.com")
+    response = await client.post(realm.api + "/sign-in-links", json={"user_id": user.id}, headers=realm.headers)
+    assert response.status_code == 201, response.text
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert body["user_id"] == user.id and body["id"].startswith("sil_")
+    token = body["path"].split("token=", 1)[1]
+    assert token.startswith("sil.")
+    assert body["path"] == f"/realms/{realm.slug}/sign-in/link?token={token}"
+    assert body["url"].endswith(body["path"]) and body["url"].startswith("http")
+    expires = datetime.fromisoformat(body["expires_at"])
+    assert timedelta(minutes=14) < expires - datetime.now(UTC) <= timedelta(minutes=15)
+
+    # Only the hash is kept, and the audit names the administrator, never the token.
+    async with realm.sessions() as session:
+        stored = (await session.execute(text("SELECT token_hash, user_id FROM sign_in_links"))).all()
+        audit = (
+            await session.execute(
+                text(
+                    "SELECT actor_type, actor_id, subject_id, details::text FROM audit_events"
+                    " WHERE type = 'user.sign_in_link_created'"
+                )
+            )
+        ).all()
+    assert [row.user_id for row in stored] == [user.id] and token not in stored[0].token_hash
+    assert [(a.actor_type, a.actor_id, a.subject_id) for a in audit] == [("user", realm.admin.id, user.id)]
+    assert token not in audit[0].details and body["id"] in audit[0].details
+
+    # The link signs the user in (a second factor, so admin pages would open for an admin).
+    page = await client.get(body["path"], headers=HTML)
+    assert page.status_code == 200 and form_value(page.text, "token") == token
+    go = await client.post(
+        f"/realms/{realm.slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert go.status_code == 303 and client.cookies.get("cockpit_session")
+    # ...once.
+    assert (await client.get(body["path"], headers=HTML)).status_code == 400
+
+
+async def test_a_target_stronger_than_the_actor_is_refused_and_nothing_is_made(
+    client: Client, realm: RealmHandle
+) -> None:
+    helpdesk_role = await realm.role("helpdesk", ["realm.users.read", "realm.users.write"])
+    helpdesk = await realm.user("helpdesk@example.com")
+    await realm.assign(helpdesk, helpdesk_role)
+    headers = bearer(await realm.token(helpdesk))
+
+    # Stronger realm-wide: the realm administrator.
+    refused = await client.post(realm.api + "/sign-in-links", json={"user_id": realm.admin.id}, headers=headers)
+    assert refused.status_code == 403, refused.text
+    problem = refused.json()
+    assert problem["code"] == "target_outranks_actor" and "realm.*" in problem["detail"]
+    assert refused.headers["content-type"].startswith("application/problem+json")
+
+    # Stronger only inside one organization: still refused.
+    org = await realm.organization("Branch")
+    org_role = await realm.role("branch-admin", ["org.members.write"], boundary="organization")
+    branch_admin = await realm.user("branch@example.com")
+    await realm.assign(branch_admin, org_role, organization_id=org.id)
+    refused = await client.post(realm.api + "/sign-in-links", json={"user_id": branch_admin.id}, headers=headers)
+    assert refused.status_code == 403 and refused.json()["code"] == "target_outranks_actor"
+    assert f"org.members.write in {org.id}" in refused.json()["detail"]
+    assert await counts(realm) == (0, 0)
+
+    # A user who holds nothing the helpdesk lacks: allowed.
+    plain = await realm.user("plain@example.com")
+    allowed = await client.post(realm.api + "/sign-in-links", json={"user_id": plain.id}, headers=headers)
+    assert allowed.status_code == 201, allowed.text
+    assert await counts(realm) == (1, 1)
+
+
+async def test_the_same_ceiling_now_guards_a_password_change_in_every_scope(client: Client, realm: RealmHandle) -> None:
+    helpdesk_role = await realm.role("helpdesk", ["realm.users.read", "realm.users.write"])
+    helpdesk = await realm.user("helpdesk@example.com")
+    await realm.assign(helpdesk, helpdesk_role)
+    org = await realm.organization("Branch")
+    org_role = await realm.role("branch-admin", ["org.members.write"], boundary="organization")
+    branch_admin = await realm.user("branch@example.com")
+    await realm.assign(branch_admin, org_role, organization_id=org.id)
+    takeover = await client.patch(
+        f"{realm.api}/users/{branch_admin.id}",
+        json={"password": "a-new-password-123"},
+        headers=bearer(await realm.token(helpdesk)),
+    )
+    assert takeover.status_code == 403 and takeover.json()["code"] == "target_outranks_actor"
+
+
+async def test_bad_requests_change_nothing(client: Client, realm: RealmHandle, other_realm: RealmHandle) -> None:
+    url = realm.api + "/sign-in-links"
+    missing = await client.post(url, json={}, headers=realm.headers)
+    assert missing.status_code == 422 and missing.json()["code"]
+    extra = await client.post(url, json={"user_id": realm.admin.id, "token": "mine"}, headers=realm.headers)
+    assert extra.status_code == 422 and extra.json()["code"]
+    unknown = await client.post(url, json={"user_id": "usr_nobody"}, headers=realm.headers)
+    assert unknown.status_code == 404 and unknown.json()["code"] == "not_found"
+    # Another realm's user does not exist here.
+    foreign = await client.post(url, json={"user_id": other_realm.admin.id}, headers=realm.headers)
+    assert foreign.status_code == 404
+    # Another realm's administrator cannot reach this realm.
+    assert (await client.post(url, json={"user_id": realm.admin.id}, headers=other_realm.headers)).status_code == 404
+    assert (await client.post(url, json={"user_id": realm.admin.id})).status_code == 401
+    # An account-audience token is not an administrator's credential.
+    account = bearer(await realm.token(realm.admin, audience="account"))
+    assert (await client.post(url, json={"user_id": realm.admin.id}, headers=account)).status_code == 403
+
+    suspended = await realm.user("gone@example.com")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": suspended.id})
+    refused = await client.post(url, json={"user_id": suspended.id}, headers=realm.headers)
+    assert refused.status_code == 409 and refused.json()["code"] == "user_suspended"
+    assert await counts(realm) == (0, 0) and await counts(other_realm) == (0, 0)
+
+
+async def test_the_route_is_in_the_openapi_schema(client: Client) -> None:
+    schema = (await client.get("/schema/openapi.json")).json()
+    operation = schema["paths"]["/api/v1/realms/{realm}/sign-in-links"]["post"]
+    assert operation["operationId"] == "createSignInLink"
+    assert "201" in operation["responses"]
