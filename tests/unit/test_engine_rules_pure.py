@@ -9,7 +9,7 @@ import pytest
 
 from engine import states
 from engine.authz import Authority, Grant, check_assignment, require
-from engine.errors import Forbidden, GrantCeilingExceeded
+from engine.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
 from engine.retry import CAP_MS, JITTER, FixedClock, delay_ms
 
 ORG_A = "org_" + "a" * 26
@@ -100,3 +100,37 @@ def test_a_missing_permission_is_named() -> None:
         require(Authority("user", "usr_1", []), "realm.audit.read")
     assert caught.value.detail == "This needs the permission realm.audit.read."
     assert caught.value.status == 403 and caught.value.code == "forbidden"
+
+
+def assign_in(organization_id: str | None, *, granter: Authority, approver: Authority | None, subject: str) -> None:
+    check_assignment(
+        granter,
+        role_name="payroll",
+        role_permissions=["realm.users.read", "realm.users.write"],
+        requires_approval=True,
+        organization_id=organization_id,
+        subject_id=subject,
+        approver=approver,
+    )
+
+
+ADMIN = Authority("user", "usr_admin", [Grant(frozenset({"realm.*", "org.*"}), None)])
+ORG_A_ADMIN = Authority("user", "usr_org_a", [Grant(frozenset({"realm.users.read", "realm.users.write"}), ORG_A)])
+
+
+def test_an_approver_holding_the_role_in_the_organization_approves_there_only() -> None:
+    assign_in(ORG_A, granter=ADMIN, approver=ORG_A_ADMIN, subject="usr_subject")
+    with pytest.raises(Forbidden) as caught:
+        assign_in(ORG_B, granter=ADMIN, approver=ORG_A_ADMIN, subject="usr_subject")
+    assert caught.value.detail == "The approver could not assign this role themselves."
+
+
+def test_each_approval_refusal_says_which_rule() -> None:
+    with pytest.raises(Forbidden) as caught:
+        assign_in(None, granter=ADMIN, approver=ADMIN, subject="usr_subject")
+    assert caught.value.detail == "The approver must be someone other than the granter and the subject."
+    with pytest.raises(ValidationFailed) as missing:
+        assign_in(None, granter=ADMIN, approver=None, subject="usr_subject")
+    [issue] = missing.value.issues
+    assert (issue.path, issue.code) == ("/approver_id", "approver_required")
+    assert issue.message == "The role payroll requires an independent approver."
