@@ -361,3 +361,40 @@ async def test_one_pass_claims_at_most_50_runs_whatever_the_settings(realm: Real
         )
     assert states == {"succeeded": 50, "pending": 3}
     assert await runner.run_pass() == 3
+
+
+async def test_a_batch_or_realm_share_of_one_claims_one_run(realm: RealmHandle) -> None:
+    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    for i in range(3):
+        await start(realm, wid, (await realm.user(f"u{i}@example.com")).id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    assert await make_runner(realm, clock, batch_size=1, tenant_share=10).run_pass() == 1
+    assert await make_runner(realm, clock, batch_size=10, tenant_share=1).run_pass() == 1  # one realm here
+    assert await make_runner(realm, clock, batch_size=10, tenant_share=10).run_pass() == 1
+    assert await make_runner(realm, clock).run_pass() == 0
+
+
+async def test_a_cancelled_run_waiting_for_a_retry_stops_at_once(client: Client, realm: RealmHandle) -> None:
+    """Cancellation makes the run due now: it does not wait out the retry's backoff."""
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    wid = await publish(
+        realm,
+        definition(
+            {"id": "team", "type": "add_to_group", "group_id": group_id, "retry": {"max_attempts": 3, "backoff": "1h"}}
+        ),
+    )
+    run_id = await start(realm, wid, subject.id)
+    await outage(realm, "group_members", "INSERT")
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    runner = make_runner(realm, clock)
+    await drain(runner)
+    run, _ = await load(realm, run_id)
+    assert run.state == "running" and run.due_at == clock.now() + HOUR
+    cancelled = await client.post(f"{realm.api}/workflow-runs/{run_id}/cancel", json={}, headers=realm.headers)
+    assert cancelled.status_code == 202, cancelled.text
+    clock.current = max(clock.current, datetime.now(UTC) + timedelta(seconds=1))  # past the cancel, far from the hour
+    await drain(runner)
+    run, attempts = await load(realm, run_id)
+    assert run.state == "cancelled" and run.error_category == "cancelled"
+    assert len(attempts) == 1
