@@ -17,8 +17,22 @@ from engine.config import PROJECT_ROOT
 from engine.migrate import head_revision
 from testing.processes import cockpit_env, descendants_alive, free_port, wait_http
 
+# Deadlines bound a test that went wrong; never a measure of speed (that is bench/'s job), so they
+# are generous enough for a loaded machine.
+DEADLINE_S = 180
 
-def run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+
+def gone(pids: list[int], timeout: float = DEADLINE_S) -> list[int]:
+    """Wait until none of ``pids`` runs any more; returns those still running at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = DEADLINE_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cockpit.cli", *args],
         env=env,
@@ -29,7 +43,7 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> subpro
     )
 
 
-def test_up_serves_ready_within_30_seconds_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
+def test_up_becomes_ready_and_stops_everything_on_ctrl_c(database_url: str, tmp_path: Path) -> None:
     port = free_port()
     env = cockpit_env(database_url, tmp_path / "home", COCKPIT_PORT=str(port))
     log = (tmp_path / "up.log").open("wb")
@@ -38,16 +52,15 @@ def test_up_serves_ready_within_30_seconds_and_stops_everything_on_ctrl_c(databa
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz", timeout=30)
-        wait_http(base + "/readyz", timeout=30)
+        wait_http(base + "/healthz", timeout=DEADLINE_S)
+        wait_http(base + "/readyz", timeout=DEADLINE_S)
         ready = httpx.get(base + "/readyz").json()
         assert ready["checks"]["worker"]["ok"] is True
         children = descendants_alive(proc.pid)
         assert len(children) >= 2, "web and worker run as child processes"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        time.sleep(0.5)
-        assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        assert proc.wait(timeout=DEADLINE_S) == 0
+        assert gone(children) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -70,12 +83,11 @@ def test_up_stops_cleanly_on_sigterm(database_url: str, tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=30)
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=DEADLINE_S)
         children = descendants_alive(proc.pid)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        time.sleep(0.5)
-        assert not [pid for pid in children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        assert proc.wait(timeout=DEADLINE_S) == 0
+        assert gone(children) == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -131,13 +143,15 @@ def test_embedded_database_is_started_once_and_reused(tmp_path: Path) -> None:
     env = cockpit_env("", home)
     env.pop("COCKPIT_DATABASE_URL")
     try:
-        first = run_cli(["migrate"], env, timeout=120)
+        first = run_cli(["migrate"], env)
         assert first.returncode == 0, first.stderr
         url1 = run_cli(["db-url"], env).stdout.strip()
-        started = time.monotonic()
+        server = (home / "pgdata" / "postmaster.pid").read_text().splitlines()[0]
         url2 = run_cli(["db-url"], env).stdout.strip()
         assert url1 == url2 and "cockpit" in url1
-        assert time.monotonic() - started < 15
+        # Reused, not restarted: the same server process answers the second command.
+        assert (home / "pgdata" / "postmaster.pid").read_text().splitlines()[0] == server
+        assert psutil.pid_exists(int(server))
         assert (home / "pgdata" / "PG_VERSION").exists()
         assert (home / "secret_key").exists() is False  # given through COCKPIT_SECRET_KEY here
     finally:

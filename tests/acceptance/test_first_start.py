@@ -15,6 +15,7 @@ from engine.config import PROJECT_ROOT
 from testing.processes import cockpit_env, free_port, wait_http
 
 HTML = {"Accept": "text/html"}
+DEADLINE_S = 180  # bounds a start that went wrong; generous so a loaded machine never fails it
 
 
 def hidden(html: str, name: str) -> str:
@@ -23,7 +24,7 @@ def hidden(html: str, name: str) -> str:
     return found.group(1)
 
 
-def wait_for_line(log: Path, pattern: str, timeout: float = 60) -> re.Match[str]:
+def wait_for_line(log: Path, pattern: str, timeout: float = DEADLINE_S) -> re.Match[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = re.search(pattern, log.read_text())
@@ -47,7 +48,7 @@ def stop_up(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=DEADLINE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -62,7 +63,7 @@ def test_the_first_start_link_opens_the_demo_realm(database_url: str, tmp_path: 
         link = wait_for_line(log, r"(http://localhost:\d+/realms/demo/sign-in/link\?token=\S+)").group(1)
         assert f"http://localhost:{port}/realms/demo/" in log.read_text()
         base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz", timeout=30)
+        wait_http(base + "/healthz", timeout=DEADLINE_S)
         with httpx.Client(base_url=base, headers=HTML, timeout=10) as browser:
             path = link.split(f":{port}", 1)[1]
             page = browser.get(path)

@@ -1,0 +1,136 @@
+"""The engine's pure rules, pinned exactly: backoff and jitter, the transition table, and what
+a refusal of the grant ceiling names."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engine import states
+from engine.authz import Authority, Grant, check_assignment, require
+from engine.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
+from engine.retry import CAP_MS, JITTER, FixedClock, delay_ms
+
+ORG_A = "org_" + "a" * 26
+ORG_B = "org_" + "b" * 26
+
+
+# --- backoff ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("failed", "base_ms"), [(0, 60_000), (1, 60_000), (2, 120_000), (3, 240_000), (12, CAP_MS)])
+def test_jitter_is_taken_off_the_capped_delay(failed: int, base_ms: int) -> None:
+    assert delay_ms(60_000, failed, rand=lambda: 0.0) == base_ms
+    assert delay_ms(60_000, failed, rand=lambda: 0.5) == int(base_ms * (1 - JITTER / 2))
+    assert delay_ms(60_000, failed, rand=lambda: 1.0) == int(base_ms * (1 - JITTER))
+
+
+def test_a_capped_delay_with_jitter_is_below_the_cap() -> None:
+    # Jitter applied before the cap would leave exactly the cap here.
+    assert delay_ms(3_600_000, 4, rand=lambda: 0.5) == CAP_MS * 9 // 10
+    assert delay_ms(3_600_000, 60, rand=lambda: 0.25) == CAP_MS * 95 // 100
+
+
+def test_a_fixed_clock_moves_only_when_told_and_gives_its_jitter() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = FixedClock(start, jitter=0.3)
+    assert clock.now() == start and clock.random() == 0.3
+    clock.advance(hours=2, seconds=5)
+    assert clock.now() == start + timedelta(hours=2, seconds=5)
+    assert FixedClock(start).random() == 0.0
+
+
+# --- the transition table ----------------------------------------------------------------------------
+
+
+def test_the_states_a_run_may_move_from() -> None:
+    assert states.allowed_from(states.RUNNING) == ["awaiting_approval", "pending", "running", "waiting"]
+    assert states.allowed_from(states.COMPENSATING) == [
+        "awaiting_approval",
+        "compensating",
+        "pending",
+        "running",
+        "waiting",
+    ]
+    assert states.allowed_from(states.CANCELLED) == ["compensating"]
+    assert states.allowed_from(states.COMPENSATED) == ["compensating"]
+    assert states.allowed_from(states.SUCCEEDED) == ["running"]
+    assert states.allowed_from(states.WAITING) == states.allowed_from(states.AWAITING_APPROVAL) == ["running"]
+    assert states.allowed_from(states.FAILED) == states.allowed_from(states.COMPENSATION_FAILED) == ["compensating"]
+    assert states.allowed_from(states.PENDING) == []  # nothing goes back to pending
+    for finished in states.FINISHED:
+        assert finished not in states.RUN_TRANSITIONS  # a finished run never moves again
+    assert states.FINISHED | states.IN_FLIGHT == set(states.RUN_STATES)
+    assert states.FORWARD == states.IN_FLIGHT - {states.COMPENSATING}
+
+
+# --- what a refusal names ------------------------------------------------------------------------------
+
+
+def test_a_ceiling_refusal_names_exactly_what_is_missing_in_that_scope() -> None:
+    granter = Authority(
+        "user",
+        "usr_granter",
+        [Grant(frozenset({"realm.users.read"}), None), Grant(frozenset({"realm.users.write"}), ORG_A)],
+    )
+    role = ["realm.users.read", "realm.users.write", "realm.roles.write"]
+
+    def refusal(organization_id: str | None) -> str:
+        with pytest.raises(GrantCeilingExceeded) as caught:
+            check_assignment(
+                granter,
+                role_name="payroll",
+                role_permissions=role,
+                requires_approval=False,
+                organization_id=organization_id,
+                subject_id="usr_subject",
+                approver=None,
+            )
+        return caught.value.detail
+
+    prefix = "Assigning payroll needs every permission of the role in that scope: "
+    assert refusal(ORG_A) == prefix + "realm.roles.write"
+    assert refusal(ORG_B) == prefix + "realm.roles.write, realm.users.write"
+    assert refusal(None) == prefix + "realm.roles.write, realm.users.write"
+
+
+def test_a_missing_permission_is_named() -> None:
+    with pytest.raises(Forbidden) as caught:
+        require(Authority("user", "usr_1", []), "realm.audit.read")
+    assert caught.value.detail == "This needs the permission realm.audit.read."
+    assert caught.value.status == 403 and caught.value.code == "forbidden"
+
+
+def assign_in(organization_id: str | None, *, granter: Authority, approver: Authority | None, subject: str) -> None:
+    check_assignment(
+        granter,
+        role_name="payroll",
+        role_permissions=["realm.users.read", "realm.users.write"],
+        requires_approval=True,
+        organization_id=organization_id,
+        subject_id=subject,
+        approver=approver,
+    )
+
+
+ADMIN = Authority("user", "usr_admin", [Grant(frozenset({"realm.*", "org.*"}), None)])
+ORG_A_ADMIN = Authority("user", "usr_org_a", [Grant(frozenset({"realm.users.read", "realm.users.write"}), ORG_A)])
+
+
+def test_an_approver_holding_the_role_in_the_organization_approves_there_only() -> None:
+    assign_in(ORG_A, granter=ADMIN, approver=ORG_A_ADMIN, subject="usr_subject")
+    with pytest.raises(Forbidden) as caught:
+        assign_in(ORG_B, granter=ADMIN, approver=ORG_A_ADMIN, subject="usr_subject")
+    assert caught.value.detail == "The approver could not assign this role themselves."
+
+
+def test_each_approval_refusal_says_which_rule() -> None:
+    with pytest.raises(Forbidden) as caught:
+        assign_in(None, granter=ADMIN, approver=ADMIN, subject="usr_subject")
+    assert caught.value.detail == "The approver must be someone other than the granter and the subject."
+    with pytest.raises(ValidationFailed) as missing:
+        assign_in(None, granter=ADMIN, approver=None, subject="usr_subject")
+    [issue] = missing.value.issues
+    assert (issue.path, issue.code) == ("/approver_id", "approver_required")
+    assert issue.message == "The role payroll requires an independent approver."
