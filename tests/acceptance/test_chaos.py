@@ -57,6 +57,7 @@ MIN_KILLS_HOLDING_RUNS = 3  # kills that cut off a worker while it held runs
 START_DEADLINE_SECONDS = 180  # the first worker picks up work
 CHAOS_DEADLINE_SECONDS = 600  # all waves started and MIN_KILLS kills made
 CALM_DEADLINE_SECONDS = 600  # after the last kill, the survivors finish every run
+HOLDER_WAIT_SECONDS = 10  # after a wave starts, how long to look for a worker holding its runs
 GRANTS = 4  # assign_role steps per run (one role each)
 JOINS = 4  # add_to_group steps per run (one group each)
 STEP_IDS = (
@@ -188,6 +189,7 @@ async def unleash(
         await asyncio.sleep(0.2)
     started = time.monotonic()
     while time.monotonic() - started < CHAOS_DEADLINE_SECONDS:
+        held: dict[int, int] = {}
         if waves:
             kind, subjects = waves.pop(0)
             if kind == "manual":
@@ -196,14 +198,23 @@ async def unleash(
                 )
             else:
                 await add_members(sessions, directory.actor, scenario.newcomers_org_id, subjects)
-        await asyncio.sleep(rng.uniform(1.0, 3.0))
-        held = await leases_by_pid(sessions)
+            # A wave of internal steps may be done within a fraction of a second (several runs
+            # commit together): look for a worker holding its runs at once, not after a pause.
+            deadline = time.monotonic() + HOLDER_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                held = await leases_by_pid(sessions)
+                if any(held.get(p.pid) for p in pool.alive):
+                    break
+                await asyncio.sleep(0.02)
+        else:
+            held = await leases_by_pid(sessions)
         holders = [p.pid for p in pool.alive if held.get(p.pid)]
         victims = holders if holders and rng.random() < 0.8 else await working_pids(sessions)
         pid = pool.kill_random(among=victims)
         if pid is not None:
             pool.record_kill(pid, held.get(pid, 0))
             pool.spawn()
+        await asyncio.sleep(rng.uniform(1.0, 3.0))  # the next kill a while later
         if not waves and len(pool.kills) >= MIN_KILLS:
             holding = sum(1 for k in pool.kills if k.leased_runs)
             if holding >= MIN_KILLS_HOLDING_RUNS or not await unfinished_work(sessions, directory.realm_id):
