@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine import runstore
-from engine.authz import AUTHORITY_SQL, Authority, Grant
+from engine.authz import AUTHORITY_SQL, Authority, Grant, authority_gaps
 from engine.definitions.canonical import input_version
 from engine.definitions.durations import parse_duration
 from engine.ids import new_id
@@ -173,27 +173,36 @@ class FastPath:
         return revision
 
     async def _authority(self, conn: Any, staged: Staged, run: Mapping[str, Any], now: datetime) -> Authority:
-        key = (run["realm_id"], run["publisher_id"])
+        """The accountable publisher's authority."""
+        return await self._user_authority(
+            conn, staged, run["realm_id"], run["publisher_id"], run["realm_epoch"], run["publisher_epoch"], now
+        )
+
+    async def _user_authority(
+        self, conn: Any, staged: Staged, realm_id: str, user_id: str, realm_epoch: int, user_epoch: int, now: datetime
+    ) -> Authority:
+        """A user's authority, cached while the realm's and the user's authorization epochs stay put."""
+        key = (realm_id, user_id)
         cached: CachedAuthority | None = staged.recall(self.authorities, key)
         if (
             cached is not None
-            and cached.realm_epoch == run["realm_epoch"]
-            and cached.user_epoch == run["publisher_epoch"]
+            and cached.realm_epoch == realm_epoch
+            and cached.user_epoch == user_epoch
             and cached.read_at <= now
             and (cached.valid_until is None or now < cached.valid_until)
         ):
             return cached.authority
-        rows = await conn.fetch(_AUTHORITY.sql, *_AUTHORITY.args({"realm": key[0], "pid": key[1], "now": now}))
+        rows = await conn.fetch(_AUTHORITY.sql, *_AUTHORITY.args({"realm": realm_id, "pid": user_id, "now": now}))
         authority = Authority(
             principal_type="user",
-            principal_id=key[1],
+            principal_id=user_id,
             grants=[Grant(frozenset(row[0] or ()), row[1]) for row in rows],
         )
         expiries = [row[2] for row in rows if row[2] is not None]
         staged.remember(
             self.authorities,
             key,
-            CachedAuthority(run["realm_epoch"], run["publisher_epoch"], now, min(expiries, default=None), authority),
+            CachedAuthority(realm_epoch, user_epoch, now, min(expiries, default=None), authority),
         )
         return authority
 
@@ -235,8 +244,9 @@ class FastPath:
         """Make the run's next internal step here: True when the run finished, False when it moved on,
         None when nothing was written and the step must be taken the ordinary way.
 
-        ``publishers`` are the accountable publishers of every run in this transaction: a run whose
-        subject is one of them changes a publisher's authority, and goes the ordinary way.
+        ``publishers`` are the accountable publishers of every run in this transaction, and every
+        subject of more than one of its runs: a run whose subject is one of them changes an authority
+        another run of the transaction reads, and goes the ordinary way.
         """
         if run["state"] not in (PENDING, RUNNING) or run["cancel_requested_at"] is not None:
             return None
@@ -267,6 +277,17 @@ class FastPath:
             effect = Effect(runstore.PLAIN_TRANSITION, {}, {}, STRATEGY_NONE, COMP_NOT_NEEDED, None, ends_run=True)
         if effect is None:
             return None
+        if step_type.name in ("assign_role", "add_to_group"):
+            # The one rule of engine.authz: changing what the subject holds needs everything the
+            # subject holds, in every scope. A subject who outranks the publisher goes the
+            # ordinary way, which refuses with target_outranks_actor.
+            if run["subject_epoch"] is None:
+                return None
+            subject = await self._user_authority(
+                conn, staged, run["realm_id"], run["subject_id"], run["realm_epoch"], run["subject_epoch"], now
+            )
+            if authority_gaps(authority, subject):
+                return None
         return await self._commit_step(conn, run, revision, step, index, organization_id, effect, now)
 
     async def _assign_role(

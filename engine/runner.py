@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -207,7 +208,11 @@ class Runner:
                 return outcomes
             async with raw.transaction():
                 locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                # Runs whose subject's authority another run of this transaction reads or changes
+                # (a publisher, or a subject of two runs) go the ordinary way.
+                subjects = Counter(row["subject_id"] for row in locked.values())
                 publishers = {row["publisher_id"] for row in locked.values()}
+                publishers |= {subject for subject, count in subjects.items() if count > 1}
                 for run_id in run_ids:
                     row = locked.get(run_id)
                     if row is None:

@@ -343,6 +343,7 @@ LOCK_FOR_TRANSITION = positional(
               (SELECT w.state FROM workflows w WHERE w.id = r.workflow_id) AS workflow_state,
               (SELECT u.status FROM users u WHERE u.id = r.publisher_id) AS publisher_status,
               (SELECT u.authz_epoch FROM users u WHERE u.id = r.publisher_id) AS publisher_epoch,
+              (SELECT u.authz_epoch FROM users u WHERE u.id = r.subject_id) AS subject_epoch,
               (SELECT m.authz_epoch FROM realms m WHERE m.id = r.realm_id) AS realm_epoch,
               (SELECT count(*) FROM step_attempts a
                 WHERE a.run_id = r.id AND a.step_index = r.step_index) AS attempts,

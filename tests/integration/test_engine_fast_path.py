@@ -410,3 +410,31 @@ async def test_a_failure_in_one_run_of_a_group_loses_and_repeats_nothing(realm: 
             ]
             assert (grants, joins, audit) == (1, 1, 7)
     assert not await scalar(realm, "SELECT count(*) FROM workflow_runs WHERE lease_owner IS NOT NULL")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "ordinary path"])
+async def test_a_subject_stronger_than_the_publisher_is_never_changed(realm: RealmHandle, fast: bool) -> None:
+    """The one rule holds on both paths: a run may not change what a subject holds when the
+    subject holds something its publisher does not (here realm.users.write)."""
+    org_id, role, group = await directory_for_runs(realm)
+    weak, strong = await subjects(realm, org_id, 2)
+    publisher = await realm.user()
+    power = await realm.role("power", ["realm.workflows.*", "org.*"])
+    await realm.assign(publisher, power)
+    await realm.assign(strong, await realm.role("user-admin", ["realm.users.write"]))
+    actor = Actor(type="user", id=publisher.id, realm_id=realm.id)
+    wid = await _publish_as(realm, actor, three_steps(role, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock, fast=fast)
+    # Both in one group commit: the weaker subject goes through, the stronger one is refused.
+    ok, refused = await start(realm, wid, weak.id), await start(realm, wid, strong.id)
+    await drain(r)
+
+    run, _ = await load(realm, ok)
+    assert run.state == "succeeded", run.last_error
+    run, attempts = await load(realm, refused)
+    assert run.state == "failed" and run.error_category == "target_outranks_actor", (run.state, run.last_error)
+    assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("grant", "failed", "target_outranks_actor")]
+    held = "SELECT count(*) FROM role_assignments WHERE user_id = :u AND role_id = :r"
+    assert await scalar(realm, held, u=strong.id, r=role.id) == 0
+    assert await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=strong.id) == 0
