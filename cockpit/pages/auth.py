@@ -42,7 +42,7 @@ from cockpit.auth import (
     request_id_of,
 )
 from cockpit.pages.common import page
-from cockpit.state import AnyRequest, context_of
+from cockpit.state import AnyRequest, DbSession, context_of
 from engine import crypto, identity
 from engine.config import Settings
 from engine.errors import Forbidden, TooManyRequests, Unauthorized, ValidationFailed
@@ -421,13 +421,16 @@ class SignInPages(Controller):
         return anonymous_page(request, "pages/auth/link_invalid.html", slug=realm, status_code=400)
 
     @post("/sign-out", operation_id="signOut", opt={"audience": "account"}, status_code=303)
-    async def sign_out(self, request: AnyRequest, realm: FromPath[str], principal: CurrentPrincipal) -> Redirect:
+    async def sign_out(
+        self, request: AnyRequest, realm: FromPath[str], principal: CurrentPrincipal, db_session: DbSession
+    ) -> Redirect:
+        # The request's own session: the guard may have marked this browser session as seen in the
+        # request's transaction, and a second connection updating the same row would wait for it.
         ctx = context_of(request.app)
         if principal.session_id:
-            async with ctx.sessions() as session, session.begin():
-                await identity.close_session(
-                    session, principal.id, principal.realm.id, principal.session_id, request_id_of(request)
-                )
+            await identity.close_session(
+                db_session, principal.id, principal.realm.id, principal.session_id, request_id_of(request)
+            )
         response = Redirect(f"/realms/{realm}/sign-in?signed_out=1", status_code=303)
         clear_cookie(response, ctx.settings, SESSION_COOKIE)
         return response
@@ -490,38 +493,40 @@ class MfaPages(Controller):
 
     @post("/", operation_id="verifyMfa", opt={"audience": "account"}, status_code=303)
     async def verify(
-        self, request: AnyRequest, principal: CurrentPrincipal, data: URLEncodedBody[CodeForm]
+        self, request: AnyRequest, principal: CurrentPrincipal, data: URLEncodedBody[CodeForm], db_session: DbSession
     ) -> Response[Any]:
         require_browser_session(principal)
         ctx = context_of(request.app)
         slug = principal.realm.slug
         target = safe_next(slug, data.next)
         failure: ValidationFailed | Unauthorized | TooManyRequests
-        async with ctx.sessions() as session, session.begin():
-            user = await session.get(User, principal.id)
-            assert user is not None
-            try:
-                if user.totp_enabled_at is None:
-                    secret = open_enrolment(ctx.settings, user.id, data.enrolment)
-                    if secret is None:
-                        raise ValidationFailed(
-                            "This enrolment has expired. Add the new code below to your app and try again."
-                        )
-                    await identity.enable_totp(session, ctx.settings.secret_key, user, secret, data.code)
-                elif principal.audience == "admin":
-                    return Redirect(target, status_code=303)  # verified already
-                else:
-                    await identity.verify_second_factor(
-                        session, ctx.settings.secret_key, user, data.code, client_address(request)
+        # The request's own session (one transaction, committed when the handler returns, refusals
+        # included): the guard may have marked the browser session this upgrade replaces as seen.
+        session = db_session
+        user = await session.get(User, principal.id)
+        assert user is not None
+        try:
+            if user.totp_enabled_at is None:
+                secret = open_enrolment(ctx.settings, user.id, data.enrolment)
+                if secret is None:
+                    raise ValidationFailed(
+                        "This enrolment has expired. Add the new code below to your app and try again."
                     )
-            except (ValidationFailed, Unauthorized, TooManyRequests) as exc:
-                failure = exc
+                await identity.enable_totp(session, ctx.settings.secret_key, user, secret, data.code)
+            elif principal.audience == "admin":
+                return Redirect(target, status_code=303)  # verified already
             else:
-                if principal.via != "session" or principal.session_id is None:
-                    return Redirect(target, status_code=303)
-                old = await session.get(BrowserSession, principal.session_id)
-                cookie = await start_session(session, request, user, method="mfa_upgrade", mfa=True, replaces=old)
-                return signed_in(request, target, cookie)
+                await identity.verify_second_factor(
+                    session, ctx.settings.secret_key, user, data.code, client_address(request)
+                )
+        except (ValidationFailed, Unauthorized, TooManyRequests) as exc:
+            failure = exc
+        else:
+            if principal.via != "session" or principal.session_id is None:
+                return Redirect(target, status_code=303)
+            old = await session.get(BrowserSession, principal.session_id)
+            cookie = await start_session(session, request, user, method="mfa_upgrade", mfa=True, replaces=old)
+            return signed_in(request, target, cookie)
         response = self._render(
             request,
             principal,

@@ -84,6 +84,7 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ("POST", "/users/{user_id}/suspend"): [user_only(lambda w, u: ("POST", f"/users/{u}/suspend", None))],
     ("POST", "/users/{user_id}/reactivate"): [suspended_only(lambda w, u: ("POST", f"/users/{u}/reactivate", None))],
     ("POST", "/users/{user_id}/reset-mfa"): [user_only(lambda w, u: ("POST", f"/users/{u}/reset-mfa", None))],
+    ("POST", "/sign-in-links"): [user_only(lambda w, u: ("POST", "/sign-in-links", {"user_id": u}))],
     ("POST", "/service-principals"): Unrelated("creates a new service principal, which holds nothing"),
     ("POST", "/organizations"): Unrelated("creates an organization; organizations are not principals"),
     ("PATCH", "/organizations/{org_id}"): Unrelated("renames or deactivates an organization; grants are unchanged"),
@@ -204,6 +205,7 @@ FINGERPRINT = text(
       'memberships', (SELECT json_agg(json_build_array(organization_id, user_id) ORDER BY organization_id, user_id)
                         FROM memberships WHERE realm_id = :r),
       'tokens', (SELECT json_agg(json_build_array(id, revoked_at) ORDER BY id) FROM api_tokens WHERE realm_id = :r),
+      'sign_in_links', (SELECT count(*) FROM sign_in_links WHERE realm_id = :r),
       'runs', (SELECT count(*) FROM workflow_runs WHERE realm_id = :r)
     )::text
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from http.cookies import SimpleCookie
 
@@ -234,3 +235,51 @@ async def test_cockpit_forms_refuse_requests_without_the_session_csrf_token(clie
     assert created.status_code == 303
     async with realm.sessions() as session:
         assert await session.scalar(text("SELECT count(*) FROM users WHERE email = 'new@example.com'")) == 1
+
+
+AGE_SESSIONS = "UPDATE sessions SET last_seen_at = now() - interval '10 minutes'"
+
+
+async def test_signing_out_after_a_pause_ends_the_session(client: Client, realm: RealmHandle) -> None:
+    """The guard marks a session seen again after a minute, in the request's transaction; signing
+    out updates the same row, so it must do so in that same transaction (never a second one that
+    would wait for the first)."""
+    await realm.user("pat@example.com", password=PASSWORD)
+    await password_sign_in(client, realm.slug, "pat@example.com")
+    csrf = form_value((await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)).text, "_csrf")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text(AGE_SESSIONS))
+    out = await asyncio.wait_for(
+        client.post(f"/realms/{realm.slug}/sign-out", data={"_csrf": csrf}, headers=HTML, follow_redirects=False),
+        timeout=120,  # a deadline for a request that would otherwise wait forever, not a timing
+    )
+    assert out.status_code == 303
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT revoked_at IS NOT NULL FROM sessions")) is True
+
+
+async def test_verifying_the_second_factor_after_a_pause_upgrades_the_session(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    account = await browser_session(realm, user, mfa=False)
+    client.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+    page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text(AGE_SESSIONS))  # the code took a while to type
+    done = await asyncio.wait_for(
+        client.post(
+            f"/realms/{realm.slug}/mfa",
+            data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(page.text, "_csrf")},
+            headers=HTML,
+            follow_redirects=False,
+        ),
+        timeout=120,
+    )
+    assert done.status_code == 303
+    async with realm.sessions() as session:
+        live = await session.scalar(
+            text("SELECT count(*) FROM sessions WHERE user_id = :u AND mfa AND revoked_at IS NULL"), {"u": user.id}
+        )
+    assert live == 1

@@ -89,9 +89,9 @@ def test_a_ceiling_refusal_names_exactly_what_is_missing_in_that_scope() -> None
             )
         return caught.value.detail
 
-    prefix = "Assigning payroll needs every permission of the role in that scope: "
-    assert refusal(ORG_A) == prefix + "realm.roles.write"
-    assert refusal(ORG_B) == prefix + "realm.roles.write, realm.users.write"
+    prefix = "To assign payroll you need every permission of the role in that scope; missing: "
+    assert refusal(ORG_A) == prefix + f"realm.roles.write in {ORG_A}"
+    assert refusal(ORG_B) == prefix + f"realm.roles.write in {ORG_B}, realm.users.write in {ORG_B}"
     assert refusal(None) == prefix + "realm.roles.write, realm.users.write"
 
 
