@@ -153,7 +153,8 @@ async def set_user_status(
 async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None) -> User:
     """Remove a user's second factor (a lost phone): they enrol again at their next MFA sign-in.
 
-    Their browser sessions end too, so a session that relied on the old factor stops at once.
+    Their browser sessions end too, so a session that relied on the old factor stops at once, and
+    their unused sign-in links stop working.
     Resetting someone's factor needs every permission they hold (the one rule).
     """
     user = await get_user(session, actor.realm_id, user_id)
@@ -168,6 +169,10 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
         update(BrowserSession)
         .where(BrowserSession.user_id == user.id, col(BrowserSession.revoked_at).is_(None))
         .values(revoked_at=now())
+    )
+    # A sign-in link counts as a second factor: one made before the reset no longer opens a session.
+    await session.execute(
+        update(SignInLink).where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None)).values(used_at=now())
     )
     await session.flush()
     await record_audit(

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from engine import identity, workflows
 from engine.ids import new_id
 from engine.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
-from tests.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp
+from tests.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]
 MINIMAL = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
@@ -158,6 +158,7 @@ async def test_resetting_a_second_factor_follows_the_rule_and_ends_sessions(clie
     user = await realm.user()
     await enrol_totp(realm, user)
     login = await browser_session(realm, user, mfa=True)
+    await sign_in_link(realm, user)  # made before the reset: it must not open a session after it
     target, _ = await organization_admin(realm)
     await enrol_totp(realm, target)
     _, headers = await holder_of(realm, "realm.users.write")
@@ -168,6 +169,9 @@ async def test_resetting_a_second_factor_follows_the_rule_and_ends_sessions(clie
     assert done.status_code == 200 and done.json()["mfa_enrolled"] is False
     assert await scalar(realm, "SELECT revoked_at FROM sessions WHERE id = :s", s=login.session_id) is not None
     assert await scalar(realm, "SELECT count(*) FROM audit_events WHERE type = 'user.mfa_reset'") == 1
+    assert (
+        await scalar(realm, "SELECT count(*) FROM sign_in_links WHERE user_id = :u AND used_at IS NULL", u=user.id) == 0
+    )
     again = await client.post(f"{realm.api}/users/{user.id}/reset-mfa", headers=headers)
     assert again.status_code == 409
 
