@@ -58,7 +58,10 @@ def make_web_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_size=pool_size,
         max_overflow=10,
         pool_pre_ping=False,
-        connect_args={"server_settings": {"application_name": "cockpit"}},
+        # A request never waits long for a row lock: a request stuck behind another transaction
+        # (or, by mistake, behind its own guard's) ends with an error instead of holding two pooled
+        # connections for good.
+        connect_args={"server_settings": {"application_name": "cockpit", "lock_timeout": "30s"}},
     )
 
 
