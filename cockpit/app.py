@@ -27,6 +27,7 @@ from cockpit.api.workflows import ContractsController, WorkflowsController
 from cockpit.auth import provide_principal, realm_guard
 from cockpit.boundary import boundary_middleware_factory
 from cockpit.middleware import request_id_middleware
+from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
@@ -119,6 +120,7 @@ def create_app(
     def configure_templates(engine: JinjaTemplateEngine) -> None:
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
+        engine.engine.globals["ids_in"] = ids_in
 
     template_config = TemplateConfig(
         directory=PROJECT_ROOT / "templates",

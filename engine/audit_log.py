@@ -28,9 +28,12 @@ class AuditFilters:
     subject_id: str | None = None
     since: str | None = None
     until: str | None = None
+    # What a name or an email matched (set by callers that resolve them): any of these ids.
+    actor_ids: tuple[str, ...] | None = None
+    subject_ids: tuple[str, ...] | None = None
 
     def as_params(self) -> dict[str, str]:
-        return {k: v for k, v in vars(self).items() if v}
+        return {k: v for k, v in vars(self).items() if v and isinstance(v, str)}
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -113,6 +116,10 @@ async def list_audit_events(
         query = query.where(AuditEvent.actor_id == filters.actor_id)
     if filters.subject_id:
         query = query.where(AuditEvent.subject_id == filters.subject_id)
+    if filters.actor_ids is not None:
+        query = query.where(AuditEvent.actor_id.in_(filters.actor_ids))  # type: ignore[union-attr]
+    if filters.subject_ids is not None:
+        query = query.where(AuditEvent.subject_id.in_(filters.subject_ids))  # type: ignore[union-attr]
     if since is not None:
         query = query.where(AuditEvent.occurred_at >= since)
     if until is not None:

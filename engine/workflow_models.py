@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import JSON, CheckConstraint, Column, Index, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -51,6 +51,9 @@ class WorkflowRevision(SQLModel, table=True):
     number: int
     status: str = Field(default="draft", max_length=20)
     definition: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
+    # The definition as its author ordered it (``json`` keeps the text; ``jsonb`` sorts keys).
+    # Shown in the editor and the API; ``canonical`` and ``hash`` are what identity rests on.
+    authored: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     canonical: str = Field(sa_column=Column(Text, nullable=False))
     hash: str = Field(max_length=64)
     author_id: str | None = Field(default=None, max_length=40)

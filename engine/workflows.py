@@ -85,7 +85,7 @@ def revision_view(revision: WorkflowRevision, *, with_definition: bool = True) -
         "published_at": revision.published_at,
     }
     if with_definition:
-        out["definition"] = revision.definition
+        out["definition"] = revision.authored if revision.authored is not None else revision.definition
     return out
 
 
@@ -637,6 +637,7 @@ async def _stage(session: AsyncSession, actor: Actor, workflow: Workflow, defini
         realm_id=workflow.realm_id,
         number=number,
         definition=definition,
+        authored=definition,
         canonical=canonical,
         hash=definition_hash(definition),
         author_id=actor.id,

@@ -31,10 +31,11 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
+from cockpit.names import Named, ids_in, resolve_names
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
 from engine import directory, workflows
-from engine.definitions import MAX_DEFINITION_BYTES, pretty_json
+from engine.definitions import MAX_DEFINITION_BYTES, authored_json
 from engine.definitions.diff import line_diff, structured_diff
 from engine.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.policy import publish_approval_required
@@ -380,23 +381,19 @@ def default_against(workflow: Workflow, number: int) -> int | None:
     return number - 1 if number > 1 else None
 
 
-async def display_names(db_session: DbSession, realm_id: str, ids: Iterable[str | None]) -> dict[str, str]:
-    """Display names of the users among ``ids`` (others, such as service principals, keep their id)."""
-    names: dict[str, str] = {}
-    for user_id in {i for i in ids if i}:
-        if not user_id.startswith("usr_"):
-            continue
-        try:
-            user = await directory.get_user(db_session, realm_id, user_id)
-        except NotFound:
-            continue
-        names[user_id] = user.display_name or user.email
-    return names
+async def display_names(db_session: DbSession, realm: Any, ids: Iterable[str | None]) -> dict[str, Named]:
+    """Names of the objects among ``ids`` (users, roles, groups, …) with links: one statement."""
+    return await resolve_names(db_session, realm.id, ids, slug=realm.slug)
+
+
+def as_authored(revision: WorkflowRevision) -> Any:
+    """The definition in its author's key order (revisions saved before that was kept: sorted)."""
+    return revision.authored if revision.authored is not None else revision.definition
 
 
 def action_error(exc: EngineError, definition: Any | None = None) -> dict[str, Any]:
     """A service error as the revision page shows it: the API's code, detail and paths."""
-    text = pretty_json(definition) if definition is not None else ""
+    text = authored_json(definition) if definition is not None else ""
     issues = place(exc.issues, text) if text else tuple(EditorIssue(i.path, i.code, i.message) for i in exc.issues)
     return {"status": exc.status, "code": exc.code, "detail": exc.detail, "issues": issues}
 
@@ -444,7 +441,7 @@ class WorkflowsPages(Controller):
             state=state,
             states=WORKFLOW_STATES,
             list_error=list_error,
-            names=await display_names(db_session, principal.realm.id, (w.owner_id for w in items)),
+            names=await display_names(db_session, principal.realm, (w.owner_id for w in items)),
             can_create=may(principal, "realm.workflows.write"),
             flash=flash_of(request),
         )
@@ -563,7 +560,7 @@ class WorkflowsPages(Controller):
         revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
         names = await display_names(
             db_session,
-            realm_id,
+            principal.realm,
             [workflow.owner_id, workflow.created_by]
             + [r.author_id for r in revisions]
             + [r.decided_by for r in revisions],
@@ -655,6 +652,7 @@ class WorkflowsPages(Controller):
             issues=checked.issues,
             parsed=checked.parsed,
             preview=outline(checked.value) if checked.parsed else None,
+            names=await display_names(db_session, principal.realm, ids_in(checked.value)),
             lines=line_count(checked.text),
             flash=context.pop("flash", None) or flash_of(request),
             **context,
@@ -677,7 +675,7 @@ class WorkflowsPages(Controller):
         else:
             revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
             base = revisions[0] if revisions else None
-        text = pretty_json(base.definition if base is not None else SKELETON)
+        text = authored_json(as_authored(base) if base is not None else SKELETON)
         checked = await check_text(db_session, realm_id, text)
         return await self._editor(request, db_session, principal, workflow, checked, base=base)
 
@@ -696,6 +694,7 @@ class WorkflowsPages(Controller):
             issues=checked.issues,
             parsed=checked.parsed,
             preview=outline(checked.value) if checked.parsed else None,
+            names=await display_names(db_session, principal.realm, ids_in(checked.value)),
             lines=line_count(text),
             oob=True,
         )
@@ -754,7 +753,7 @@ class WorkflowsPages(Controller):
         workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
         revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
         names = await display_names(
-            db_session, realm_id, [r.author_id for r in revisions] + [r.decided_by for r in revisions]
+            db_session, principal.realm, [r.author_id for r in revisions] + [r.decided_by for r in revisions]
         )
         return page(
             request,
@@ -786,6 +785,7 @@ class WorkflowsPages(Controller):
         all_revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
         compare_to = against if against is not None else default_against(workflow, number)
         diff: dict[str, Any] | None = None
+        other_definition: Any = None
         if compare_to is not None:
             other = await workflows.get_revision(db_session, realm_id, workflow.id, compare_to)
             diff = {
@@ -794,10 +794,19 @@ class WorkflowsPages(Controller):
                 "structured": structured_diff(other.definition, revision.definition),
                 "rows": side_by_side(line_diff(other.definition, revision.definition)),
             }
-        definition_text = pretty_json(revision.definition)
+            other_definition = other.definition
+        definition_text = authored_json(as_authored(revision))
         fragment = targets(request, DIFF_ID)
         names = await display_names(
-            db_session, realm_id, [revision.author_id, revision.decided_by, revision.published_by]
+            db_session,
+            principal.realm,
+            [
+                revision.author_id,
+                revision.decided_by,
+                revision.published_by,
+                *ids_in(revision.definition),
+                *ids_in(other_definition),
+            ],
         )
         context.setdefault("flash", flash_of(request))
         return page(
@@ -836,7 +845,7 @@ class WorkflowsPages(Controller):
         realm_id = principal.realm.id
         workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
         revision = await workflows.get_revision(db_session, realm_id, workflow.id, number)
-        definition = revision.definition
+        definition = as_authored(revision)
         comment = field(await request.form(), "comment").strip() or None
         actor = principal.actor(request_id_of(request))
         try:

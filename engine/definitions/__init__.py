@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from engine.definitions.canonical import canonical_json, definition_hash, input_version, pretty_json
+from engine.definitions.canonical import authored_json, canonical_json, definition_hash, input_version, pretty_json
 from engine.definitions.diff import line_diff, structured_diff
 from engine.definitions.durations import BOUNDS, Bounds, format_duration, parse_duration
 from engine.definitions.validation import (
@@ -64,6 +64,7 @@ __all__ = [
     "References",
     "Requirement",
     "StaticReferences",
+    "authored_json",
     "canonical_json",
     "collect_references",
     "contract",

@@ -34,6 +34,14 @@ def pretty_json(definition: Any) -> str:
     return json.dumps(definition, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
 
 
+def authored_json(definition: Any) -> str:
+    """The author's key order, two-space indentation: what the editor and the revision page show.
+
+    The canonical form (sorted keys) stays what is hashed and what line diffs compare.
+    """
+    return json.dumps(definition, indent=2, ensure_ascii=False, allow_nan=False)
+
+
 def input_version(revision_number: int, definition_hash: str, run_input_version: int | str) -> str:
     """``r<revision>:<first 16 hex digits of the hash>:i<run input version>``, e.g. ``r3:9f86d081884c7d65:i1``.
 

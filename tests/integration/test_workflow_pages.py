@@ -18,7 +18,7 @@ from sqlalchemy import text
 from cockpit.pages.workflows import line_of, parse_text, pointer_lines, side_by_side
 from engine import workflows
 from engine.audit import Actor
-from engine.definitions import line_diff, pretty_json
+from engine.definitions import authored_json, line_diff, pretty_json
 from engine.models import RealmPolicy, User
 from engine.workflow_models import Workflow
 from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
@@ -335,7 +335,7 @@ async def test_the_editor_starts_from_the_latest_revision_or_a_skeleton(client: 
     assert 'hx-trigger="keyup changed delay:500ms, load"' in page.text
     assert f'hx-post="/realms/{realm.slug}/workflows/{empty.id}/edit/validate"' in page.text
     gutter = page.text.split('id="definition-gutter" aria-hidden="true">', 1)[1].split("</pre>", 1)[0]
-    assert gutter.split() == [str(i) for i in range(1, len(pretty_json(MINIMAL).splitlines()) + 1)]
+    assert gutter.split() == [str(i) for i in range(1, len(authored_json(MINIMAL).splitlines()) + 1)]
     assert "✓ Valid" in page.text and '<code class="step-id">done</code>' in page.text
 
     full = await make_workflow(realm, "Full", body=MINIMAL)
@@ -583,7 +583,7 @@ async def test_publishing_past_the_delegation_ceiling_names_the_steps(client: Cl
     assert refused.status_code == 403
     assert "<code>grant_ceiling_exceeded</code>" in refused.text
     assert "definition.steps[1]" in refused.text and "<code>/definition/steps/1</code>" in refused.text
-    line = pointer_lines(pretty_json(body))["/steps/1"]
+    line = pointer_lines(authored_json(body))["/steps/1"]
     assert f'<a href="#L{line}">line {line}</a>' in refused.text
     async with realm.sessions() as session:
         assert await session.scalar(text("SELECT state FROM workflows WHERE id = :w"), {"w": workflow.id}) == "draft"
