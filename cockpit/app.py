@@ -33,6 +33,7 @@ from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
+from cockpit.pages.pickers import PickerPages
 from cockpit.pages.roles import RolesPages
 from cockpit.pages.runs import RunsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
@@ -79,6 +80,7 @@ PAGE_CONTROLLERS: list[type] = [
     MfaPages,
     RealmHomeController,
     WorkflowsPages,
+    PickerPages,
     RunsPages,
     UsersPages,
     OrganizationsPages,

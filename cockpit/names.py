@@ -9,7 +9,7 @@ realm) is shown as the id alone, never linked.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import quote
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,15 +19,12 @@ from engine.name_lookup import NamedObject, ids_in, lookup_names
 __all__ = ["Named", "ids_in", "resolve_names", "url_of"]
 
 
-@dataclass(frozen=True)
-class Named:
+class Named(NamedTuple):
+    """What an id names: ``kind, name, url = names[id]``."""
+
     kind: str
     name: str
     url: str | None
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        # ``kind, name, url = names[id]`` reads as the tuple it is.
-        return iter((self.kind, self.name, self.url))
 
 
 def url_of(slug: str, found: NamedObject) -> str | None:

@@ -24,7 +24,7 @@ from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine import audit_log
 from engine.errors import EngineError
-from engine.name_lookup import ID_PATTERN, NamedObject, match_names
+from engine.name_lookup import NamedObject, match_names
 
 TABLE_ID = "audit-table"
 

@@ -243,9 +243,9 @@ def apply(document: Any, op: str, pointer: str, values: list[str]) -> Any:
         if family == "steps":
             item["id"] = _fresh_id(items, value)
         item["type"] = value
-        for spec in types[value].fields:
-            if spec.required:
-                item[spec.name] = _placeholder(spec)
+        for member in types[value].fields:
+            if member.required:
+                item[member.name] = _placeholder(member)
         # A new step goes before a closing "end" step, where it can run.
         at = len(items)
         if family == "steps" and items and isinstance(items[-1], dict) and items[-1].get("type") == "end":

@@ -32,6 +32,7 @@ from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import Named, ids_in, resolve_names
+from cockpit.pages import builder
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
 from engine import directory, workflows
@@ -207,6 +208,7 @@ class EditorIssue:
     message: str
     line: int | None = None
     column: int | None = None
+    field: str | None = None  # the id of the builder control it is about (its field, or its step)
 
     @property
     def step_label(self) -> str | None:
@@ -223,6 +225,24 @@ class ParsedText:
     issues: tuple[EditorIssue, ...] = ()
 
 
+def trailing_comma(text: str, pos: int) -> tuple[int, int] | None:
+    """Line and column of a comma right before a closing ``]`` or ``}`` at ``pos`` (the fault JSON reports).
+
+    The decoder reports the fault where it expected the next item, which is the line of the
+    closing bracket; the mistake is the comma, often on the line before.
+    """
+    if pos >= len(text) or text[pos] not in "]}":
+        return None
+    before = pos - 1
+    while before >= 0 and text[before] in " \t\r\n":
+        before -= 1
+    if before < 0 or text[before] != ",":
+        return None
+    line = text.count("\n", 0, before) + 1
+    column = before - (text.rfind("\n", 0, before) + 1) + 1
+    return line, column
+
+
 def parse_text(text: str) -> ParsedText:
     """Parse the editor's text; a text that is not JSON gives one issue at the line and column of the fault."""
     if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
@@ -237,13 +257,25 @@ def parse_text(text: str) -> ParsedText:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        issue = EditorIssue(
-            "/definition",
-            "invalid_json",
-            f"This is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).",
-            line=exc.lineno,
-            column=exc.colno,
-        )
+        comma = trailing_comma(text, exc.pos)
+        if comma is not None:
+            line, column = comma
+            issue = EditorIssue(
+                "/definition",
+                "invalid_json",
+                f"This is not valid JSON: a trailing comma before the end of a list or object "
+                f"(line {line}, column {column}).",
+                line=line,
+                column=column,
+            )
+        else:
+            issue = EditorIssue(
+                "/definition",
+                "invalid_json",
+                f"This is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).",
+                line=exc.lineno,
+                column=exc.colno,
+            )
         return ParsedText(text, issues=(issue,))
     except RecursionError:
         issue = EditorIssue("/definition", "too_deep", "Values are nested too deeply to read.", line=1)
@@ -257,13 +289,33 @@ def parse_text(text: str) -> ParsedText:
 def place(issues: Iterable[Issue], text: str, *, prefix: str = "/definition") -> tuple[EditorIssue, ...]:
     """Issues under ``prefix`` placed on the lines of ``text``; other issues keep no line."""
     lines = pointer_lines(text)
+    try:
+        fields = builder.field_pointers(json.loads(text))
+    except (ValueError, RecursionError):
+        fields = set()
     placed: list[EditorIssue] = []
     for issue in issues:
         line = None
         if issue.path == prefix or issue.path.startswith(prefix + "/"):
             line = line_of(lines, issue.path[len(prefix) :])
-        placed.append(EditorIssue(issue.path, issue.code, issue.message, line=line))
+        field = builder.nearest_field(fields, issue.path, prefix)
+        placed.append(EditorIssue(issue.path, issue.code, issue.message, line=line, field=field))
     return tuple(placed)
+
+
+def builder_context(value: Any, parsed: bool, issues: Sequence[EditorIssue]) -> dict[str, Any]:
+    """What ``_builder.html`` needs: the cards, each field's issues, the contract's types."""
+    field_issues: dict[str, list[str]] = {}
+    for issue in issues:
+        if issue.field:
+            field_issues.setdefault(issue.field, []).append(issue.message)
+    return {
+        "shown": builder.cards(value) if parsed else None,
+        "field_issues": field_issues,
+        "step_types": builder.step_types(),
+        "trigger_types": builder.trigger_types(),
+        "builder_id": builder.field_id,
+    }
 
 
 async def check_text(db_session: DbSession, realm_id: str, text: str) -> ParsedText:
@@ -654,6 +706,7 @@ class WorkflowsPages(Controller):
             preview=outline(checked.value) if checked.parsed else None,
             names=await display_names(db_session, principal.realm, ids_in(checked.value)),
             lines=line_count(checked.text),
+            **builder_context(checked.value, checked.parsed, checked.issues),
             flash=context.pop("flash", None) or flash_of(request),
             **context,
         )
@@ -684,7 +737,7 @@ class WorkflowsPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
         """Changes nothing: the issues of the text as typed, and the preview when it parses."""
-        await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
         text = field(await request.form(), "definition")
         checked = await check_text(db_session, principal.realm.id, text)
         return page(
@@ -696,7 +749,41 @@ class WorkflowsPages(Controller):
             preview=outline(checked.value) if checked.parsed else None,
             names=await display_names(db_session, principal.realm, ids_in(checked.value)),
             lines=line_count(text),
+            workflow=workflow,
             oob=True,
+            **builder_context(checked.value, checked.parsed, checked.issues),
+        )
+
+    @post("/{workflow_id:str}/edit/builder", operation_id="workflowEditorBuilder", opt=WRITE, status_code=200)
+    async def build(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        """Changes nothing stored: one builder change applied to the text, which comes back with it."""
+        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        form = await request.form()
+        text = field(form, "definition")
+        values = [v for v in form.getall("value") if isinstance(v, str)] if "value" in form else []
+        builder_error: str | None = None
+        status_code = 200
+        try:
+            text = builder.change_text(text, field(form, "op"), field(form, "pointer"), values)
+        except builder.BuilderError as exc:
+            builder_error, status_code = exc.message, 422
+        checked = await check_text(db_session, principal.realm.id, text)
+        return page(
+            request,
+            "pages/workflows/_builder_response.html",
+            nav="workflows",
+            status_code=status_code,
+            workflow=workflow,
+            text=text,
+            issues=checked.issues,
+            parsed=checked.parsed,
+            preview=outline(checked.value) if checked.parsed else None,
+            names=await display_names(db_session, principal.realm, ids_in(checked.value)),
+            lines=line_count(text),
+            builder_error=builder_error,
+            **builder_context(checked.value, checked.parsed, checked.issues),
         )
 
     @post("/{workflow_id:str}/edit", operation_id="workflowEditorSave", opt=WRITE, status_code=303)

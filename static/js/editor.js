@@ -59,6 +59,17 @@
     });
   }
 
+  // "field" beside an issue: focus the builder control it is about.
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("a.goto-field") : null;
+    if (!link) return;
+    var target = document.getElementById(link.dataset.field);
+    if (!target) return;
+    event.preventDefault();
+    target.scrollIntoView({ block: "center" });
+    target.focus();
+  });
+
   document.addEventListener("click", function (event) {
     var link = event.target.closest ? event.target.closest("a.goto-line") : null;
     if (!link) return;
