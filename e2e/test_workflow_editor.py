@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,7 +72,8 @@ def test_an_admin_writes_fixes_and_saves_a_second_approves_the_first_publishes(
     expect(editor.feedback).to_contain_text("1 problem")
     expect(editor.issues).to_have_count(1)
     expect(editor.issues).to_contain_text("/definition/steps/0/duration")
-    expect(editor.issues.get_by_role("link")).to_have_text("line 6")
+    expect(editor.issues.get_by_role("link", name=re.compile("^line"))).to_have_text("line 6")
+    expect(editor.issues.get_by_role("link", name="field")).to_have_attribute("href", "#b-steps-0-duration")
     expect(editor.error_lines).to_have_text(["6"])
     expect(editor.preview).to_contain_text("pause")
 

@@ -79,7 +79,8 @@ def _field(name: str, schema: Any, required: bool, defs: Mapping[str, Any]) -> F
     target = defs.get(ref, {}) if ref else schema
     hint = str(target.get("title") or target.get("description") or "")
     if ref in REFERENCE_KINDS:
-        return FieldSpec(name, "ref", required, hint, picker=REFERENCE_KINDS[ref])
+        what = REFERENCE_KINDS[ref]
+        return FieldSpec(name, "ref", required, f"Choose the {what} by name; its id goes into the JSON.", picker=what)
     if ref == "duration":
         return FieldSpec(name, "duration", required, hint)
     if "enum" in target:
@@ -89,8 +90,9 @@ def _field(name: str, schema: Any, required: bool, defs: Mapping[str, Any]) -> F
         items = target["items"]
         item_ref = _ref_name(items)
         if item_ref in REFERENCE_KINDS:
+            what = REFERENCE_KINDS[item_ref]
             return FieldSpec(
-                name, "refs", required, str(defs[item_ref].get("title", "")), picker=REFERENCE_KINDS[item_ref]
+                name, "refs", required, f"Add each {what} by name; their ids go into the JSON.", picker=what
             )
         if "enum" in items:
             return FieldSpec(name, "choices", required, hint, choices=tuple(str(v) for v in items["enum"]))
@@ -100,7 +102,8 @@ def _field(name: str, schema: Any, required: bool, defs: Mapping[str, Any]) -> F
         return FieldSpec(name, "integer", required, hint, minimum=target.get("minimum"), maximum=target.get("maximum"))
     if kind == "string":
         return FieldSpec(name, "text", required, hint)
-    return FieldSpec(name, "json", required, hint or (f"{ref.replace('_', ' ')} (JSON)" if ref else "JSON"))
+    described = ": ".join(str(t) for t in (target.get("title"), target.get("description")) if t)
+    return FieldSpec(name, "json", required, f"{described or name} (as JSON; empty to leave it out).")
 
 
 def _types(family: str) -> dict[str, TypeSpec]:

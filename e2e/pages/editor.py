@@ -61,3 +61,42 @@ class EditorPage(CockpitPage):
         """Save as a new draft revision: on success the revision's page opens (see ``RevisionPage``);
         a refusal keeps the editor with the problem shown."""
         self.page.get_by_role("button", name="Save as new draft revision").click()
+
+    # --- The step builder ---------------------------------------------------------------------
+
+    @property
+    def builder(self) -> Locator:
+        """The builder beside the text (a region named "Builder")."""
+        return self.page.get_by_role("region", name="Builder")
+
+    def builder_steps(self) -> Locator:
+        return self.builder.get_by_test_id("builder-step")
+
+    def add_step(self, step_type: str) -> None:
+        """Choose the type in the "Add a step" menu with the keyboard, then press "Add step"."""
+        menu = self.builder.get_by_label("Add a step")
+        menu.focus()
+        menu.select_option(step_type)
+        self.builder.get_by_role("button", name="Add step").press("Enter")
+
+    def picker(self, field_id: str) -> Locator:
+        """A picker's search box (a combobox) by the builder id of its field, e.g. ``b-steps-0-role_id``."""
+        return self.page.locator(f"#{field_id}")
+
+    def pick(self, field_id: str, query: str, option_name: str) -> None:
+        """Type ``query`` in the picker, wait for ``option_name`` among the options, choose it with Enter."""
+        search = self.picker(field_id)
+        search.focus()
+        search.press_sequentially(query, delay=20)
+        listbox = self.page.locator(f"#{field_id}-list")
+        expect(listbox.get_by_role("option", name=re.compile(re.escape(option_name)))).to_be_visible()
+        for _ in range(25):  # a page of options at most
+            if listbox.locator('[aria-selected="true"] .picker-name').inner_text().strip() == option_name:
+                break
+            search.press("ArrowDown")
+        search.press("Enter")
+
+    def document_overflows(self) -> bool:
+        """Whether the document is wider than the viewport (a page must never scroll sideways)."""
+        wider: bool = self.page.evaluate("() => document.documentElement.scrollWidth > window.innerWidth")
+        return wider
