@@ -193,7 +193,11 @@ async def search_directory(
                     User.id == q.strip(),
                 )
             )
-        query = query.order_by(User.display_name, User.id)
+        # In id order, not name order: a common match is found by walking (realm_id, id) until a
+        # page is full, a rare one through the trigram indexes. Ordering by name would sort every
+        # match of a common query, or walk far for a rare one that sorts late. Each page is then
+        # shown by name.
+        query = query.order_by(User.id)
     elif kind == "organization":
         query = select(Organization.id, Organization.name, Organization.state).where(  # type: ignore[call-overload]
             Organization.realm_id == realm_id
@@ -217,6 +221,8 @@ async def search_directory(
         query = query.order_by(WebhookSubscription.destination, WebhookSubscription.id)
     rows = (await session.execute(query.offset(max(offset, 0)).limit(limit + 1))).all()
     candidates = [Candidate(str(r[0]), str(r[1]), str(r[2] or "")) for r in rows[:limit]]
+    if kind == "user":
+        candidates.sort(key=lambda c: (c.name.casefold(), c.id))
     return candidates, len(rows) > limit
 
 
@@ -245,12 +251,18 @@ async def match_names(session: AsyncSession, realm_id: str, text: str, *, limit:
                 model.realm_id == realm_id, func.lower(name_col) == lowered
             )  # type: ignore[attr-defined]
         )
+    # Email and display name in two arms, so each reads its own index (an OR would read them all).
+    arms.append(
+        select(User.id.label("id"), literal("user", String).label("kind")).where(  # type: ignore[attr-defined]
+            User.realm_id == realm_id, func.lower(User.email) == lowered
+        )
+    )
     arms.append(
         select(User.id.label("id"), literal("user", String).label("kind")).where(  # type: ignore[attr-defined]
             User.realm_id == realm_id,
-            or_(func.lower(User.email) == lowered, func.lower(User.display_name) == lowered),
+            User.display_name.ilike(_like(wanted)[1:-1], escape="\\"),  # type: ignore[attr-defined]
         )
     )
-    rows = (await session.execute(union_all(*arms).limit(limit))).all()
+    rows = list({row.id: row for row in (await session.execute(union_all(*arms).limit(limit))).all()}.values())
     found = await lookup_names(session, realm_id, [row.id for row in rows]) if rows else {}
     return [found[row.id] for row in rows if row.id in found]
