@@ -83,14 +83,16 @@
     }
   });
 
-  // Options arrived: give them ids, show the list, highlight the first.
-  document.addEventListener("htmx:afterSwap", function (event) {
-    var root = rootOf(event.detail.target);
-    if (!root || !listOf(root).contains(event.detail.target) && listOf(root) !== event.detail.target) return;
-    var list = listOf(root);
-    options(root).forEach(function (o, i) { o.id = list.id + "-" + i; });
-    open(root, list.children.length > 0);
-    if (options(root).length && current(root) < 0) highlight(root, 0);
+  // Options arrived (a first page into the list, or a next page in place of "More"): give every
+  // option an id, show the list, highlight the first when nothing is.
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("[data-picker]").forEach(function (root) {
+      var list = listOf(root);
+      var all = options(root);
+      all.forEach(function (o, i) { o.id = list.id + "-" + i; });
+      if (list.children.length && list.hidden && document.activeElement === searchOf(root)) open(root, true);
+      if (all.length && current(root) < 0 && !list.hidden) highlight(root, 0);
+    });
   });
 
   // Leaving a picker closes its list.
