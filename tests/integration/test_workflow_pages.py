@@ -95,8 +95,11 @@ def test_text_that_is_not_json_gives_one_issue_at_its_line_and_column() -> None:
     parsed = parse_text('{\n  "a": 1,\n}')
     assert not parsed.parsed and len(parsed.issues) == 1
     issue = parsed.issues[0]
-    assert (issue.path, issue.code, issue.line, issue.column) == ("/definition", "invalid_json", 3, 1)
-    assert "line 3, column 1" in issue.message
+    # A trailing comma is reported where the comma is, not on the line of the closing brace.
+    assert (issue.path, issue.code, issue.line, issue.column) == ("/definition", "invalid_json", 2, 9)
+    assert "trailing comma" in issue.message and "line 2, column 9" in issue.message
+    other = parse_text('{\n  "a": 1\n  "b": 2\n}').issues[0]
+    assert (other.line, other.column) == (3, 3) and "line 3, column 3" in other.message
     assert parse_text("").issues[0].line == 1
     assert parse_text("[" * 100_000 + "]" * 100_000).issues[0].code in ("too_deep", "too_large")
 
