@@ -36,7 +36,7 @@ from typing import Any
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant, authority_gaps
 from engine.platform.ids import new_id
 from engine.runs import runstore
-from engine.runs.retry import Clock
+from engine.runs.retry import Clock, policy_for
 from engine.runs.runstore import Positional
 from engine.runs.states import (
     ATTEMPT_SUCCEEDED,
@@ -382,8 +382,6 @@ class FastPath:
         effect: Effect,
         now: datetime,
     ) -> bool | None:
-        from engine.runs.runner import policy_for  # the runner's retry policy, the one definition of it
-
         steps = revision.definition.get("steps", [])
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)

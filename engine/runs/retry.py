@@ -10,6 +10,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from engine.workflows.definitions.durations import parse_duration
 
 CAP_MS = 6 * 3600 * 1000
 JITTER = 0.2
@@ -23,6 +26,15 @@ COMPENSATION_BACKOFF_MS = 30_000
 class RetryPolicy:
     max_attempts: int
     backoff_ms: int
+
+
+def policy_for(definition: dict[str, Any], step: dict[str, Any]) -> RetryPolicy:
+    """A step's retry policy: its own ``retry``, else the definition's, else the defaults."""
+    retry = step.get("retry") or definition.get("retry") or {}
+    max_attempts = int(retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    backoff = retry.get("backoff")
+    backoff_ms = parse_duration(backoff) * 1000 if isinstance(backoff, str) else DEFAULT_BACKOFF_MS
+    return RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms)
 
 
 def delay_ms(backoff_ms: int, failed_attempts: int, *, rand: Callable[[], float] = random.random) -> int:

@@ -28,11 +28,10 @@ from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
     COMPENSATION_BACKOFF_MS,
     COMPENSATION_MAX_ATTEMPTS,
-    DEFAULT_BACKOFF_MS,
-    DEFAULT_MAX_ATTEMPTS,
     Clock,
     RetryPolicy,
     delay_ms,
+    policy_for,
 )
 from engine.runs.runstore import LeaseLost
 from engine.runs.states import (
@@ -55,7 +54,6 @@ from engine.runs.states import (
 )
 from engine.runs.steps import STEP_TYPES, StepContext, StepFailure
 from engine.workflows.definitions.canonical import input_version
-from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow, WorkflowRevision
 
 log = logging.getLogger("cockpit.engine")
@@ -82,14 +80,6 @@ class RunnerSettings:
 def run_actor(run: WorkflowRun) -> Actor:
     """The accountable publisher, with the run id as request and correlation id."""
     return Actor(type="user", id=run.publisher_id, realm_id=run.realm_id, request_id=run.id, correlation_id=run.id)
-
-
-def policy_for(definition: dict[str, Any], step: dict[str, Any]) -> RetryPolicy:
-    retry = step.get("retry") or definition.get("retry") or {}
-    max_attempts = int(retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
-    backoff = retry.get("backoff")
-    backoff_ms = parse_duration(backoff) * 1000 if isinstance(backoff, str) else DEFAULT_BACKOFF_MS
-    return RetryPolicy(max_attempts=max_attempts, backoff_ms=backoff_ms)
 
 
 class _PassConnection:

@@ -6,13 +6,8 @@ beside this module and served as they are (``contract(name)``).
 
 from __future__ import annotations
 
-import copy
-import json
-from functools import cache
-from importlib import resources
-from typing import Any
-
 from engine.workflows.definitions.canonical import canonical_json, definition_hash, input_version, pretty_json
+from engine.workflows.definitions.contract import CONTRACT_NAMES, contract, shared_contract
 from engine.workflows.definitions.diff import line_diff, structured_diff
 from engine.workflows.definitions.durations import BOUNDS, Bounds, format_duration, parse_duration
 from engine.workflows.definitions.validation import (
@@ -26,33 +21,6 @@ from engine.workflows.definitions.validation import (
     required_authority,
     validate_definition,
 )
-
-CONTRACT_NAMES = ("definition.v1.json", "step-call.v1.json")
-
-
-@cache
-def _load(name: str) -> dict[str, Any]:
-    text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
-    loaded: dict[str, Any] = json.loads(text)
-    return loaded
-
-
-def contract(name: str) -> dict[str, Any]:
-    """One of ``CONTRACT_NAMES`` as a JSON object (a copy: callers may change it freely).
-
-    Raises KeyError for any other name.
-    """
-    if name not in CONTRACT_NAMES:
-        raise KeyError(name)
-    return copy.deepcopy(_load(name))
-
-
-def shared_contract(name: str) -> dict[str, Any]:
-    """The loaded contract itself, for read-only use inside the engine (no copy)."""
-    if name not in CONTRACT_NAMES:
-        raise KeyError(name)
-    return _load(name)
-
 
 __all__ = [
     "BOUNDS",

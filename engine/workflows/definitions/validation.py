@@ -33,6 +33,7 @@ from jsonschema.validators import extend
 
 from engine.platform.errors import Issue
 from engine.workflows.definitions.canonical import canonical_json
+from engine.workflows.definitions.contract import shared_contract
 from engine.workflows.definitions.durations import BOUNDS
 
 MAX_DEFINITION_BYTES = 64 * 1024
@@ -567,8 +568,6 @@ def _is_integer(checker: Any, instance: Any) -> bool:
 
 @cache
 def _validator() -> Any:
-    from engine.workflows.definitions import shared_contract  # the package loads the contract once
-
     cls = extend(
         Draft202012Validator,
         validators={
@@ -650,8 +649,6 @@ def _what(parts: Parts, instance: Any) -> str:
 
 @cache
 def _step_members() -> dict[str, frozenset[str]]:
-    from engine.workflows.definitions import shared_contract
-
     defs = shared_contract("definition.v1.json")["$defs"]
     return {kind: frozenset(defs[f"step_{kind}"]["properties"]) for kind in STEP_TYPES}
 
@@ -726,8 +723,6 @@ def _compiled_check() -> Any | None:
     """
     try:
         import jsonschema_rs
-
-        from engine.workflows.definitions import shared_contract
 
         return jsonschema_rs.Draft202012Validator(shared_contract("definition.v1.json"))
     except Exception:  # pragma: no cover - the reporting validator alone gives the same answers
