@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
+from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
 from engine.runs import runstore
 from engine.runs.fastpath import FastPath, Staged
@@ -367,7 +368,7 @@ class Runner:
                 except IntegrityError as exc:
                     # The directory refused the change (a concurrent duplicate, a vanished row):
                     # a permanent conflict, not a reason to retry the transaction forever.
-                    raise StepFailure("conflict", str(exc.orig)[:500], permanent=True) from exc
+                    raise StepFailure("conflict", error_summary(exc), permanent=True) from exc
         except StepFailure as failure:
             await self._record_failure(session, run, attempt, failure, policy)
             return True
@@ -376,7 +377,7 @@ class Runner:
         except Exception as exc:  # infrastructure: transient
             log.warning("step failed unexpectedly", exc_info=exc, extra={"run_id": run.id, "step_id": step["id"]})
             await self._record_failure(
-                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False), policy
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False), policy
             )
             return True
         attempt.state = ATTEMPT_SUCCEEDED
@@ -541,7 +542,7 @@ class Runner:
         except Exception as exc:
             log.warning("compensation failed unexpectedly", exc_info=exc, extra={"run_id": run.id})
             await self._compensation_failed_try(
-                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False)
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False)
             )
             return True
         attempt.compensation_state = COMP_DONE
