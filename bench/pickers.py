@@ -10,11 +10,11 @@ as many organizations and groups, and a second realm of the same size that must 
 drops it at the end. Then, through the product's own functions on one connection:
 
 - **baseline**: ``SELECT 1``, the round trip every statement pays;
-- **picker**: :func:`engine.name_lookup.search_directory` for users, roles and groups with
+- **picker**: :func:`engine.runs.name_lookup.search_directory` for users, roles and groups with
   queries drawn from the seeded names (common prefixes, rare whole names, no match), first page;
-- **names**: :func:`engine.name_lookup.lookup_names` for 50 ids of mixed kinds (what a revision
+- **names**: :func:`engine.runs.name_lookup.lookup_names` for 50 ids of mixed kinds (what a revision
   page or an audit page names), one statement;
-- **audit filter**: :func:`engine.name_lookup.match_names` for an email and for a role name.
+- **audit filter**: :func:`engine.runs.name_lookup.match_names` for an email and for a role name.
 
 Each reports p50 and p95 in milliseconds and p50 as a multiple of the baseline's p50, measured
 in the same run; last, the plans of the user search (``EXPLAIN (ANALYZE, BUFFERS)``).
@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text
 
-from engine.database import libpq_conninfo, with_database
-from engine.db import make_engine, make_sessionmaker
-from engine.migrate import upgrade
-from engine.name_lookup import lookup_names, match_names, search_directory
+from engine.platform.database import libpq_conninfo, with_database
+from engine.platform.db import make_engine, make_sessionmaker
+from engine.platform.migrate import upgrade
+from engine.runs.name_lookup import lookup_names, match_names, search_directory
 
 SEED = """
 INSERT INTO realms (id, slug, name) VALUES (:r, :slug, 'bench');

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.name_lookup import NamedObject, ids_in, lookup_names
+from engine.runs.name_lookup import NamedObject, ids_in, lookup_names
 
 __all__ = ["Named", "ids_in", "resolve_names", "url_of"]
 

@@ -22,9 +22,9 @@ from cockpit.auth import CurrentPrincipal
 from cockpit.names import ids_in, resolve_names
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
-from engine import audit_log
-from engine.errors import EngineError
-from engine.name_lookup import NamedObject, match_names
+from engine.directory import audit_log
+from engine.platform.errors import EngineError
+from engine.runs.name_lookup import NamedObject, match_names
 
 TABLE_ID = "audit-table"
 

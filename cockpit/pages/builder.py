@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from engine.definitions import authored_json, shared_contract
+from engine.workflows.definitions import authored_json, shared_contract
 
 REFERENCE_KINDS = {
     "role_id": "role",

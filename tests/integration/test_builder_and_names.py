@@ -17,8 +17,8 @@ from sqlalchemy import event
 
 from cockpit.names import resolve_names
 from cockpit.pages.workflows import parse_text
-from engine.ids import new_id
-from engine.models import Group, User, WebhookSubscription
+from engine.directory.models import Group, User, WebhookSubscription
+from engine.platform.ids import new_id
 from tests.factories import HTML, RealmHandle
 from tests.integration.test_workflow_pages import definition, htmx, make_workflow, signed_in, stage
 
