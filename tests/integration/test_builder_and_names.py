@@ -19,6 +19,7 @@ from cockpit.names import resolve_names
 from cockpit.pages.workflows import parse_text
 from engine.directory.models import Group, User, WebhookSubscription
 from engine.platform.ids import new_id
+from engine.workflows.service import get_revision
 from tests.factories import HTML, RealmHandle
 from tests.integration.test_workflow_pages import definition, htmx, make_workflow, signed_in, stage
 
@@ -132,8 +133,6 @@ async def test_definitions_come_back_in_the_authors_key_order(client: Client, re
     assert shown.index('"steps"') < shown.index('"triggers"') < shown.index('"schema_version"')
     # The hash is still the canonical form's: the same definition in another order is the same revision.
     async with realm.sessions() as session:
-        from engine.workflows import get_revision
-
         revision = await get_revision(session, realm.id, workflow.id, 1)
         assert revision.canonical.index('"schema_version"') < revision.canonical.index('"steps"')
 
