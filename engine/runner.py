@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine import runstore
+from engine import metrics, runstore
 from engine.audit import Actor, record_audit
 from engine.authz import load_authority
 from engine.definitions.canonical import input_version
@@ -283,7 +283,9 @@ class Runner:
         now = self.clock.now()
         async with self.sessions() as session, session.begin():
             run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
+            before = run.state
             progressed = await self._dispatch(session, run, now)
+        metrics.run_finished(before, run.state)  # committed: count a run that ended failing
         return progressed, run.state in FINISHED
 
     async def _dispatch(self, session: AsyncSession, run: WorkflowRun, now: datetime) -> bool:

@@ -16,7 +16,7 @@ import asyncpg
 from procrastinate import PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import queue
+from engine import metrics, queue
 from engine.config import Settings
 from engine.database import asyncpg_connect_args, libpq_conninfo
 from engine.db import make_engine, make_sessionmaker, transaction
@@ -145,6 +145,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             fast_path=settings.workers.fast_path,
         ),
     )
+    metrics.count_tasks(queue.app.tasks.values())  # cockpit_worker_runs_total{task}
     runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)
     connector = PsycopgConnector(conninfo=libpq_conninfo(database_url), min_size=1, max_size=10)
     async with transaction(sessions) as session:

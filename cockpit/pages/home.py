@@ -10,6 +10,7 @@ from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
+from engine import diagnostics
 from engine.authz import load_authority
 from engine.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
 
@@ -58,6 +59,11 @@ class RealmHomeController(Controller):
             for name, (_permission, label) in REALM_COUNTS.items()
         ]
         kpis = await workflow_kpis(db_session, realm.id) if authority.holds("realm.workflows.read") else None
+        attention = None
+        open_attention = None
+        if authority.holds("realm.workflows.read"):
+            attention = await diagnostics.workflows_needing_attention(db_session, realm.id)
+            open_attention = await diagnostics.open_attention_count(db_session, realm.id)
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):
@@ -69,6 +75,8 @@ class RealmHomeController(Controller):
             nav="home",
             tiles=tiles,
             kpis=kpis,
+            attention=attention,
+            open_attention=open_attention,
             events=events,
             names=names,
             ready=ready,

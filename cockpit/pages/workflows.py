@@ -33,7 +33,7 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, workflows
+from engine import diagnostics, directory, workflows
 from engine.definitions import MAX_DEFINITION_BYTES, pretty_json
 from engine.definitions.diff import line_diff, structured_diff
 from engine.errors import EngineError, Issue, NotFound, ValidationFailed
@@ -445,6 +445,7 @@ class WorkflowsPages(Controller):
             states=WORKFLOW_STATES,
             list_error=list_error,
             names=await display_names(db_session, principal.realm.id, (w.owner_id for w in items)),
+            health=await diagnostics.health_of(db_session, principal.realm.id, [w.id for w in items]),
             can_create=may(principal, "realm.workflows.write"),
             flash=flash_of(request),
         )
