@@ -21,7 +21,7 @@ from engine.authz import load_authority
 from engine.models import User
 from engine.retry import FixedClock
 from engine.runner import Runner, RunnerSettings
-from tests.factories import HTML, RealmHandle, bearer, browser_session
+from tests.factories import HTML, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]
 
