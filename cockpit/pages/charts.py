@@ -48,12 +48,24 @@ class Tick:
     anchor: str = "middle"
 
 
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line (p50, p95) with its label beside it, on whichever side has room."""
+
+    x: float
+    css: str
+    label: str
+    label_x: float
+    anchor: str
+    label_y: float
+
+
 @dataclass
 class Chart:
     rects: list[Rect] = field(default_factory=list)
     x_ticks: list[Tick] = field(default_factory=list)
     y_ticks: list[Tick] = field(default_factory=list)
-    markers: list[tuple[float, str, str]] = field(default_factory=list)  # x, css, label
+    markers: list[Marker] = field(default_factory=list)
     empty: bool = True
     width: int = WIDTH
     height: int = HEIGHT
@@ -213,10 +225,21 @@ def duration_histogram(diag: Diagnostics, bins: int = 12) -> Chart:
             )
         )
     span = (high - low) or 1.0
-    for q, css in ((50, "p50"), (95, "p95")):
+    for row, (q, css) in enumerate(((50, "p50"), (95, "p95"))):
         value = percentile(durations, q)
         if value is not None:
-            chart.markers.append((LEFT + PLOT_W * (value - low) / span, css, f"p{q} {human_ms(value)}"))
+            x = LEFT + PLOT_W * (value - low) / span
+            right_side = x < LEFT + PLOT_W * 0.6
+            chart.markers.append(
+                Marker(
+                    x,
+                    css,
+                    f"p{q} {human_ms(value)}",
+                    x + 4 if right_side else x - 4,
+                    "start" if right_side else "end",
+                    TOP + 10 + 14 * row,
+                )
+            )
     chart.x_ticks = [Tick(LEFT, HEIGHT - 8, "0", "start"), Tick(LEFT + PLOT_W, HEIGHT - 8, human_ms(high), "end")]
     chart.y_ticks = _y_ticks(tallest)
     return chart
