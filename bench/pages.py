@@ -22,7 +22,9 @@ Then it starts ``cockpit serve`` on ``--port`` against that database, and for ea
 p95 and the maximum; ``GET /healthz`` is measured the same way, as the floor of the server.
 The reads vary their arguments request by request: list pages with and without filters and
 deeper pages (cursors), timelines of runs drawn at random from the whole table (so mostly not
-in cache). Last, the plans of the queries behind the list, the timeline and the home
+in cache), the diagnostics of each of the 20 workflows in turn, the workflows list (a health
+badge per row), Needs attention and ``/metrics``. Last, the plans of the queries behind the
+list, the timeline, the home, the diagnostics and the metrics' gauges
 (``EXPLAIN (ANALYZE, BUFFERS)``).
 Every loop is bounded by count and by ``--max-seconds`` per read.
 """
@@ -291,6 +293,19 @@ async def measure(
                 page_headers,
             ),
             "realm home page": lambda i: (f"/realms/{slug}/", {}, page_headers),
+            "workflows list page": lambda i: (f"/realms/{slug}/workflows", {}, page_headers),
+            "API diagnostics": lambda i: (
+                f"/api/v1/realms/{slug}/workflows/{targets['workflows'][i % len(targets['workflows'])]}/diagnostics",
+                {},
+                api_headers,
+            ),
+            "diagnostics page": lambda i: (
+                f"/realms/{slug}/workflows/{targets['workflows'][i % len(targets['workflows'])]}/diagnostics",
+                {},
+                page_headers,
+            ),
+            "needs attention page": lambda i: (f"/realms/{slug}/attention", {}, page_headers),
+            "GET /metrics": lambda i: ("/metrics", {}, {}),
         }
         results: dict[str, list[float]] = {}
         for name, make in reads.items():
@@ -324,8 +339,9 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
     from sqlalchemy import event
 
     from cockpit.pages.runs import people
-    from engine import runs
+    from engine import diagnostics, runs
     from engine.authz import load_authority
+    from engine.metrics import database_gauges
     from engine.overview import latest_audit_events_with_names, realm_counts, workflow_kpis
 
     engine = make_engine(url, pool_size=1)
@@ -362,6 +378,16 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         await workflow_kpis(session, realm_id)
         label["now"] = "home: audit"
         await latest_audit_events_with_names(session, realm_id)
+        label["now"] = "home and workflows list: health of the workflows"
+        await diagnostics.workflows_needing_attention(session, realm_id)
+        label["now"] = "home: open compensation failures"
+        await diagnostics.open_attention_count(session, realm_id)
+        label["now"] = "diagnostics: workflow"
+        await diagnostics.workflow_diagnostics(session, realm_id, targets["workflows"][0])
+        label["now"] = "needs attention: first page"
+        await diagnostics.needs_attention(session, realm_id)
+        label["now"] = "/metrics: gauges"
+        await database_gauges(session)
     event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
     out: list[tuple[str, str, str]] = []
     async with engine.connect() as conn:
