@@ -378,10 +378,10 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         await workflow_kpis(session, realm_id)
         label["now"] = "home: audit"
         await latest_audit_events_with_names(session, realm_id)
-        label["now"] = "home and workflows list: health of the workflows"
-        await diagnostics.workflows_needing_attention(session, realm_id)
-        label["now"] = "home: open compensation failures"
-        await diagnostics.open_attention_count(session, realm_id)
+        label["now"] = "home: health of the workflows, open compensation failures"
+        await diagnostics.realm_attention(session, realm_id)
+        label["now"] = "workflows list: health of the page's workflows"
+        await diagnostics.health_of(session, realm_id, targets["workflows"])
         label["now"] = "diagnostics: workflow"
         await diagnostics.workflow_diagnostics(session, realm_id, targets["workflows"][0])
         label["now"] = "needs attention: first page"

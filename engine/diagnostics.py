@@ -289,10 +289,8 @@ async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id
 
 # --- Health of many workflows at once (the workflows list, the realm home) ------------------------
 
-_HEALTH_SQL = text(
-    """
-    SELECT w.id, h.attempts, h.failed, h.open_ids
-      FROM unnest(CAST(:ids AS text[])) AS w(id)
+# Per workflow, the same windows as its diagnostics, counted instead of returned.
+_HEALTH_LATERAL = """
       CROSS JOIN LATERAL (
         WITH runs AS (
           SELECT r.id, r.state FROM workflow_runs r
@@ -309,8 +307,37 @@ _HEALTH_SQL = text(
                  WHERE runs.state = 'compensation_failed'
                    AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = runs.id)) AS open_ids
       ) h
+"""
+
+_HEALTH_SQL = text(
+    "SELECT w.id, h.attempts, h.failed, h.open_ids FROM unnest(CAST(:ids AS text[])) AS w(id)" + _HEALTH_LATERAL
+)
+
+# The realm home: its published workflows' health and the realm's open compensation failures, in
+# one statement (the count comes once, beside every row, or alone when there is no workflow).
+_HOME_SQL = text(
+    """
+    SELECT open.n, hw.id, hw.name, hw.attempts, hw.failed, hw.open_ids
+      FROM (SELECT count(*) AS n FROM workflow_runs r
+             WHERE r.realm_id = :r AND r.state = 'compensation_failed'
+               AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = r.id)) open
+      LEFT JOIN (
+        SELECT w.id, w.name, h.attempts, h.failed, h.open_ids
+          FROM (SELECT id, name FROM workflows WHERE realm_id = :r AND published_revision IS NOT NULL
+                 ORDER BY id DESC LIMIT :limit) w
+    """
+    + _HEALTH_LATERAL
+    + """
+      ) hw ON true
     """
 )
+
+
+def _health(attempts: Any, failed: Any, open_ids: Any) -> Health:
+    ids = list(open_ids or [])
+    return classify_health(
+        attempts=int(attempts), failed_attempts=int(failed), open_compensation_failures=len(ids), open_run_ids=ids
+    )
 
 
 async def health_of(session: AsyncSession, realm_id: str, workflow_ids: list[str]) -> dict[str, Health]:
@@ -320,13 +347,39 @@ async def health_of(session: AsyncSession, realm_id: str, workflow_ids: list[str
     rows = await session.execute(
         _HEALTH_SQL, {"ids": list(workflow_ids), "r": realm_id, "runs": RUN_WINDOW, "attempts": ATTEMPT_WINDOW}
     )
-    out: dict[str, Health] = {}
-    for workflow_id, attempts, failed, open_ids in rows:
-        ids = list(open_ids or [])
-        out[workflow_id] = classify_health(
-            attempts=int(attempts), failed_attempts=int(failed), open_compensation_failures=len(ids), open_run_ids=ids
-        )
-    return out
+    return {workflow_id: _health(attempts, failed, open_ids) for workflow_id, attempts, failed, open_ids in rows}
+
+
+@dataclass(frozen=True)
+class WorkflowHealth:
+    workflow_id: str
+    name: str
+    health: Health
+
+
+HOME_WORKFLOWS = 100
+
+
+async def realm_attention(
+    session: AsyncSession, realm_id: str, *, limit: int = HOME_WORKFLOWS
+) -> tuple[list[WorkflowHealth], int]:
+    """The realm's published workflows (at most ``limit``, newest first) whose health is degraded or
+    worse, and how many of the realm's runs wait for an administrator — one statement."""
+    rows = await session.execute(
+        _HOME_SQL, {"r": realm_id, "limit": limit, "runs": RUN_WINDOW, "attempts": ATTEMPT_WINDOW}
+    )
+    open_total = 0
+    rank = {"attention_required": 0, "degraded": 1}
+    found: list[WorkflowHealth] = []
+    for n, workflow_id, name, attempts, failed, open_ids in rows:
+        open_total = int(n)
+        if workflow_id is None:
+            continue
+        health = _health(attempts, failed, open_ids)
+        if health.status in rank:
+            found.append(WorkflowHealth(workflow_id, name, health))
+    found.sort(key=lambda w: (rank[w.health.status], w.name.lower()))
+    return found, open_total
 
 
 # --- Needs attention: runs whose compensation failed ----------------------------------------------
@@ -432,18 +485,6 @@ async def needs_attention(
     return runs, (runs[-1].id if more and runs else None)
 
 
-async def open_attention_count(session: AsyncSession, realm_id: str) -> int:
-    """Runs of the realm in ``compensation_failed`` that nobody marked resolved."""
-    value = await session.scalar(
-        text(
-            "SELECT count(*) FROM workflow_runs r WHERE r.realm_id = :r AND r.state = 'compensation_failed'"
-            " AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = r.id)"
-        ),
-        {"r": realm_id},
-    )
-    return int(value or 0)
-
-
 MAX_NOTE = 2000
 
 
@@ -492,35 +533,3 @@ def resolution_view(resolution: RunResolution) -> dict[str, Any]:
         "resolved_at": resolution.resolved_at.isoformat(),
         "note": resolution.note,
     }
-
-
-@dataclass(frozen=True)
-class WorkflowHealth:
-    workflow_id: str
-    name: str
-    health: Health
-
-
-HOME_WORKFLOWS = 100
-
-
-async def workflows_needing_attention(
-    session: AsyncSession, realm_id: str, *, limit: int = HOME_WORKFLOWS
-) -> list[WorkflowHealth]:
-    """The realm's published workflows (at most ``limit``, newest first) whose health is degraded or worse."""
-    rows = (
-        await session.execute(
-            text(
-                "SELECT id, name FROM workflows WHERE realm_id = :r AND published_revision IS NOT NULL"
-                " ORDER BY id DESC LIMIT :limit"
-            ),
-            {"r": realm_id, "limit": limit},
-        )
-    ).all()
-    names = {row[0]: row[1] for row in rows}
-    healths = await health_of(session, realm_id, list(names))
-    rank = {"attention_required": 0, "degraded": 1}
-    found = [
-        WorkflowHealth(workflow_id, names[workflow_id], h) for workflow_id, h in healths.items() if h.status in rank
-    ]
-    return sorted(found, key=lambda w: (rank[w.health.status], w.name.lower()))

@@ -62,8 +62,7 @@ class RealmHomeController(Controller):
         attention = None
         open_attention = None
         if authority.holds("realm.workflows.read"):
-            attention = await diagnostics.workflows_needing_attention(db_session, realm.id)
-            open_attention = await diagnostics.open_attention_count(db_session, realm.id)
+            attention, open_attention = await diagnostics.realm_attention(db_session, realm.id)
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):
