@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -313,22 +314,16 @@ _HEALTH_SQL = text(
     "SELECT w.id, h.attempts, h.failed, h.open_ids FROM unnest(CAST(:ids AS text[])) AS w(id)" + _HEALTH_LATERAL
 )
 
-# The realm home: its published workflows' health and the realm's open compensation failures, in
-# one statement (the count comes once, beside every row, or alone when there is no workflow).
+# The realm home: its published workflows (newest first) and the realm's open compensation
+# failures, in one statement (the count comes beside every row, or alone without workflows).
 _HOME_SQL = text(
     """
-    SELECT open.n, hw.id, hw.name, hw.attempts, hw.failed, hw.open_ids
+    SELECT open.n, w.id, w.name
       FROM (SELECT count(*) AS n FROM workflow_runs r
              WHERE r.realm_id = :r AND r.state = 'compensation_failed'
                AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = r.id)) open
-      LEFT JOIN (
-        SELECT w.id, w.name, h.attempts, h.failed, h.open_ids
-          FROM (SELECT id, name FROM workflows WHERE realm_id = :r AND published_revision IS NOT NULL
-                 ORDER BY id DESC LIMIT :limit) w
-    """
-    + _HEALTH_LATERAL
-    + """
-      ) hw ON true
+      LEFT JOIN (SELECT id, name FROM workflows WHERE realm_id = :r AND published_revision IS NOT NULL
+                  ORDER BY id DESC LIMIT :limit) w ON true
     """
 )
 
@@ -361,23 +356,24 @@ HOME_WORKFLOWS = 100
 
 
 async def realm_attention(
-    session: AsyncSession, realm_id: str, *, limit: int = HOME_WORKFLOWS
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    limit: int = HOME_WORKFLOWS,
+    health: Callable[[AsyncSession, str, list[str]], Awaitable[dict[str, Health]]] | None = None,
 ) -> tuple[list[WorkflowHealth], int]:
     """The realm's published workflows (at most ``limit``, newest first) whose health is degraded or
-    worse, and how many of the realm's runs wait for an administrator — one statement."""
-    rows = await session.execute(
-        _HOME_SQL, {"r": realm_id, "limit": limit, "runs": RUN_WINDOW, "attempts": ATTEMPT_WINDOW}
-    )
-    open_total = 0
+    worse, and how many of the realm's runs wait for an administrator.
+
+    ``health`` computes the workflows' health (default :func:`health_of`; the web app passes its
+    short-lived cache).
+    """
+    rows = (await session.execute(_HOME_SQL, {"r": realm_id, "limit": limit})).all()
+    open_total = int(rows[0][0]) if rows else 0
+    names = {workflow_id: name for _n, workflow_id, name in rows if workflow_id is not None}
+    healths = await (health or health_of)(session, realm_id, list(names))
     rank = {"attention_required": 0, "degraded": 1}
-    found: list[WorkflowHealth] = []
-    for n, workflow_id, name, attempts, failed, open_ids in rows:
-        open_total = int(n)
-        if workflow_id is None:
-            continue
-        health = _health(attempts, failed, open_ids)
-        if health.status in rank:
-            found.append(WorkflowHealth(workflow_id, name, health))
+    found = [WorkflowHealth(w, names[w], h) for w, h in healths.items() if h.status in rank]
     found.sort(key=lambda w: (rank[w.health.status], w.name.lower()))
     return found, open_total
 

@@ -11,6 +11,7 @@ import msgspec
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit import health_cache
 from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
@@ -161,6 +162,7 @@ class DiagnosticsController(Controller):
     ) -> WorkflowDiagnostics:
         """Health, runs by state, failure categories per step, recent attempts and failures, p50/p95."""
         found = await diagnostics.workflow_diagnostics(db_session, principal.realm.id, workflow_id)
+        health_cache.remember(principal.realm.id, workflow_id, found.health)
         return msgspec.convert(found.view(), WorkflowDiagnostics)
 
     @get(
@@ -197,5 +199,6 @@ class DiagnosticsController(Controller):
         resolution = await diagnostics.resolve_run(
             db_session, principal.actor(request_id_of(request)), run_id, note=data.note
         )
+        health_cache.forget(principal.realm.id)
         view: dict[str, Any] = diagnostics.resolution_view(resolution)
         return msgspec.convert(view, Resolution)

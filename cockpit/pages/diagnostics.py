@@ -19,6 +19,7 @@ from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 
+from cockpit import health_cache
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages import charts
 from cockpit.pages.common import form_errors, page
@@ -60,6 +61,7 @@ class DiagnosticsPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
         diag = await diagnostics.workflow_diagnostics(db_session, principal.realm.id, workflow_id)
+        health_cache.remember(principal.realm.id, workflow_id, diag.health)
         view = diag.view()
         return page(
             request,
@@ -130,6 +132,7 @@ class DiagnosticsPages(Controller):
     ) -> Response[Any]:
         try:
             await diagnostics.resolve_run(db_session, principal.actor(request_id_of(request)), run_id, note=data.note)
+            health_cache.forget(principal.realm.id)
         except NotFound:
             raise
         except EngineError as exc:

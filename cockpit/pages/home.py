@@ -6,6 +6,7 @@ from litestar import Controller, Request, get
 from litestar.datastructures import State
 from litestar.response import Template
 
+from cockpit import health_cache
 from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
@@ -62,7 +63,9 @@ class RealmHomeController(Controller):
         attention = None
         open_attention = None
         if authority.holds("realm.workflows.read"):
-            attention, open_attention = await diagnostics.realm_attention(db_session, realm.id)
+            attention, open_attention = await diagnostics.realm_attention(
+                db_session, realm.id, health=health_cache.health_of
+            )
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):

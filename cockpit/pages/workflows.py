@@ -30,10 +30,11 @@ from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
+from cockpit import health_cache
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import diagnostics, directory, workflows
+from engine import directory, workflows
 from engine.definitions import MAX_DEFINITION_BYTES, pretty_json
 from engine.definitions.diff import line_diff, structured_diff
 from engine.errors import EngineError, Issue, NotFound, ValidationFailed
@@ -445,7 +446,7 @@ class WorkflowsPages(Controller):
             states=WORKFLOW_STATES,
             list_error=list_error,
             names=await display_names(db_session, principal.realm.id, (w.owner_id for w in items)),
-            health=await diagnostics.health_of(db_session, principal.realm.id, [w.id for w in items]),
+            health=await health_cache.health_of(db_session, principal.realm.id, [w.id for w in items]),
             can_create=may(principal, "realm.workflows.write"),
             flash=flash_of(request),
         )
