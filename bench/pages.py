@@ -22,7 +22,9 @@ Then it starts ``cockpit serve`` on ``--port`` against that database, and for ea
 p95 and the maximum; ``GET /healthz`` is measured the same way, as the floor of the server.
 The reads vary their arguments request by request: list pages with and without filters and
 deeper pages (cursors), timelines of runs drawn at random from the whole table (so mostly not
-in cache). Last, the plans of the queries behind the list, the timeline and the home
+in cache), the diagnostics of each of the 20 workflows in turn, the workflows list (a health
+badge per row), Needs attention and ``/metrics``. Last, the plans of the queries behind the
+list, the timeline, the home, the diagnostics and the metrics' gauges
 (``EXPLAIN (ANALYZE, BUFFERS)``).
 Every loop is bounded by count and by ``--max-seconds`` per read.
 """
@@ -306,6 +308,19 @@ async def measure(
                 page_headers,
             ),
             "realm home page": lambda i: (f"/realms/{slug}/", {}, page_headers),
+            "workflows list page": lambda i: (f"/realms/{slug}/workflows", {}, page_headers),
+            "API diagnostics": lambda i: (
+                f"/api/v1/realms/{slug}/workflows/{targets['workflows'][i % len(targets['workflows'])]}/diagnostics",
+                {},
+                api_headers,
+            ),
+            "diagnostics page": lambda i: (
+                f"/realms/{slug}/workflows/{targets['workflows'][i % len(targets['workflows'])]}/diagnostics",
+                {},
+                page_headers,
+            ),
+            "needs attention page": lambda i: (f"/realms/{slug}/attention", {}, page_headers),
+            "GET /metrics": lambda i: ("/metrics", {}, {}),
         }
         results: dict[str, list[float]] = {}
         for name, make in reads.items():
@@ -347,8 +362,14 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
 
     from cockpit.pages.runs import people
     from engine.directory.authz import load_authority
-    from engine.directory.overview import latest_audit_events_with_names, realm_counts, workflow_kpis
+    from engine.directory.overview import (
+        latest_audit_events_with_names,
+        realm_counts,
+        workflow_kpis,
+    )
+    from engine.runs import diagnostics
     from engine.runs import service as runs
+    from engine.runs.metrics import database_gauges
 
     engine = make_engine(url, pool_size=1)
     sessions = make_sessionmaker(engine)
@@ -384,6 +405,16 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         await workflow_kpis(session, realm_id)
         label["now"] = "home: audit"
         await latest_audit_events_with_names(session, realm_id)
+        label["now"] = "home: health of the workflows, open compensation failures"
+        await diagnostics.realm_attention(session, realm_id)
+        label["now"] = "workflows list: health of the page's workflows"
+        await diagnostics.health_of(session, realm_id, targets["workflows"])
+        label["now"] = "diagnostics: workflow"
+        await diagnostics.workflow_diagnostics(session, realm_id, targets["workflows"][0])
+        label["now"] = "needs attention: first page"
+        await diagnostics.needs_attention(session, realm_id)
+        label["now"] = "/metrics: gauges"
+        await database_gauges(session)
     event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
     out: list[tuple[str, str, str]] = []
     async with engine.connect() as conn:

@@ -15,6 +15,7 @@ from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
 from cockpit.api.audit import AuditEventsController
+from cockpit.api.diagnostics import DiagnosticsController
 from cockpit.api.health import HealthController
 from cockpit.api.organizations import GroupsController, OrganizationsController
 from cockpit.api.roles import PermissionsController, RoleAssignmentsController, RolesController
@@ -26,11 +27,13 @@ from cockpit.api.webhooks import WebhooksController
 from cockpit.api.workflows import ContractsController, WorkflowsController
 from cockpit.auth import provide_principal, realm_guard
 from cockpit.boundary import boundary_middleware_factory
+from cockpit.metrics import MetricsController, metrics_middleware
 from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.pickers import PickerPages
@@ -71,6 +74,7 @@ API_CONTROLLERS: list[type] = [
     ContractsController,
     ManualRunsController,
     RunsController,
+    DiagnosticsController,
 ]
 
 
@@ -81,6 +85,7 @@ PAGE_CONTROLLERS: list[type] = [
     RealmHomeController,
     WorkflowsPages,
     PickerPages,
+    DiagnosticsPages,
     RunsPages,
     UsersPages,
     OrganizationsPages,
@@ -133,6 +138,7 @@ def create_app(
     return Litestar(
         route_handlers=[
             HealthController,
+            MetricsController,
             HomeController,
             *API_CONTROLLERS,
             *PAGE_CONTROLLERS,
@@ -143,6 +149,7 @@ def create_app(
         guards=[realm_guard],
         lifespan=[lifespan],
         middleware=[
+            metrics_middleware,
             boundary_middleware_factory(settings.trusted_proxies),
             request_id_middleware,
             request_db_middleware,

@@ -225,6 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)
+        if args.func in (cmd_serve, cmd_worker, cmd_up):
+            # Before anything imports prometheus-client: it picks multiprocess mode at import.
+            from engine.platform.metrics_setup import use_multiprocess_dir
+
+            use_multiprocess_dir(settings.metrics_dir, clear=args.func is cmd_up)
         code: int = args.func(settings, args)
         return code
     except (CliError, ConfigError, DatabaseUnavailable, AdminError) as exc:

@@ -60,8 +60,10 @@ def make_web_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_pre_ping=False,
         # A request never waits long for a row lock: a request stuck behind another transaction
         # (or, by mistake, behind its own guard's) ends with an error instead of holding two pooled
-        # connections for good.
-        connect_args={"server_settings": {"application_name": "cockpit", "lock_timeout": "30s"}},
+        # connections for good. No JIT: the web app's statements are index probes whose estimated
+        # cost at millions of rows (a LATERAL per realm or workflow) crosses jit_above_cost, and
+        # compiling them took a second where running them takes milliseconds (/metrics' gauges).
+        connect_args={"server_settings": {"application_name": "cockpit", "lock_timeout": "30s", "jit": "off"}},
     )
 
 

@@ -6,12 +6,19 @@ from litestar import Controller, Request, get
 from litestar.datastructures import State
 from litestar.response import Template
 
+from cockpit import health_cache
 from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.authz import load_authority
-from engine.directory.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
+from engine.directory.overview import (
+    REALM_COUNTS,
+    latest_audit_events_with_names,
+    realm_counts,
+    workflow_kpis,
+)
+from engine.runs import diagnostics
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -58,6 +65,12 @@ class RealmHomeController(Controller):
             for name, (_permission, label) in REALM_COUNTS.items()
         ]
         kpis = await workflow_kpis(db_session, realm.id) if authority.holds("realm.workflows.read") else None
+        attention = None
+        open_attention = None
+        if authority.holds("realm.workflows.read"):
+            attention, open_attention = await diagnostics.realm_attention(
+                db_session, realm.id, health=health_cache.health_of
+            )
         events = None
         names: dict[str, str] = {}
         if authority.holds("realm.audit.read"):
@@ -69,6 +82,8 @@ class RealmHomeController(Controller):
             nav="home",
             tiles=tiles,
             kpis=kpis,
+            attention=attention,
+            open_attention=open_attention,
             events=events,
             names=names,
             ready=ready,

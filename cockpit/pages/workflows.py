@@ -30,6 +30,7 @@ from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
+from cockpit import health_cache
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import Named, ids_in, resolve_names
 from cockpit.pages import builder
@@ -495,6 +496,7 @@ class WorkflowsPages(Controller):
             states=WORKFLOW_STATES,
             list_error=list_error,
             names=await display_names(db_session, principal.realm, (w.owner_id for w in items)),
+            health=await health_cache.health_of(db_session, principal.realm.id, [w.id for w in items]),
             can_create=may(principal, "realm.workflows.write"),
             flash=flash_of(request),
         )

@@ -68,6 +68,14 @@ class Settings:
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     # Addresses (or CIDR networks) of the reverse proxies whose X-Forwarded-For is believed.
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    # /metrics asks for this bearer token when set (COCKPIT_METRICS_TOKEN); open otherwise.
+    metrics_token: str | None = field(default=None, repr=False)
+    # Where processes write their Prometheus counters (multiprocess mode); COCKPIT_METRICS_DIR.
+    metrics_dir_value: str | None = None
+
+    @property
+    def metrics_dir(self) -> Path:
+        return Path(self.metrics_dir_value).expanduser().resolve() if self.metrics_dir_value else self.home / "metrics"
 
     @property
     def secret_key(self) -> str:
@@ -147,6 +155,8 @@ def load_settings() -> Settings:
             fast_path=_bool("COCKPIT_WORKER_FAST_PATH", True),
         ),
         trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
+        metrics_token=os.environ.get("COCKPIT_METRICS_TOKEN") or None,
+        metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
     )
 
 

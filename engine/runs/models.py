@@ -127,3 +127,19 @@ class StepAttempt(SQLModel, table=True):
     started_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     finished_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
     compensated_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+
+
+class RunResolution(SQLModel, table=True):
+    """An administrator's word that what a ``compensation_failed`` run left to undo was undone by hand.
+
+    The run keeps its state (the record of what happened does not change); this row says that
+    nobody needs to act on it any more, who said so, when, and how.
+    """
+
+    __tablename__ = "run_resolutions"
+
+    run_id: str = Field(primary_key=True, foreign_key="workflow_runs.id", max_length=40, ondelete="CASCADE")
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    resolved_by: str = Field(max_length=40)
+    note: str = Field(max_length=2000)
+    resolved_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))

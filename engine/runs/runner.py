@@ -23,7 +23,7 @@ from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
-from engine.runs import runstore
+from engine.runs import metrics, runstore
 from engine.runs.fastpath import FastPath, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
@@ -275,7 +275,9 @@ class Runner:
         now = self.clock.now()
         async with self.sessions() as session, session.begin():
             run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
+            before = run.state
             progressed = await self._dispatch(session, run, now)
+        metrics.run_finished(before, run.state)  # committed: count a run that ended failing
         return progressed, run.state in FINISHED
 
     async def _dispatch(self, session: AsyncSession, run: WorkflowRun, now: datetime) -> bool:

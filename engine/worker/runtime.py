@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine.platform.config import Settings
 from engine.platform.database import asyncpg_connect_args, libpq_conninfo
 from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.runs import metrics
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import NOTIFY_CHANNEL
 from engine.runs.service import dispatch_outbox
@@ -145,6 +146,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             fast_path=settings.workers.fast_path,
         ),
     )
+    metrics.count_tasks(queue.app.tasks.values())  # cockpit_worker_runs_total{task}
     runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)
     connector = PsycopgConnector(conninfo=libpq_conninfo(database_url), min_size=1, max_size=10)
     async with transaction(sessions) as session:

@@ -92,6 +92,9 @@ MATRIX: dict[tuple[str, str], str] = {
     ("GET", "/workflow-runs"): "realm.workflows.read",
     ("GET", "/workflow-runs/{run_id}"): "realm.workflows.read",
     ("POST", "/workflow-runs/{run_id}/cancel"): "realm.workflows.run",
+    ("POST", "/workflow-runs/{run_id}/resolve"): "realm.workflows.run",
+    ("GET", "/workflows/{workflow_id}/diagnostics"): "realm.workflows.read",
+    ("GET", "/needs-attention"): "realm.workflows.read",
 }
 
 PREFIX = "/api/v1/realms/{realm}"

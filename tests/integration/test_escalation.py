@@ -171,6 +171,9 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ("POST", "/workflow-runs/{run_id}/cancel"): Unrelated(
         "cancelling only undoes what the run did, under its publisher's authority"
     ),
+    ("POST", "/workflow-runs/{run_id}/resolve"): Unrelated(
+        "records a note that a finished run's leftovers were undone by hand; changes no principal or grant"
+    ),
 }
 
 

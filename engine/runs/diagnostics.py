@@ -1,0 +1,532 @@
+"""Diagnostics of a workflow (seed 000 "Diagnostics") and the realm's runs that need a person.
+
+A workflow's diagnostics summarize its **last 500 runs** and the **last 1,000 attempts** of those
+runs — never their inputs, results, error messages or subjects: states, step ids, error
+categories, times and run ids only. Two statements whatever the size of the tables: the newest
+500 runs through ``ix_workflow_runs_workflow_id_id`` (with their resolutions), then their newest
+1,000 attempts through the attempts' ``run_id`` index. Everything else is computed here.
+
+Health (checked in this order):
+
+- ``attention_required``: a run of the window ended ``compensation_failed`` and nobody has marked
+  it resolved — an administrator must finish undoing it by hand;
+- ``unknown``: the window holds no attempt (no data to judge);
+- ``degraded``: more than 10 % of the window's attempts failed (10 % exactly is healthy);
+- ``healthy`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine.directory.audit import Actor, record_audit
+from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
+from engine.runs import states as st
+from engine.runs.models import RunResolution, WorkflowRun
+from engine.workflows.models import Workflow
+
+RUN_WINDOW = 500
+ATTEMPT_WINDOW = 1000
+RECENT = 20
+DEGRADED_SHARE = 0.10  # more than this share of failed attempts: degraded
+
+HEALTH_STATES = ("unknown", "healthy", "degraded", "attention_required")
+HEALTH_LABELS = {
+    "unknown": "No data",
+    "healthy": "Healthy",
+    "degraded": "Degraded",
+    "attention_required": "Attention required",
+}
+# Runs that ended without doing their work (the counter cockpit_jobs_failed_total counts them too).
+FAILED_OUTCOMES = (st.FAILED, st.COMPENSATED, st.COMPENSATION_FAILED)
+DUE_STATES = (st.PENDING, st.RUNNING, st.COMPENSATING)
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str
+    reason: str
+
+
+def classify_health(
+    *, attempts: int, failed_attempts: int, open_compensation_failures: int, open_run_ids: list[str] | None = None
+) -> Health:
+    """The health rule of seed 000, with the reason in words."""
+    if open_compensation_failures > 0:
+        n = open_compensation_failures
+        them = "them" if n > 1 else "it"
+        runs = list(open_run_ids or [])
+        see = ""
+        if runs:
+            shown = ", ".join(runs[:3])
+            more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+            see = f" — see run{'s' if len(runs) > 1 else ''} {shown}{more}"
+        noun = "compensations" if n > 1 else "compensation"
+        return Health("attention_required", f"{n} {noun} failed: an administrator must finish undoing {them}{see}")
+    if attempts <= 0:
+        return Health("unknown", f"No step attempts in the last {RUN_WINDOW} runs yet: nothing to judge.")
+    share = failed_attempts / attempts
+    figure = f"{failed_attempts} of {attempts} attempts failed ({share * 100:.1f} %)"
+    if failed_attempts * 10 > attempts:  # more than 10 %, in integers: no rounding at the boundary
+        return Health("degraded", f"{figure}, more than 10 %.")
+    return Health("healthy", f"{figure}, at most 10 %.")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    state: str
+    created_at: datetime
+    finished_at: datetime | None
+    due_at: datetime | None
+    error_category: str | None
+    resolved: bool
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return max(0.0, (self.finished_at - self.created_at).total_seconds() * 1000)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    id: str
+    run_id: str
+    step_id: str
+    step_index: int
+    step_type: str
+    number: int
+    state: str
+    error_category: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass
+class Diagnostics:
+    workflow_id: str
+    workflow_name: str
+    generated_at: datetime
+    runs: list[RunRow]
+    attempts: list[AttemptRow]
+    pending_approvals: int
+    health: Health = field(init=False)
+    open_compensation_failures: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.open_compensation_failures = [
+            r.id for r in self.runs if r.state == st.COMPENSATION_FAILED and not r.resolved
+        ]
+        self.health = classify_health(
+            attempts=len(self.attempts),
+            failed_attempts=self.failed_attempts,
+            open_compensation_failures=len(self.open_compensation_failures),
+            open_run_ids=self.open_compensation_failures,
+        )
+
+    @property
+    def failed_attempts(self) -> int:
+        return sum(1 for a in self.attempts if a.state == st.ATTEMPT_FAILED)
+
+    def runs_by_state(self) -> dict[str, int]:
+        counts = Counter(r.state for r in self.runs)
+        return {state: counts.get(state, 0) for state in st.RUN_STATES}
+
+    def step_failure_categories(self) -> dict[str, dict[str, int]]:
+        """Per step id, how many failed attempts had each error category."""
+        out: dict[str, Counter[str]] = {}
+        for a in self.attempts:
+            if a.state == st.ATTEMPT_FAILED:
+                out.setdefault(a.step_id, Counter())[a.error_category or "error"] += 1
+        return {step: dict(counts.most_common()) for step, counts in sorted(out.items())}
+
+    def durations_ms(self) -> list[float]:
+        return [d for d in (r.duration_ms for r in self.runs) if d is not None]
+
+    def oldest_due_run(self) -> RunRow | None:
+        due = [r for r in self.runs if r.due_at is not None and r.state in DUE_STATES]
+        return min(due, key=lambda r: (r.due_at, r.id)) if due else None
+
+    def recent_failures(self) -> list[AttemptRow]:
+        return [a for a in self.attempts if a.state == st.ATTEMPT_FAILED][:RECENT]
+
+    def compensation_failures(self) -> int:
+        return sum(1 for r in self.runs if r.state == st.COMPENSATION_FAILED)
+
+    def view(self) -> dict[str, Any]:
+        """The JSON of ``GET /workflows/{id}/diagnostics`` (docs/api.md "Diagnostics")."""
+        durations = self.durations_ms()
+        oldest = self.oldest_due_run()
+        return {
+            "workflow_id": self.workflow_id,
+            "generated_at": self.generated_at.isoformat(),
+            "window": {
+                "runs": len(self.runs),
+                "attempts": len(self.attempts),
+                "max_runs": RUN_WINDOW,
+                "max_attempts": ATTEMPT_WINDOW,
+            },
+            "health": self.health.status,
+            "health_reason": self.health.reason,
+            "runs_by_state": self.runs_by_state(),
+            "step_failure_categories": self.step_failure_categories(),
+            "attempts": {
+                "total": len(self.attempts),
+                "failed": self.failed_attempts,
+                "succeeded": sum(1 for a in self.attempts if a.state == st.ATTEMPT_SUCCEEDED),
+                "started": sum(1 for a in self.attempts if a.state == st.ATTEMPT_STARTED),
+            },
+            "recent_attempts": [attempt_view(a) for a in self.attempts[:RECENT]],
+            "recent_failures": [attempt_view(a) for a in self.recent_failures()],
+            "run_duration_ms": {
+                "count": len(durations),
+                "p50": _round(percentile(durations, 50)),
+                "p95": _round(percentile(durations, 95)),
+            },
+            "pending_approvals": self.pending_approvals,
+            "oldest_due_run": None
+            if oldest is None
+            else {
+                "id": oldest.id,
+                "state": oldest.state,
+                "due_at": oldest.due_at.isoformat() if oldest.due_at else None,
+            },
+            "compensation_failures": self.compensation_failures(),
+            "unresolved_compensation_failures": self.open_compensation_failures,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def attempt_view(a: AttemptRow) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "run_id": a.run_id,
+        "step_id": a.step_id,
+        "step_type": a.step_type,
+        "number": a.number,
+        "state": a.state,
+        "error_category": a.error_category,
+        "started_at": a.started_at.isoformat(),
+        "finished_at": a.finished_at.isoformat() if a.finished_at else None,
+    }
+
+
+_RUNS_SQL = text(
+    """
+    SELECT r.id, r.state, r.created_at, r.finished_at, r.due_at, r.error_category,
+           (res.run_id IS NOT NULL) AS resolved
+      FROM workflow_runs r
+      LEFT JOIN run_resolutions res ON res.run_id = r.id AND r.state = 'compensation_failed'
+     WHERE r.workflow_id = :w AND r.realm_id = :r
+     ORDER BY r.id DESC
+     LIMIT :runs
+    """
+)
+
+_ATTEMPTS_SQL = text(
+    """
+    SELECT a.id, a.run_id, a.step_id, a.step_index, a.step_type, a.number, a.state, a.error_category,
+           a.started_at, a.finished_at
+      FROM step_attempts a
+     WHERE a.run_id = ANY(:ids) AND a.realm_id = :r
+     ORDER BY a.started_at DESC, a.id DESC
+     LIMIT :attempts
+    """
+)
+
+
+async def pending_approvals(session: AsyncSession, realm_id: str | None, workflow_id: str | None = None) -> int:
+    """Approvals waiting for a decision: of one workflow, of a realm, or of every realm (None)."""
+    return 0  # wired when approvals exist
+
+
+async def failing_deliveries(session: AsyncSession, realm_id: str | None = None) -> int:
+    """Webhook deliveries whose last attempt failed and that will be retried (of one realm, or all)."""
+    return 0  # wired when deliveries exist
+
+
+async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id: str) -> Diagnostics:
+    """The diagnostics of one workflow of the realm (404 for another realm's or an unknown id)."""
+    workflow = await session.get(Workflow, workflow_id)
+    if workflow is None or workflow.realm_id != realm_id:
+        raise NotFound("No such workflow.")
+    run_rows = (await session.execute(_RUNS_SQL, {"w": workflow_id, "r": realm_id, "runs": RUN_WINDOW})).all()
+    runs = [RunRow(*row) for row in run_rows]
+    attempts: list[AttemptRow] = []
+    if runs:
+        rows = await session.execute(
+            _ATTEMPTS_SQL, {"ids": [r.id for r in runs], "r": realm_id, "attempts": ATTEMPT_WINDOW}
+        )
+        attempts = [AttemptRow(*row) for row in rows]
+    return Diagnostics(
+        workflow_id=workflow.id,
+        workflow_name=workflow.name,
+        generated_at=datetime.now(UTC),
+        runs=runs,
+        attempts=attempts,
+        pending_approvals=await pending_approvals(session, realm_id, workflow_id),
+    )
+
+
+# --- Health of many workflows at once (the workflows list, the realm home) ------------------------
+
+# Per workflow, the same windows as its diagnostics, counted instead of returned.
+_HEALTH_LATERAL = """
+      CROSS JOIN LATERAL (
+        WITH runs AS (
+          SELECT r.id, r.state FROM workflow_runs r
+           WHERE r.workflow_id = w.id AND r.realm_id = :r
+           ORDER BY r.id DESC LIMIT :runs
+        ), attempts AS (
+          SELECT a.state FROM step_attempts a
+           WHERE a.run_id IN (SELECT id FROM runs) AND a.realm_id = :r
+           ORDER BY a.started_at DESC, a.id DESC LIMIT :attempts
+        )
+        SELECT (SELECT count(*) FROM attempts) AS attempts,
+               (SELECT count(*) FROM attempts WHERE state = 'failed') AS failed,
+               (SELECT coalesce(array_agg(runs.id ORDER BY runs.id DESC), '{}') FROM runs
+                 WHERE runs.state = 'compensation_failed'
+                   AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = runs.id)) AS open_ids
+      ) h
+"""
+
+_HEALTH_SQL = text(
+    "SELECT w.id, h.attempts, h.failed, h.open_ids FROM unnest(CAST(:ids AS text[])) AS w(id)" + _HEALTH_LATERAL
+)
+
+# The realm home: its published workflows (newest first) and the realm's open compensation
+# failures, in one statement (the count comes beside every row, or alone without workflows).
+_HOME_SQL = text(
+    """
+    SELECT open.n, w.id, w.name
+      FROM (SELECT count(*) AS n FROM workflow_runs r
+             WHERE r.realm_id = :r AND r.state = 'compensation_failed'
+               AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = r.id)) open
+      LEFT JOIN (SELECT id, name FROM workflows WHERE realm_id = :r AND published_revision IS NOT NULL
+                  ORDER BY id DESC LIMIT :limit) w ON true
+    """
+)
+
+
+def _health(attempts: Any, failed: Any, open_ids: Any) -> Health:
+    ids = list(open_ids or [])
+    return classify_health(
+        attempts=int(attempts), failed_attempts=int(failed), open_compensation_failures=len(ids), open_run_ids=ids
+    )
+
+
+async def health_of(session: AsyncSession, realm_id: str, workflow_ids: list[str]) -> dict[str, Health]:
+    """The health of each workflow (same rule and window as its diagnostics), in one statement."""
+    if not workflow_ids:
+        return {}
+    rows = await session.execute(
+        _HEALTH_SQL, {"ids": list(workflow_ids), "r": realm_id, "runs": RUN_WINDOW, "attempts": ATTEMPT_WINDOW}
+    )
+    return {workflow_id: _health(attempts, failed, open_ids) for workflow_id, attempts, failed, open_ids in rows}
+
+
+@dataclass(frozen=True)
+class WorkflowHealth:
+    workflow_id: str
+    name: str
+    health: Health
+
+
+HOME_WORKFLOWS = 100
+
+
+async def realm_attention(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    limit: int = HOME_WORKFLOWS,
+    health: Callable[[AsyncSession, str, list[str]], Awaitable[dict[str, Health]]] | None = None,
+) -> tuple[list[WorkflowHealth], int]:
+    """The realm's published workflows (at most ``limit``, newest first) whose health is degraded or
+    worse, and how many of the realm's runs wait for an administrator.
+
+    ``health`` computes the workflows' health (default :func:`health_of`; the web app passes its
+    short-lived cache).
+    """
+    rows = (await session.execute(_HOME_SQL, {"r": realm_id, "limit": limit})).all()
+    open_total = int(rows[0][0]) if rows else 0
+    names = {workflow_id: name for _n, workflow_id, name in rows if workflow_id is not None}
+    healths = await (health or health_of)(session, realm_id, list(names))
+    rank = {"attention_required": 0, "degraded": 1}
+    found = [WorkflowHealth(w, names[w], h) for w, h in healths.items() if h.status in rank]
+    found.sort(key=lambda w: (rank[w.health.status], w.name.lower()))
+    return found, open_total
+
+
+# --- Needs attention: runs whose compensation failed ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeftToUndo:
+    """A step whose effect a failed compensation left in place."""
+
+    attempt_id: str
+    step_id: str
+    step_type: str
+    strategy: str
+    compensation_state: str
+    compensation_attempts: int
+    last_error: str | None
+
+
+@dataclass
+class AttentionRun:
+    id: str
+    workflow_id: str
+    workflow_name: str | None
+    subject_id: str
+    subject_email: str | None
+    error_category: str | None
+    finished_at: datetime | None
+    resolved_at: datetime | None = None
+    resolved_by: str | None = None
+    resolved_by_email: str | None = None
+    note: str | None = None
+    left: list[LeftToUndo] = field(default_factory=list)
+
+
+ATTENTION_PAGE = 50
+ATTENTION_FILTERS = ("open", "resolved", "all")
+
+_ATTENTION_SQL = text(
+    """
+    SELECT r.id, r.workflow_id, w.name, r.subject_id, u.email, r.error_category, r.finished_at,
+           res.resolved_at, res.resolved_by, ru.email, res.note
+      FROM workflow_runs r
+      LEFT JOIN workflows w ON w.id = r.workflow_id AND w.realm_id = r.realm_id
+      LEFT JOIN users u ON u.id = r.subject_id AND u.realm_id = r.realm_id
+      LEFT JOIN run_resolutions res ON res.run_id = r.id
+      LEFT JOIN users ru ON ru.id = res.resolved_by AND ru.realm_id = r.realm_id
+     WHERE r.realm_id = :r AND r.state = 'compensation_failed'
+       AND (CAST(:cursor AS text) IS NULL OR r.id < :cursor)
+       AND (:show = 'all' OR (:show = 'open') = (res.run_id IS NULL))
+     ORDER BY r.id DESC
+     LIMIT :limit
+    """
+)
+
+_LEFT_SQL = text(
+    """
+    SELECT a.run_id, a.id, a.step_id, a.step_type, a.compensation_strategy, a.compensation_state,
+           a.compensation_attempts, a.compensation_error
+      FROM step_attempts a
+     WHERE a.run_id = ANY(:ids) AND a.realm_id = :r AND a.state = 'succeeded'
+       AND a.compensation_state IN ('pending', 'failed')
+     ORDER BY a.run_id, a.step_index DESC
+    """
+)
+
+
+async def needs_attention(
+    session: AsyncSession, realm_id: str, *, show: str = "open", cursor: str | None = None, limit: int = ATTENTION_PAGE
+) -> tuple[list[AttentionRun], str | None]:
+    """Runs of the realm that ended ``compensation_failed``, newest first, with what is left to undo.
+
+    ``show``: ``open`` (not marked resolved), ``resolved`` or ``all``. Two statements per page.
+    """
+    if show not in ATTENTION_FILTERS:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("query:show", "invalid", "must be open, resolved or all")]
+        )
+    rows = (
+        await session.execute(_ATTENTION_SQL, {"r": realm_id, "cursor": cursor, "show": show, "limit": limit + 1})
+    ).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    runs = [
+        AttentionRun(
+            id=row[0],
+            workflow_id=row[1],
+            workflow_name=row[2],
+            subject_id=row[3],
+            subject_email=row[4],
+            error_category=row[5],
+            finished_at=row[6],
+            resolved_at=row[7],
+            resolved_by=row[8],
+            resolved_by_email=row[9],
+            note=row[10],
+        )
+        for row in rows
+    ]
+    if runs:
+        by_id = {r.id: r for r in runs}
+        for row in await session.execute(_LEFT_SQL, {"ids": list(by_id), "r": realm_id}):
+            by_id[row[0]].left.append(LeftToUndo(*row[1:]))
+    return runs, (runs[-1].id if more and runs else None)
+
+
+MAX_NOTE = 2000
+
+
+async def resolve_run(session: AsyncSession, actor: Actor, run_id: str, *, note: str) -> RunResolution:
+    """Mark a ``compensation_failed`` run resolved: what it left was undone by hand (audited).
+
+    The run keeps its state. 404 for an unknown run or another realm's; 409 when the run did not
+    end ``compensation_failed`` or is resolved already; 422 without a note.
+    """
+    stripped = (note or "").strip()
+    if not stripped:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/note", "too_short", "say what was done by hand")]
+        )
+    if len(note) > MAX_NOTE:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/note", "too_long", f"must be at most {MAX_NOTE} characters")]
+        )
+    run = await session.get(WorkflowRun, run_id, with_for_update=True)
+    if run is None or run.realm_id != actor.realm_id:
+        raise NotFound("No such run.")
+    if run.state != st.COMPENSATION_FAILED:
+        raise Conflict("Only a run whose compensation failed can be marked resolved.", code="not_compensation_failed")
+    if await session.get(RunResolution, run_id) is not None:
+        raise Conflict("The run is marked resolved already.", code="already_resolved")
+    assert actor.id is not None
+    resolution = RunResolution(run_id=run.id, realm_id=run.realm_id, resolved_by=actor.id, note=stripped)
+    session.add(resolution)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "workflow.run.resolved",
+        category="workflow",
+        subject_type="workflow_run",
+        subject_id=run.id,
+        details={"workflow_id": run.workflow_id, "note": stripped},
+    )
+    return resolution
+
+
+def resolution_view(resolution: RunResolution) -> dict[str, Any]:
+    return {
+        "run_id": resolution.run_id,
+        "resolved_by": resolution.resolved_by,
+        "resolved_at": resolution.resolved_at.isoformat(),
+        "note": resolution.note,
+    }

@@ -1,0 +1,364 @@
+"""Workflow diagnostics, health at each boundary, Needs attention and marking a run resolved.
+
+Runs are made by the real engine (a Runner on the test's database): a subject who belongs to
+the group's organization succeeds (two succeeded attempts), one who does not fails at once
+(one failed attempt, ``not_a_member``). A compensation that cannot undo (the directory refuses
+the delete) ends ``compensation_failed`` after its five tries.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine.directory import organizations
+from engine.directory.authz import load_authority
+from engine.directory.models import User
+from engine.runs import service as runs
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.workflows import service as workflows
+from tests.factories import HTML, RealmHandle, browser_session
+
+Client = AsyncTestClient[Litestar]
+
+
+def manual(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
+
+
+async def publish(realm: RealmHandle, definition: dict[str, Any], name: str) -> str:
+    async with realm.sessions() as session, session.begin():
+        workflow, _ = await workflows.create_workflow(
+            session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
+        )
+    async with realm.sessions() as session, session.begin():
+        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+    return workflow.id
+
+
+async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
+    async with realm.sessions() as session, session.begin():
+        run = await runs.start_manual_run(
+            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=None
+        )
+        return run.id
+
+
+def make_runner(realm: RealmHandle, clock: FixedClock | None = None) -> Runner:
+    return Runner(
+        realm.sessions, "worker-diag-1-aaaa", settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock
+    )
+
+
+async def drain(runner: Runner, rounds: int = 20) -> None:
+    for _ in range(rounds):
+        if not await runner.run_pass():
+            return
+
+
+class Team:
+    """A group of an organization, and a workflow that adds its subject to the group."""
+
+    def __init__(self, realm: RealmHandle, org_id: str, group_id: str, workflow_id: str) -> None:
+        self.realm, self.org_id, self.group_id, self.workflow_id = realm, org_id, group_id, workflow_id
+        self.count = 0
+
+    @classmethod
+    async def make(
+        cls, realm: RealmHandle, name: str = "Team onboarding", extra: list[dict[str, Any]] | None = None
+    ) -> Team:
+        org = await realm.organization(f"Org of {name}")
+        async with realm.sessions() as session, session.begin():
+            authority = await load_authority(session, realm.id, "user", realm.admin.id)
+            group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        steps = [
+            {"id": "team", "type": "add_to_group", "group_id": group.id},
+            *(extra or []),
+            {"id": "done", "type": "end"},
+        ]
+        return cls(realm, org.id, group.id, await publish(realm, manual(*steps), name))
+
+    async def subject(self, member: bool) -> User:
+        self.count += 1
+        user = await self.realm.user(
+            f"person-{self.count}-{'in' if member else 'out'}-{self.group_id[-6:]}@example.com"
+        )
+        if member:
+            async with self.realm.sessions() as session:
+                from engine.directory.models import Organization
+
+                org = await session.get(Organization, self.org_id)
+            assert org is not None
+            await self.realm.member(org, user)
+        return user
+
+    async def run(self, member: bool, runner: Runner) -> str:
+        run_id = await start(self.realm, self.workflow_id, (await self.subject(member)).id)
+        await drain(runner)
+        return run_id
+
+
+async def diagnostics_of(client: Client, realm: RealmHandle, workflow_id: str) -> dict[str, Any]:
+    response = await client.get(f"{realm.api}/workflows/{workflow_id}/diagnostics", headers=realm.headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def compensation_failed_run(realm: RealmHandle) -> tuple[str, str, User]:
+    """A run whose undo the directory refuses until it gives up: (workflow id, run id, subject)."""
+    elsewhere = await realm.organization("Elsewhere")
+    team = await Team.make(
+        realm,
+        "Offboarding check",
+        extra=[{"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id}],
+    )
+    subject = await team.subject(member=True)
+    run_id = await start(realm, team.workflow_id, subject.id)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                "CREATE OR REPLACE FUNCTION diag_outage() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'the directory is unavailable'; END $$"
+            )
+        )
+        await session.execute(
+            text(
+                "CREATE TRIGGER diag_outage BEFORE DELETE ON group_members FOR EACH ROW EXECUTE FUNCTION diag_outage()"
+            )
+        )
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.5)
+    runner = make_runner(realm, clock)
+    await drain(runner)
+    for _ in range(10):  # five tries in all, 30 s doubling
+        async with realm.sessions() as session:
+            run = await runs.get_run(session, realm.id, run_id)
+        if run.state != "compensating":
+            break
+        assert run.due_at is not None
+        clock.advance(seconds=(run.due_at - clock.now()).total_seconds())
+        await drain(runner)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("DROP TRIGGER diag_outage ON group_members"))
+        run = await runs.get_run(session, realm.id, run_id)
+    assert run.state == "compensation_failed", run.state
+    return team.workflow_id, run_id, subject
+
+
+# --- health at each boundary ----------------------------------------------------------------------
+
+
+async def test_health_moves_through_each_boundary(client: Client, realm: RealmHandle) -> None:
+    team = await Team.make(realm)
+    runner = make_runner(realm)
+
+    body = await diagnostics_of(client, realm, team.workflow_id)
+    assert body["health"] == "unknown" and body["window"]["runs"] == 0
+    assert body["run_duration_ms"] == {"count": 0, "p50": None, "p95": None}
+    assert body["oldest_due_run"] is None
+
+    # A run that has not started a step yet: still no data, and it is the oldest due run.
+    waiting = await start(realm, team.workflow_id, (await team.subject(True)).id)
+    body = await diagnostics_of(client, realm, team.workflow_id)
+    assert body["health"] == "unknown", body["health_reason"]
+    assert body["runs_by_state"]["pending"] == 1
+    assert body["oldest_due_run"]["id"] == waiting and body["oldest_due_run"]["state"] == "pending"
+    await drain(runner)
+
+    # 2 failed of 20 attempts: exactly 10 %, which is still healthy.
+    for _ in range(8):
+        await team.run(True, runner)
+    for _ in range(2):
+        await team.run(False, runner)
+    body = await diagnostics_of(client, realm, team.workflow_id)
+    assert body["attempts"] == {"total": 20, "failed": 2, "succeeded": 18, "started": 0}
+    assert body["health"] == "healthy", body["health_reason"]
+    assert body["health_reason"] == "2 of 20 attempts failed (10.0 %), at most 10 %."
+    assert body["runs_by_state"]["succeeded"] == 9 and body["runs_by_state"]["failed"] == 2
+    assert body["step_failure_categories"] == {"team": {"not_a_member": 2}}
+    assert len(body["recent_failures"]) == 2 and {f["step_id"] for f in body["recent_failures"]} == {"team"}
+    assert body["run_duration_ms"]["count"] == 11 and body["run_duration_ms"]["p95"] >= body["run_duration_ms"]["p50"]
+    assert body["oldest_due_run"] is None and body["compensation_failures"] == 0
+
+    # One more failure: 3 of 21, just over 10 %.
+    await team.run(False, runner)
+    body = await diagnostics_of(client, realm, team.workflow_id)
+    assert body["attempts"]["total"] == 21 and body["attempts"]["failed"] == 3
+    assert body["health"] == "degraded", body["health_reason"]
+    assert body["health_reason"] == "3 of 21 attempts failed (14.3 %), more than 10 %."
+
+
+async def test_a_failed_compensation_requires_attention_until_resolved(client: Client, realm: RealmHandle) -> None:
+    workflow_id, run_id, _subject = await compensation_failed_run(realm)
+    body = await diagnostics_of(client, realm, workflow_id)
+    assert body["health"] == "attention_required"
+    assert body["health_reason"] == (
+        f"1 compensation failed: an administrator must finish undoing it — see run {run_id}"
+    )
+    assert body["compensation_failures"] == 1 and body["unresolved_compensation_failures"] == [run_id]
+
+    # Needs attention lists it, with what is left to undo by hand.
+    listed = await client.get(f"{realm.api}/needs-attention", headers=realm.headers)
+    assert listed.status_code == 200, listed.text
+    (item,) = listed.json()["items"]
+    assert item["run_id"] == run_id and item["resolution"] is None
+    (left,) = item["left_to_undo"]
+    assert left["step_id"] == "team" and left["strategy"] == "undo" and left["compensation_state"] == "failed"
+    assert left["compensation_attempts"] == 5 and "the directory is unavailable" in left["last_error"]
+
+    # Resolving needs a note: one 422 with its path, nothing changed.
+    refused = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve", json={"note": "  "}, headers=realm.headers
+    )
+    assert refused.status_code == 422 and refused.json()["errors"][0]["path"] == "/note"
+    unknown = await client.post(f"{realm.api}/workflow-runs/{run_id}/resolve", json={}, headers=realm.headers)
+    assert unknown.status_code == 422 and unknown.json()["errors"][0]["path"] == "/note"
+
+    done = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve",
+        json={"note": "Removed the group membership by hand."},
+        headers=realm.headers,
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["resolved_by"] == realm.admin.id
+    again = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve", json={"note": "twice"}, headers=realm.headers
+    )
+    assert again.status_code == 409 and again.json()["code"] == "already_resolved"
+
+    # The run keeps its state; health no longer asks for attention; the resolution is audited.
+    run = (await client.get(f"{realm.api}/workflow-runs/{run_id}", headers=realm.headers)).json()
+    assert run["state"] == "compensation_failed"
+    body = await diagnostics_of(client, realm, workflow_id)
+    assert body["health"] != "attention_required" and body["unresolved_compensation_failures"] == []
+    assert body["compensation_failures"] == 1
+    open_now = (await client.get(f"{realm.api}/needs-attention", headers=realm.headers)).json()
+    assert open_now["items"] == []
+    resolved = (await client.get(f"{realm.api}/needs-attention?show=resolved", headers=realm.headers)).json()
+    assert resolved["items"][0]["resolution"]["note"] == "Removed the group membership by hand."
+    async with realm.sessions() as session:
+        audited = (
+            await session.execute(
+                text(
+                    "SELECT actor_id, details FROM audit_events WHERE type = 'workflow.run.resolved' AND subject_id = :r"
+                ),
+                {"r": run_id},
+            )
+        ).all()
+    assert audited == [(realm.admin.id, {"workflow_id": workflow_id, "note": "Removed the group membership by hand."})]
+
+
+async def test_only_a_compensation_failed_run_can_be_resolved(client: Client, realm: RealmHandle) -> None:
+    team = await Team.make(realm)
+    run_id = await team.run(True, make_runner(realm))
+    refused = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve", json={"note": "nothing to do"}, headers=realm.headers
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "not_compensation_failed"
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM run_resolutions")) == 0
+
+
+async def test_diagnostics_never_carry_subjects_inputs_or_messages(client: Client, realm: RealmHandle) -> None:
+    workflow_id, run_id, subject = await compensation_failed_run(realm)
+    async with realm.sessions() as session:
+        run = await runs.get_run(session, realm.id, run_id)
+        attempts = await runs.run_attempts(session, run_id)
+    secrets = {subject.id, subject.email, subject.display_name}
+    secrets |= {str(v) for v in run.input.values() if v}
+    secrets |= {
+        run.last_error or "",
+        *(a.error_message or "" for a in attempts),
+        *(a.compensation_error or "" for a in attempts),
+    }
+    for attempt in attempts:
+        secrets |= {str(v) for v in (attempt.input or {}).values() if isinstance(v, str) and len(v) > 6}
+        secrets |= {str(v) for v in (attempt.result or {}).values() if isinstance(v, str) and len(v) > 6}
+    secrets -= {"", workflow_id, run_id, "team", "leave", "done"}
+    assert subject.id in secrets and subject.email in secrets and len(secrets) > 3
+    api = json.dumps(await diagnostics_of(client, realm, workflow_id))
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    html = (await client.get(f"/realms/{realm.slug}/workflows/{workflow_id}/diagnostics", headers=HTML)).text
+    for secret in secrets:
+        assert secret not in api, secret
+        assert secret not in html, secret
+
+
+async def test_another_realms_workflow_answers_404(
+    client: Client, realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    team = await Team.make(other_realm)
+    theirs = await client.get(f"{realm.api}/workflows/{team.workflow_id}/diagnostics", headers=realm.headers)
+    assert theirs.status_code == 404 and theirs.json()["code"] == "not_found"
+    workflow_id, run_id, _ = await compensation_failed_run(other_realm)
+    resolve = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve", json={"note": "not mine"}, headers=realm.headers
+    )
+    assert resolve.status_code == 404
+    assert (await client.get(f"{realm.api}/needs-attention", headers=realm.headers)).json()["items"] == []
+    page = await client.get(f"/realms/{realm.slug}/workflows/{workflow_id}/diagnostics", headers=realm.headers | HTML)
+    assert page.status_code == 404
+
+
+# --- pages ----------------------------------------------------------------------------------------
+
+
+async def test_pages_show_health_charts_and_resolve_with_a_note(client: Client, realm: RealmHandle) -> None:
+    workflow_id, run_id, subject = await compensation_failed_run(realm)
+    healthy = await Team.make(realm, "Welcome")
+    runner = make_runner(realm)
+    for _ in range(3):
+        await healthy.run(True, runner)
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    r = f"/realms/{realm.slug}"
+
+    page = (await client.get(f"{r}/workflows/{workflow_id}/diagnostics", headers=HTML)).text
+    assert 'data-health="attention_required"' in page and "Attention required" in page
+    assert "1 compensation failed: an administrator must finish undoing it" in page
+    assert f'href="{r}/runs/{run_id}"' in page
+    assert 'id="chart-runs-over-time"' in page and 'id="chart-failures"' in page and 'id="chart-durations"' in page
+    assert "<script" not in page.split("</head>")[1]  # charts are SVG from the server, no script
+
+    listing = (await client.get(f"{r}/workflows", headers=HTML)).text
+    assert listing.count('data-testid="health-badge"') == 2
+    assert 'data-health="attention_required"' in listing and 'data-health="healthy"' in listing
+
+    home = (await client.get(f"{r}/", headers=HTML)).text
+    assert (
+        'data-testid="attention-workflow"' in home
+        and "Offboarding check" in home
+        and "Welcome" not in home.split('id="workflows-attention"')[1].split("</section>")[0]
+    )
+    assert "1 run(s) to finish by hand" in home
+
+    attention = (await client.get(f"{r}/attention", headers=HTML)).text
+    assert (
+        subject.email in attention
+        and "Left to undo by hand" in attention
+        and "the directory is unavailable" in attention
+    )
+
+    # Without the CSRF token: refused; without a note: the form says so; with one: resolved.
+    refused = await client.post(f"{r}/attention/{run_id}/resolve", data={"note": "x"}, headers=HTML)
+    assert refused.status_code == 403
+    empty = await client.post(f"{r}/attention/{run_id}/resolve", data={"note": " ", "_csrf": login.csrf}, headers=HTML)
+    assert empty.status_code == 422 and "say what was done by hand" in empty.text
+    done = await client.post(
+        f"{r}/attention/{run_id}/resolve",
+        data={"note": "Took them out of Team by hand", "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303, done.text
+    after = (await client.get(done.headers["location"], headers=HTML)).text
+    assert "Marked resolved" in after and 'data-testid="attention-empty"' in after
+    page = (await client.get(f"{r}/workflows/{workflow_id}/diagnostics", headers=HTML)).text
+    assert 'data-health="attention_required"' not in page
