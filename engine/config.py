@@ -68,6 +68,8 @@ class Settings:
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     # Addresses (or CIDR networks) of the reverse proxies whose X-Forwarded-For is believed.
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    # Finished runs (with their attempts) are deleted this many days after they ended.
+    run_retention_days: int = 180
 
     @property
     def secret_key(self) -> str:
@@ -147,7 +149,15 @@ def load_settings() -> Settings:
             fast_path=_bool("COCKPIT_WORKER_FAST_PATH", True),
         ),
         trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
+        run_retention_days=_retention_days(),
     )
+
+
+def _retention_days() -> int:
+    days = _int("COCKPIT_RUN_RETENTION_DAYS", 180)
+    if days < 1:
+        raise ConfigError(f"COCKPIT_RUN_RETENTION_DAYS must be at least 1, got {days}")
+    return days
 
 
 @lru_cache(maxsize=1)

@@ -28,6 +28,7 @@ PREFIXES = frozenset(
         "wrv",
         "wrn",
         "wsa",
+        "wsf",
         "wap",
         "obx",
         "aud",

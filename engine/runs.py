@@ -124,10 +124,14 @@ class StartRequest:
     depth: int = 0
     parent_run_id: str | None = None
     correlation_id: str | None = None
+    rerun_of: str | None = None
 
 
-async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun | None:
-    """Insert a pending run, due now; None when this trigger already started it (idempotent)."""
+async def start_run(session: AsyncSession, request: StartRequest, *, notify: bool = True) -> WorkflowRun | None:
+    """Insert a pending run, due now; None when this trigger already started it (idempotent).
+
+    ``notify=False`` leaves waking the workers to the caller (one notification for many runs).
+    """
     moment = utc_now()
     run_id = new_id("wrn")
     values = {
@@ -147,6 +151,7 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
         "depth": request.depth,
         "parent_run_id": request.parent_run_id,
         "correlation_id": request.correlation_id,
+        "rerun_of": request.rerun_of,
         "state": PENDING,
         "step_index": 0,
         "context": {},
@@ -177,9 +182,11 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
             "trigger_key": run.trigger_key,
             "starter_id": run.starter_id,
             "depth": run.depth,
+            **({"rerun_of": run.rerun_of} if run.rerun_of else {}),
         },
     )
-    await runstore.notify_due(session)
+    if notify:
+        await runstore.notify_due(session)
     return run
 
 
