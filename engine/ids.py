@@ -71,5 +71,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
 
 
+def id_floor(prefix: str, moment_ms: int) -> str:
+    """The smallest id of ``prefix`` made at or after ``moment_ms`` (Unix milliseconds).
+
+    Ids sort by creation time, so a time range of rows is an id range: a list filtered by time
+    reads the ``(…, id)`` index it already uses.
+    """
+    millis = max(0, min(moment_ms, (1 << 48) - 1))
+    return f"{prefix}_{_encode(millis, 10)}{'0' * 16}"
+
+
 def has_prefix(value: str, prefix: str) -> bool:
     return value.startswith(prefix + "_") and len(value) == len(prefix) + 27

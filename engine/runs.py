@@ -20,7 +20,7 @@ from engine.audit import Actor, record_audit
 from engine.authz import load_authority, require_authority_over
 from engine.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
-from engine.ids import new_id
+from engine.ids import id_floor, new_id
 from engine.models import Organization, OutboxEvent, User
 from engine.pagination import Page, keyset_page
 from engine.states import FINISHED, PENDING, RUN_STATES
@@ -88,6 +88,7 @@ def run_view(run: WorkflowRun, attempts: list[StepAttempt] | None = None) -> dic
         "starter_id": run.starter_id,
         "depth": run.depth,
         "parent_run_id": run.parent_run_id,
+        "rerun_of": run.rerun_of,
         "correlation_id": run.correlation_id,
         "due_at": run.due_at,
         "cancel_requested_at": run.cancel_requested_at,
@@ -230,16 +231,7 @@ async def start_manual_run(
     if not any(t.get("type") == "manual" for t in revision.definition.get("triggers", [])):
         raise Conflict("The published revision has no manual trigger.")
     authority = await load_authority(session, actor.realm_id, "user", actor.id)
-    if not authority.holds("realm.workflows.run"):
-        raise Forbidden("Starting a run needs realm.workflows.run.")
-    problems = await delegation_issues(session, actor.realm_id, authority, revision.definition)
-    if organization_id is not None and not problems:
-        # Steps without a pinned organization act in the one given: check there exactly.
-        problems = await _org_issues(session, actor.realm_id, authority, revision.definition, organization_id)
-    if problems:
-        raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
-    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
-    await require_authority_over(session, actor.realm_id, authority, "user", subject_id, what="start a run about them")
+    await require_starter(session, actor.realm_id, authority, revision, subject_id, organization_id)
     run = await start_run(
         session,
         StartRequest(
@@ -258,6 +250,32 @@ async def start_manual_run(
     )
     assert run is not None
     return run
+
+
+async def require_starter(
+    session: AsyncSession,
+    realm_id: str,
+    authority: Any,
+    revision: WorkflowRevision,
+    subject_id: str,
+    organization_id: str | None,
+) -> None:
+    """The starter rules of a run started by a person (manual start, re-run).
+
+    The starter holds realm.workflows.run, their own authority covers every step (in the run's
+    organization when it has one), and — since the run acts on the subject — they hold
+    everything the subject holds.
+    """
+    if not authority.holds("realm.workflows.run"):
+        raise Forbidden("Starting a run needs realm.workflows.run.")
+    problems = await delegation_issues(session, realm_id, authority, revision.definition)
+    if organization_id is not None and not problems:
+        # Steps without a pinned organization act in the one given: check there exactly.
+        problems = await _org_issues(session, realm_id, authority, revision.definition, organization_id)
+    if problems:
+        raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
+    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
+    await require_authority_over(session, realm_id, authority, "user", subject_id, what="start a run about them")
 
 
 async def _org_issues(
@@ -435,20 +453,77 @@ async def run_attempts(session: AsyncSession, run_id: str) -> list[StepAttempt]:
     return list(rows.scalars())
 
 
-def _runs_query(realm_id: str, *, workflow_id: str | None, state: str | None, subject_id: str | None) -> Select[Any]:
-    """The runs of a realm with the list's filters (served by the ``(realm_id, …, id)`` indexes)."""
+# State groups a list can filter by, besides one state.
+STATE_GROUPS: dict[str, frozenset[str]] = {
+    "failed_any": frozenset({"failed", "compensated", "compensation_failed"}),
+    "in_flight": frozenset(RUN_STATES) - FINISHED,
+    "finished": FINISHED,
+}
+TRIGGER_TYPES = ("manual", "event", "schedule")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a run list (or a bulk action) selects; every part optional."""
+
+    workflow_id: str | None = None
+    state: str | None = None
+    state_group: str | None = None
+    subject_id: str | None = None
+    trigger_type: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def issues(self, prefix: str = "query:") -> list[Issue]:
+        out: list[Issue] = []
+        if self.state and self.state not in RUN_STATES:
+            out.append(Issue(f"{prefix}state", "invalid", "state is one of " + ", ".join(RUN_STATES)))
+        if self.state_group and self.state_group not in STATE_GROUPS:
+            out.append(Issue(f"{prefix}state_group", "invalid", "state_group is one of " + ", ".join(STATE_GROUPS)))
+        if self.trigger_type and self.trigger_type not in TRIGGER_TYPES:
+            out.append(Issue(f"{prefix}trigger_type", "invalid", "trigger_type is one of " + ", ".join(TRIGGER_TYPES)))
+        if self.created_after and self.created_before and self.created_after >= self.created_before:
+            out.append(Issue(f"{prefix}created_before", "invalid", "created_before must be later than created_after"))
+        return out
+
+
+def _runs_query(
+    realm_id: str,
+    *,
+    workflow_id: str | None,
+    state: str | None,
+    subject_id: str | None,
+    where: RunFilter | None = None,
+) -> Select[Any]:
+    """The runs of a realm with the list's filters (served by the ``(realm_id, …, id)`` indexes).
+
+    A time range becomes an id range (ids sort by creation time), so it narrows the same index scan.
+    """
+    where = where or RunFilter()
+    issues = RunFilter(
+        state=state,
+        state_group=where.state_group,
+        trigger_type=where.trigger_type,
+        created_after=where.created_after,
+        created_before=where.created_before,
+    ).issues()
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
     query = select(WorkflowRun).where(WorkflowRun.realm_id == realm_id)
     if workflow_id:
         query = query.where(WorkflowRun.workflow_id == workflow_id)
     if state:
-        if state not in RUN_STATES:
-            raise ValidationFailed(
-                "The request is not valid.",
-                issues=[Issue("query:state", "invalid", "state is one of " + ", ".join(RUN_STATES))],
-            )
         query = query.where(WorkflowRun.state == state)
+    if where.state_group:
+        query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
     if subject_id:
         query = query.where(WorkflowRun.subject_id == subject_id)
+    if where.trigger_type:
+        query = query.where(WorkflowRun.trigger_type == where.trigger_type)
+    if where.created_after:
+        query = query.where(col(WorkflowRun.id) >= id_floor("wrn", int(where.created_after.timestamp() * 1000)))
+    if where.created_before:
+        query = query.where(col(WorkflowRun.id) < id_floor("wrn", int(where.created_before.timestamp() * 1000)))
     return query
 
 
@@ -461,9 +536,10 @@ async def list_runs(
     subject_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    where: RunFilter | None = None,
 ) -> Page[WorkflowRun]:
     """Newest first, keyset pages."""
-    query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+    query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
     return await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
 
 
@@ -486,6 +562,7 @@ async def list_run_lines(
     subject_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    where: RunFilter | None = None,
 ) -> Page[RunLine]:
     """One page of :func:`list_runs` with what a list shows beside each run, in two queries.
 
@@ -495,7 +572,7 @@ async def list_run_lines(
     cost more than the rest of the query.
     """
     query = (
-        _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+        _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
         .add_columns(
             func.coalesce(Workflow.name, WorkflowRun.workflow_id),
             func.coalesce(User.email, WorkflowRun.subject_id),
@@ -558,6 +635,16 @@ async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> 
     if workflow is None:
         raise NotFound("No such workflow.")
     return RunContext(run=run, workflow=workflow, steps=_steps_of(steps))
+
+
+async def reruns_of(session: AsyncSession, realm_id: str, run_id: str) -> list[str]:
+    """The runs that repeat this one, oldest first (``ix_workflow_runs_rerun_of``)."""
+    rows = await session.execute(
+        select(WorkflowRun.id)
+        .where(WorkflowRun.rerun_of == run_id, WorkflowRun.realm_id == realm_id)
+        .order_by(WorkflowRun.id)
+    )
+    return list(rows.scalars())
 
 
 def next_attempt_at(run: WorkflowRun) -> datetime | None:
