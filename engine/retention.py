@@ -84,7 +84,7 @@ async def cleanup_finished_runs(
                 index_elements=["task"],
                 set_={
                     "ran_at": statement.excluded.ran_at,
-                    "items": statement.excluded.items,
+                    "items": statement.excluded["items"],
                     "details": statement.excluded.details,
                 },
             )
