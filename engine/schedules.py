@@ -311,6 +311,7 @@ class ScheduleStatus:
     selector: dict[str, Any]
     next_slot: datetime | None
     last_firing: ScheduleFiring | None
+    due_now: bool = False  # the slot has come and the next scheduler pass (within a minute) fires it
 
 
 async def schedule_status(
@@ -334,6 +335,7 @@ async def schedule_status(
     out = []
     for index, trigger in triggers:
         upcoming = None
+        due = False
         if workflow.state == "active" and revision.published_at is not None:
             try:
                 every_s = parse_duration(str(trigger.get("every")))
@@ -343,9 +345,32 @@ async def schedule_status(
                 current = current_slot(revision.published_at, every_s, now)
                 fired = last.get(index)
                 if current is not None and (fired is None or fired.slot_at < current):
-                    upcoming = current  # due now: the next scheduler pass fires it
+                    upcoming, due = current, True  # the next scheduler pass fires it
                 else:
                     upcoming = next_slot(revision.published_at, every_s, now)
         selector = trigger.get("select") if isinstance(trigger.get("select"), dict) else {}
-        out.append(ScheduleStatus(index, str(trigger.get("every")), dict(selector), upcoming, last.get(index)))
+        out.append(ScheduleStatus(index, str(trigger.get("every")), dict(selector), upcoming, last.get(index), due))
     return out
+
+
+async def selector_names(session: AsyncSession, realm_id: str, selectors: list[dict[str, Any]]) -> dict[str, str]:
+    """The names of the roles, organizations and groups the selectors name, in one query."""
+    ids = sorted(
+        {
+            str(v)
+            for sel in selectors
+            for k, v in sel.items()
+            if k in ("role_id", "organization_id", "group_id") and isinstance(v, str)
+        }
+    )
+    if not ids:
+        return {}
+    rows = await session.execute(
+        text(
+            "SELECT id, name FROM roles WHERE realm_id = :realm AND id = ANY(:ids)"
+            " UNION ALL SELECT id, name FROM organizations WHERE realm_id = :realm AND id = ANY(:ids)"
+            " UNION ALL SELECT id, name FROM groups WHERE realm_id = :realm AND id = ANY(:ids)"
+        ),
+        {"realm": realm_id, "ids": ids},
+    )
+    return {str(i): str(n) for i, n in rows.all()}

@@ -33,10 +33,11 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, workflows
+from engine import directory, schedules, workflows
 from engine.definitions import MAX_DEFINITION_BYTES, pretty_json
 from engine.definitions.diff import line_diff, structured_diff
 from engine.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.identity import now as utc_now
 from engine.policy import publish_approval_required
 from engine.workflow_models import WORKFLOW_STATES, Workflow, WorkflowRevision
 
@@ -569,6 +570,8 @@ class WorkflowsPages(Controller):
             + [r.decided_by for r in revisions],
         )
         context.setdefault("flash", flash_of(request))
+        published = next((r for r in revisions if r.number == workflow.published_revision), None)
+        schedule_lines = await schedules.schedule_status(db_session, workflow, published, utc_now())
         return page(
             request,
             "pages/workflows/detail.html",
@@ -576,6 +579,8 @@ class WorkflowsPages(Controller):
             status_code=status_code,
             revisions=revisions,
             names=names,
+            schedules=schedule_lines,
+            schedule_names=await schedules.selector_names(db_session, realm_id, [s.selector for s in schedule_lines]),
             **common,
             **context,
         )

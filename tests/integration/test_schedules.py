@@ -282,3 +282,23 @@ async def test_the_workflow_shows_the_next_slot_and_the_last_firing(realm: Realm
         after = await schedules.schedule_status(session, workflow, rev, anchor + timedelta(minutes=6))
     assert after[0].next_slot == anchor + timedelta(hours=2)
     assert after[0].last_firing is not None and after[0].last_firing.slot_at == anchor
+
+
+async def test_the_workflow_page_names_the_schedule_and_its_last_firing(client: Any, realm: RealmHandle) -> None:
+    from tests.integration.test_run_pages import signed_in
+
+    await signed_in(client, realm)
+    org = await realm.organization("Night shift")
+    member = await realm.user()
+    await realm.member(org, member)
+    wid = await publish(realm, schedule({"type": "organization_members", "organization_id": org.id}, every="12h"))
+    url = f"/realms/{realm.slug}/workflows/{wid}"
+    before = await client.get(url, headers={"Accept": "text/html"})
+    block = before.text.split('data-testid="schedules"', 1)[1].split("</section>", 1)[0]
+    assert "members of" in block and "Night shift" in block and "due now" in block and "not fired yet" in block
+    await schedules.schedule_pass(realm.sessions)
+    after = await client.get(url, headers={"Accept": "text/html"})
+    block = after.text.split('data-testid="schedules"', 1)[1].split("</section>", 1)[0]
+    assert "1 run started" in block and "due now" not in block
+    anchor = await published_at(realm, wid)
+    assert (anchor + timedelta(hours=12)).strftime("%Y-%m-%d %H:%M:%S") in block
