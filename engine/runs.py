@@ -21,7 +21,7 @@ from engine.authz import load_authority, require_authority_over
 from engine.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
 from engine.ids import id_floor, new_id
-from engine.models import Organization, OutboxEvent, User
+from engine.models import AuditEvent, Organization, OutboxEvent, User
 from engine.pagination import Page, keyset_page
 from engine.states import FINISHED, PENDING, RUN_STATES
 from engine.workflow_models import StepAttempt, Workflow, WorkflowRevision, WorkflowRun
@@ -189,6 +189,93 @@ async def start_run(session: AsyncSession, request: StartRequest, *, notify: boo
     if notify:
         await runstore.notify_due(session)
     return run
+
+
+async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> list[str]:
+    """Many runs at once (a schedule's firing), set-based: one INSERT for the runs, one for their
+    ``workflow.run.started`` events, one notification. The same rows and events as :func:`start_run`;
+    a run whose trigger already started it is left out (idempotent). Returns the ids started."""
+    if not requests:
+        return []
+    moment = utc_now()
+    values = []
+    for request in requests:
+        values.append(
+            {
+                "id": new_id("wrn"),
+                "realm_id": request.workflow.realm_id,
+                "workflow_id": request.workflow.id,
+                "revision": request.revision.number,
+                "revision_id": request.revision.id,
+                "subject_id": request.subject_id,
+                "organization_id": request.organization_id,
+                "trigger_type": request.trigger_type,
+                "trigger_key": request.trigger_key,
+                "input": request.input,
+                "input_version": request.input_version,
+                "publisher_id": request.publisher_id,
+                "starter_id": request.starter_id,
+                "depth": request.depth,
+                "parent_run_id": request.parent_run_id,
+                "correlation_id": request.correlation_id,
+                "rerun_of": request.rerun_of,
+                "state": PENDING,
+                "step_index": 0,
+                "context": {},
+                "due_at": moment,
+                "created_at": moment,
+                "updated_at": moment,
+            }
+        )
+    inserted = await session.execute(
+        insert(WorkflowRun).values(values).on_conflict_do_nothing().returning(WorkflowRun.id)
+    )
+    started = set(inserted.scalars())
+    events = [
+        AuditEvent(
+            id=new_id("aud"),
+            realm_id=row["realm_id"],
+            actor_type="user",
+            actor_id=row["publisher_id"],
+            category=CATEGORY,
+            type="workflow.run.started",
+            subject_type="workflow_run",
+            subject_id=row["id"],
+            request_id=row["id"],
+            correlation_id=row["id"],
+            details={
+                "workflow_id": row["workflow_id"],
+                "revision": row["revision"],
+                "subject_id": row["subject_id"],
+                "trigger": row["trigger_type"],
+                "trigger_key": row["trigger_key"],
+                "starter_id": row["starter_id"],
+                "depth": row["depth"],
+            },
+        )
+        for row in values
+        if row["id"] in started
+    ]
+    if events:
+        await session.execute(insert(AuditEvent).values([_audit_row(e) for e in events]))
+        await runstore.notify_due(session)
+    return [row["id"] for row in values if row["id"] in started]
+
+
+def _audit_row(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "realm_id": event.realm_id,
+        "actor_type": event.actor_type,
+        "actor_id": event.actor_id,
+        "category": event.category,
+        "type": event.type,
+        "subject_type": event.subject_type,
+        "subject_id": event.subject_id,
+        "request_id": event.request_id,
+        "correlation_id": event.correlation_id,
+        "details": event.details,
+    }
 
 
 async def _published(session: AsyncSession, workflow: Workflow) -> WorkflowRevision:

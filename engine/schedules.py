@@ -186,7 +186,7 @@ async def fire_slot(
     now: datetime,
 ) -> Firing | None:
     """Fire one slot of one trigger in the caller's transaction; None when it has fired already."""
-    from engine.runs import StartRequest, start_run
+    from engine.runs import StartRequest, start_runs
 
     claimed = await session.execute(
         insert(ScheduleFiring)
@@ -211,30 +211,31 @@ async def fire_slot(
     selector = trigger.get("select") if isinstance(trigger.get("select"), dict) else {}
     selection = await select_subjects(session, workflow.realm_id, selector, now)
     key = slot_key(slot)
-    started = 0
-    for subject_id, organization_id in selection.subjects:
-        run = await start_run(
+    started = len(
+        await start_runs(
             session,
-            StartRequest(
-                workflow=workflow,
-                revision=revision,
-                subject_id=subject_id,
-                organization_id=organization_id,
-                trigger_type="schedule",
-                trigger_key=key,
-                input={
-                    "slot": key,
-                    "trigger_index": trigger_index,
-                    "subject_id": subject_id,
-                    "organization_id": organization_id,
-                },
-                input_version=int(revision.definition.get("schema_version", 1)),
-                publisher_id=revision.published_by or workflow.created_by or "",
-                correlation_id=firing_id,
-            ),
-            notify=False,
+            [
+                StartRequest(
+                    workflow=workflow,
+                    revision=revision,
+                    subject_id=subject_id,
+                    organization_id=organization_id,
+                    trigger_type="schedule",
+                    trigger_key=key,
+                    input={
+                        "slot": key,
+                        "trigger_index": trigger_index,
+                        "subject_id": subject_id,
+                        "organization_id": organization_id,
+                    },
+                    input_version=int(revision.definition.get("schema_version", 1)),
+                    publisher_id=revision.published_by or workflow.created_by or "",
+                    correlation_id=firing_id,
+                )
+                for subject_id, organization_id in selection.subjects
+            ],
         )
-        started += run is not None
+    )
     await session.execute(
         text("UPDATE workflow_schedule_firings SET selected = :s, started = :n, truncated = :t WHERE id = :id"),
         {"s": selection.total, "n": started, "t": selection.truncated, "id": firing_id},
@@ -256,10 +257,6 @@ async def fire_slot(
             "truncated": selection.truncated,
         },
     )
-    if started:
-        from engine import runstore
-
-        await runstore.notify_due(session)
     return Firing(workflow.id, trigger_index, slot, started, selection.total, selection.truncated)
 
 

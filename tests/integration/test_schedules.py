@@ -302,3 +302,33 @@ async def test_the_workflow_page_names_the_schedule_and_its_last_firing(client: 
     assert "1 run started" in block and "due now" not in block
     anchor = await published_at(realm, wid)
     assert (anchor + timedelta(hours=12)).strftime("%Y-%m-%d %H:%M:%S") in block
+
+
+async def test_a_firing_costs_the_same_statements_for_5_or_200_subjects(realm: RealmHandle) -> None:
+    """Set-based: the slot's row, the selector, one INSERT of runs, one of their audit events, the counts,
+    the firing's audit event and one notification — whatever the number of subjects."""
+    from testing.statements import recording
+
+    counts = []
+    for size in (5, 200):
+        org_id = new_id("org")
+        async with realm.sessions() as session, session.begin():
+            session.add(Organization(id=org_id, realm_id=realm.id, name=f"Org of {size}"))
+            ids = [new_id("usr") for _ in range(size)]
+            session.add_all(User(id=u, realm_id=realm.id, email=f"{u}@example.com", display_name=u[-6:]) for u in ids)
+            await session.flush()
+            session.add_all(
+                Membership(id=new_id("mem"), realm_id=realm.id, organization_id=org_id, user_id=u) for u in ids
+            )
+        wid = await publish(
+            realm, schedule({"type": "organization_members", "organization_id": org_id}), name=f"S{size}"
+        )
+        anchor = await published_at(realm, wid)
+        engine = realm.sessions.kw["bind"]
+        with recording(engine) as log:
+            fired = await schedules.schedule_pass(realm.sessions, FixedClock(anchor + timedelta(minutes=1)))
+        assert [(f.workflow_id, f.started) for f in fired] == [(wid, size)]
+        counts.append(len(log.queries))
+        async with realm.sessions() as session, session.begin():
+            await workflows.set_enabled(session, realm.actor, wid, False)  # out of the next measurement
+    assert counts[0] == counts[1] == 8, counts  # the pass's read + 7 for the firing
