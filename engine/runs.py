@@ -259,7 +259,7 @@ async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> lis
     if events:
         await session.execute(insert(AuditEvent).values([_audit_row(e) for e in events]))
         await runstore.notify_due(session)
-    return [row["id"] for row in values if row["id"] in started]
+    return [str(row["id"]) for row in values if row["id"] in started]
 
 
 def _audit_row(event: AuditEvent) -> dict[str, Any]:
