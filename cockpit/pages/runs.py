@@ -113,7 +113,7 @@ class BulkForm(msgspec.Struct):
 BULK_CHUNK = 50
 STATE_GROUP_PREFIX = "group:"
 STATE_GROUP_LABELS = {
-    "failed_any": "Failed in any way (failed, compensated, compensation failed)",
+    "failed_any": "Failed in any way (incl. compensated)",
     "in_flight": "In flight (not finished)",
     "finished": "Finished",
 }
