@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -698,13 +698,21 @@ class RunContext:
     run: WorkflowRun
     workflow: Workflow
     steps: list[dict[str, Any]]
+    reruns: list[str]  # the runs that repeat this one, oldest first
+
+
+# Read with the run in the same query (``ix_workflow_runs_rerun_of``): the timeline links both ways.
+_RERUNS = literal_column(
+    "ARRAY(SELECT again.id FROM workflow_runs again WHERE again.rerun_of = workflow_runs.id"
+    " AND again.realm_id = workflow_runs.realm_id ORDER BY again.id)"
+)
 
 
 async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> RunContext:
-    """The run, its workflow and its revision's steps in one query (404 for either missing)."""
+    """The run, its workflow, its revision's steps and its re-runs in one query (404 for either missing)."""
     row = (
         await session.execute(
-            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"])
+            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"], _RERUNS)
             .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
             .outerjoin(
                 WorkflowRevision,
@@ -718,10 +726,10 @@ async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> 
     ).first()
     if row is None:
         raise NotFound("No such run.")
-    run, workflow, steps = row
+    run, workflow, steps, reruns = row
     if workflow is None:
         raise NotFound("No such workflow.")
-    return RunContext(run=run, workflow=workflow, steps=_steps_of(steps))
+    return RunContext(run=run, workflow=workflow, steps=_steps_of(steps), reruns=list(reruns or []))
 
 
 async def reruns_of(session: AsyncSession, realm_id: str, run_id: str) -> list[str]:

@@ -482,7 +482,6 @@ class RunsPages(Controller):
         )
         org_names = await organizations.organization_names(db_session, realm_id, [run.organization_id])
         finished = run.state in FINISHED
-        reruns = await runs.reruns_of(db_session, realm_id, run.id)
         context.setdefault("flash", FLASHES.get(request.query_params.get("done") or ""))
         template = "pages/runs/_timeline.html" if targets(request, TIMELINE_ID) else "pages/runs/detail.html"
         return page(
@@ -504,7 +503,7 @@ class RunsPages(Controller):
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),
             poll_seconds=POLL_SECONDS,
-            reruns=reruns,
+            reruns=found.reruns,
             retry_waiting=retry_waiting(run),
             last_failure=next((a for a in reversed(attempts) if a.state == ATTEMPT_FAILED), None),
             **context,

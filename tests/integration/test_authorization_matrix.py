@@ -92,6 +92,9 @@ MATRIX: dict[tuple[str, str], str] = {
     ("GET", "/workflow-runs"): "realm.workflows.read",
     ("GET", "/workflow-runs/{run_id}"): "realm.workflows.read",
     ("POST", "/workflow-runs/{run_id}/cancel"): "realm.workflows.run",
+    ("POST", "/workflow-runs/{run_id}/rerun"): "realm.workflows.run",
+    ("POST", "/workflow-runs/{run_id}/retry-now"): "realm.workflows.run",
+    ("POST", "/workflow-runs/bulk"): "realm.workflows.run",
 }
 
 PREFIX = "/api/v1/realms/{realm}"
