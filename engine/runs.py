@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Select, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col
 
 from engine import runstore
@@ -702,7 +703,7 @@ class RunContext:
 
 
 # Read with the run in the same query (``ix_workflow_runs_rerun_of``): the timeline links both ways.
-_RERUNS = literal_column(
+_RERUNS: ColumnClause[Any] = literal_column(
     "ARRAY(SELECT again.id FROM workflow_runs again WHERE again.rerun_of = workflow_runs.id"
     " AND again.realm_id = workflow_runs.realm_id ORDER BY again.id)"
 )
