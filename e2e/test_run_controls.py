@@ -14,9 +14,11 @@ from sqlalchemy import text
 from e2e.conftest import LiveServer
 from e2e.pages import RunsPage, TimelinePage
 from e2e.test_runs import FINISH_TIMEOUT, Setup, _admin_of, in_database, publish, setup_realm, sign_in
-from engine import identity, runs, workflows
-from engine.audit import Actor
-from engine.ids import new_id
+from engine.directory import identity
+from engine.directory.audit import Actor
+from engine.platform.ids import new_id
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 
 
 def start(live_server: LiveServer, setup: Setup, workflow_id: str) -> str:

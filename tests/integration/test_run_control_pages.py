@@ -8,7 +8,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.identity import now as utc_now
+from engine.directory.identity import now as utc_now
 from tests.factories import HTML, RealmHandle
 from tests.integration.test_run_pages import drain, htmx, manual, publish, run_state, signed_in, start
 

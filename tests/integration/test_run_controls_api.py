@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.retry import FixedClock
+from engine.runs.retry import FixedClock
 from tests.factories import RealmHandle, bearer
 from tests.integration.test_runner import drain, load, publish, runner, start
 
@@ -42,7 +42,7 @@ async def finished_run(realm: RealmHandle, workflow_id: str, subject_id: str) ->
 @pytest.fixture
 def flaky_group_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """``add_to_group`` fails transiently (the directory unreachable) until the list is cleared."""
-    from engine.steps.groups import AddToGroup
+    from engine.runs.steps.groups import AddToGroup
 
     failing = [1]
     original = AddToGroup.perform
@@ -57,8 +57,8 @@ def flaky_group_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def group_workflow(realm: RealmHandle, backoff: str = "1h") -> tuple[str, Any]:
-    from engine import organizations
-    from engine.authz import load_authority
+    from engine.directory import organizations
+    from engine.directory.authz import load_authority
 
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")

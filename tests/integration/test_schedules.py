@@ -11,13 +11,14 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine import schedules, workflows
-from engine.identity import now as utc_now
-from engine.ids import new_id
-from engine.models import Group, GroupMember, Membership, Organization, User
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
-from engine.workflow_models import Workflow, WorkflowRevision
+from engine.directory.identity import now as utc_now
+from engine.directory.models import Group, GroupMember, Membership, Organization, User
+from engine.platform.ids import new_id
+from engine.runs import schedules
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.workflows import service as workflows
+from engine.workflows.models import Workflow, WorkflowRevision
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, publish
 
