@@ -1,7 +1,8 @@
-"""Workflow runs (SPEC §5 "Runs"): manual start, list, timeline, cancel."""
+"""Workflow runs (SPEC §5 "Runs"): manual start, list, timeline, cancel, re-run, retry now, bulk."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from litestar import Controller, get, post
@@ -10,6 +11,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
 
 
@@ -19,6 +21,23 @@ class StartRun(Body):
 
 
 class CancelRun(Body):
+    reason: str | None = None
+
+
+class BulkFilter(Body):
+    workflow_id: str | None = None
+    state: str | None = None
+    state_group: str | None = None
+    subject_id: str | None = None
+    trigger_type: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+class BulkRequest(Body):
+    action: str
+    ids: list[str] | None = None
+    filter: BulkFilter | None = None
     reason: str | None = None
 
 
@@ -58,9 +77,18 @@ class RunsController(Controller):
         workflow_id: FromQuery[str | None] = None,
         run_state: Annotated[str | None, QueryParameter(name="state")] = None,
         subject_id: FromQuery[str | None] = None,
+        state_group: FromQuery[str | None] = None,
+        trigger_type: FromQuery[str | None] = None,
+        created_after: FromQuery[datetime | None] = None,
+        created_before: FromQuery[datetime | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> dict[str, Any]:
+        """Newest first.
+
+        ``state_group``: ``failed_any`` (failed, compensated, compensation_failed), ``in_flight`` or
+        ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``.
+        """
         page = await runs.list_runs(
             db_session,
             principal.realm.id,
@@ -69,6 +97,12 @@ class RunsController(Controller):
             subject_id=subject_id,
             cursor=cursor,
             limit=limit,
+            where=runs.RunFilter(
+                state_group=state_group,
+                trigger_type=trigger_type,
+                created_after=created_after,
+                created_before=created_before,
+            ),
         )
         return page_view(page, runs.run_view)
 
@@ -77,6 +111,7 @@ class RunsController(Controller):
         run = await runs.get_run(db_session, principal.realm.id, run_id)
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
+        out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
         return out
 
     @post(
@@ -98,3 +133,58 @@ class RunsController(Controller):
             db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
         )
         return runs.run_view(run, await runs.run_attempts(db_session, run.id))
+
+    @post(
+        "/{run_id:str}/rerun",
+        operation_id="rerunWorkflowRun",
+        status_code=202,
+        opt={"permission": "realm.workflows.run"},
+    )
+    async def rerun(
+        self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Start a new run of the published revision for the same subject and organization (links both ways)."""
+        run = await run_controls.rerun_run(db_session, principal.actor(request_id_of(request)), run_id)
+        return runs.run_view(run, [])
+
+    @post(
+        "/{run_id:str}/retry-now",
+        operation_id="retryWorkflowRunNow",
+        status_code=202,
+        opt={"permission": "realm.workflows.run"},
+    )
+    async def retry_now(
+        self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
+        run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
+        out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
+        out["next_attempt_at"] = runs.next_attempt_at(run)
+        return out
+
+    @post("/bulk", operation_id="bulkWorkflowRuns", status_code=200, opt={"permission": "realm.workflows.run"})
+    async def bulk(
+        self, request: AnyRequest, data: JSONBody[BulkRequest], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        """Cancel or re-run up to 1,000 runs (by ids or by a filter): one result per run, done or refused."""
+        where = None
+        if data.filter is not None:
+            f = data.filter
+            where = runs.RunFilter(
+                workflow_id=f.workflow_id,
+                state=f.state,
+                state_group=f.state_group,
+                subject_id=f.subject_id,
+                trigger_type=f.trigger_type,
+                created_after=f.created_after,
+                created_before=f.created_before,
+            )
+        outcome = await run_controls.bulk_action(
+            db_session,
+            principal.actor(request_id_of(request)),
+            data.action,
+            ids=data.ids,
+            where=where,
+            reason=data.reason,
+        )
+        return outcome.view()

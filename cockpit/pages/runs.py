@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -37,6 +37,7 @@ from engine.directory import principals as directory
 from engine.directory.identity import now as utc_now
 from engine.directory.models import User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.states import (
@@ -70,6 +71,8 @@ RUN = {"permission": "realm.workflows.run"}
 
 FLASHES = {
     "started": "Run started. It runs in the background; this page follows it.",
+    "rerun-started": "Re-run started: a new run of the published revision for the same subject.",
+    "retry-now": "The retry is due now: a worker takes the run within a second or two.",
     "cancel-requested": "Cancellation requested: the run undoes what it did and ends cancelled.",
 }
 
@@ -86,6 +89,66 @@ class StartRunForm(msgspec.Struct):
 
 class CancelRunForm(msgspec.Struct):
     reason: str = ""
+
+
+class EmptyForm(msgspec.Struct):
+    pass
+
+
+class BulkForm(msgspec.Struct):
+    """The runs list's bulk form, and each follow-up request while it works through its runs."""
+
+    action: str = ""
+    scope: str = "selected"  # selected | filter
+    ids: list[str] = msgspec.field(default_factory=list)
+    reason: str = ""
+    state: str = ""
+    workflow_id: str = ""
+    subject: str = ""
+    trigger_type: str = ""
+    created_after: str = ""
+    created_before: str = ""
+    pending: str = ""  # run ids still to do, comma-separated (follow-up requests)
+    total: int = 0
+    matched: int = 0
+    done: int = 0
+    refused: int = 0
+
+
+BULK_CHUNK = 50
+STATE_GROUP_PREFIX = "group:"
+STATE_GROUP_LABELS = {
+    "failed_any": "Failed in any way (incl. compensated)",
+    "in_flight": "In flight (not finished)",
+    "finished": "Finished",
+}
+TRIGGER_LABELS = {"manual": "Manual (or re-run)", "event": "Event", "schedule": "Schedule"}
+
+
+def parse_time(value: str) -> datetime | None:
+    """A ``datetime-local`` value (read as UTC) or ISO 8601; None when empty, ValueError when not a time."""
+    value = value.strip()
+    if not value:
+        return None
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def split_state(state: str) -> tuple[str | None, str | None]:
+    """The State picker holds single states and groups (``group:failed_any``)."""
+    if state.startswith(STATE_GROUP_PREFIX):
+        return None, state[len(STATE_GROUP_PREFIX) :]
+    return state or None, None
+
+
+def retry_waiting(run: WorkflowRun) -> bool:
+    """A run that waits for a retry of a step or a compensation (what "retry now" acts on)."""
+    return (
+        run.state in (RUNNING, COMPENSATING)
+        and run.error_category is not None
+        and runs.next_attempt_at(run) is not None
+        and run.lease_owner is None
+    )
 
 
 def targets(request: AnyRequest, element_id: str) -> bool:
@@ -239,9 +302,15 @@ class RunsPages(Controller):
         state: str | None,
         subject: str | None,
         cursor: str | None,
+        trigger_type: str | None = None,
+        created_after: str | None = None,
+        created_before: str | None = None,
     ) -> Template:
         realm_id = principal.realm.id
         state = (state or "").strip()
+        trigger_type = (trigger_type or "").strip()
+        created_after = (created_after or "").strip()[:40]
+        created_before = (created_before or "").strip()[:40]
         subject = (subject or "").strip()[:254]
         workflow_id = workflow.id if workflow is not None else (workflow_id or "").strip() or None
         status_code = 200
@@ -258,15 +327,29 @@ class RunsPages(Controller):
                 subject_id = subject
         items: list[runs.RunLine] = []
         next_cursor: str | None = None
+        one_state, state_group = split_state(state)
         if subject_note is None:
             try:
+                try:
+                    after, before = parse_time(created_after), parse_time(created_before)
+                except ValueError:
+                    raise ValidationFailed(
+                        "The request is not valid.",
+                        issues=[Issue("query:created_after", "invalid", "times look like 2026-12-01T09:30")],
+                    ) from None
                 found = await runs.list_run_lines(
                     db_session,
                     realm_id,
                     workflow_id=workflow_id,
-                    state=state or None,
+                    state=one_state,
                     subject_id=subject_id,
                     cursor=cursor,
+                    where=runs.RunFilter(
+                        state_group=state_group,
+                        trigger_type=trigger_type or None,
+                        created_after=after,
+                        created_before=before,
+                    ),
                 )
                 items, next_cursor = found.items, found.next_cursor
             except EngineError as exc:
@@ -286,10 +369,21 @@ class RunsPages(Controller):
             workflow=workflow,
             workflow_choices=sorted(choices, key=lambda w: w.name.lower()),
             states=RUN_STATES,
-            filters={"state": state, "workflow_id": "" if workflow else (workflow_id or ""), "subject": subject},
+            state_groups=STATE_GROUP_LABELS,
+            trigger_types=TRIGGER_LABELS,
+            filters={
+                "state": state,
+                "workflow_id": "" if workflow else (workflow_id or ""),
+                "subject": subject,
+                "trigger_type": trigger_type,
+                "created_after": created_after,
+                "created_before": created_before,
+            },
             base_url=base,
             list_error=list_error,
             subject_note=subject_note,
+            can_run=may(principal, "realm.workflows.run"),
+            bulk_workflow_id=workflow.id if workflow else (workflow_id or ""),
         )
 
     @staticmethod
@@ -321,6 +415,9 @@ class RunsPages(Controller):
         workflow_id: FromQuery[str | None] = None,
         subject: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
+        trigger_type: FromQuery[str | None] = None,
+        created_after: FromQuery[str | None] = None,
+        created_before: FromQuery[str | None] = None,
     ) -> Template:
         return await self._list(
             request,
@@ -331,6 +428,9 @@ class RunsPages(Controller):
             state=run_state,
             subject=subject,
             cursor=cursor,
+            trigger_type=trigger_type,
+            created_after=created_after,
+            created_before=created_before,
         )
 
     @get("/workflows/{workflow_id:str}/runs", operation_id="workflowRunsPage", opt=READ_ONLY)
@@ -343,6 +443,9 @@ class RunsPages(Controller):
         run_state: Annotated[str | None, QueryParameter(name="state")] = None,
         subject: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
+        trigger_type: FromQuery[str | None] = None,
+        created_after: FromQuery[str | None] = None,
+        created_before: FromQuery[str | None] = None,
     ) -> Template:
         workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
         return await self._list(
@@ -354,6 +457,9 @@ class RunsPages(Controller):
             state=run_state,
             subject=subject,
             cursor=cursor,
+            trigger_type=trigger_type,
+            created_after=created_after,
+            created_before=created_before,
         )
 
     # --- One run ----------------------------------------------------------------------------------
@@ -402,6 +508,9 @@ class RunsPages(Controller):
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),
             poll_seconds=POLL_SECONDS,
+            reruns=found.reruns,
+            retry_waiting=retry_waiting(run),
+            last_failure=next((a for a in reversed(attempts) if a.state == ATTEMPT_FAILED), None),
             **context,
         )
 
@@ -438,6 +547,152 @@ class RunsPages(Controller):
         if targets(request, TIMELINE_ID):
             return await self._detail(request, db_session, principal, run_id, flash=FLASHES["cancel-requested"])
         return Redirect(f"/realms/{principal.realm.slug}/runs/{run_id}?done=cancel-requested", status_code=303)
+
+    async def _control(
+        self, request: AnyRequest, db_session: DbSession, principal: Principal, run_id: str, exc: EngineError
+    ) -> Template:
+        """The timeline with a refused control's message (409, 403) in place."""
+        return await self._detail(
+            request, db_session, principal, run_id, status_code=exc.status, error=exc.detail, error_code=exc.code
+        )
+
+    @post("/runs/{run_id:str}/rerun", operation_id="runPageRerun", opt=RUN, status_code=303)
+    async def rerun(
+        self,
+        request: AnyRequest,
+        run_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[EmptyForm],
+    ) -> Response[Any]:
+        try:
+            new = await run_controls.rerun_run(db_session, principal.actor(request_id_of(request)), run_id)
+        except NotFound:
+            raise
+        except EngineError as exc:
+            return await self._control(request, db_session, principal, run_id, exc)
+        url = f"/realms/{principal.realm.slug}/runs/{new.id}?done=rerun-started"
+        if targets(request, TIMELINE_ID):
+            return Response(content=b"", status_code=200, headers={"HX-Redirect": url})
+        return Redirect(url, status_code=303)
+
+    @post("/runs/{run_id:str}/retry-now", operation_id="runPageRetryNow", opt=RUN, status_code=303)
+    async def retry_now(
+        self,
+        request: AnyRequest,
+        run_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[EmptyForm],
+    ) -> Response[Any]:
+        try:
+            await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
+        except NotFound:
+            raise
+        except EngineError as exc:
+            return await self._control(request, db_session, principal, run_id, exc)
+        if targets(request, TIMELINE_ID):
+            return await self._detail(request, db_session, principal, run_id, flash=FLASHES["retry-now"])
+        return Redirect(f"/realms/{principal.realm.slug}/runs/{run_id}?done=retry-now", status_code=303)
+
+    # --- Bulk -------------------------------------------------------------------------------------
+
+    @post("/runs/bulk", operation_id="runsPageBulk", opt=RUN)
+    async def bulk(
+        self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal, data: URLEncodedBody[BulkForm]
+    ) -> Template:
+        """Works through the chosen runs :data:`BULK_CHUNK` at a time; each answer shows the progress
+        and, while runs remain, asks for the next part by itself (``hx-trigger="load"``; without
+        JavaScript, a Continue button)."""
+        actor = principal.actor(request_id_of(request))
+        realm_id = principal.realm.id
+        reason = data.reason.strip() or None
+        error: str | None = None
+        refused_rows: list[dict[str, Any]] = []
+        status_code = 200
+        if data.pending or data.total:
+            todo = [i for i in data.pending.split(",") if i][: run_controls.BULK_LIMIT]
+            total, matched = data.total, data.matched
+        else:
+            todo, total, matched = [], 0, 0
+            try:
+                if data.action not in run_controls.BULK_ACTIONS:
+                    raise ValidationFailed(
+                        "The request is not valid.", issues=[Issue("/action", "invalid", "Choose cancel or re-run.")]
+                    )
+                if data.scope == "filter":
+                    one_state, group = split_state(data.state.strip())
+                    subject_id: str | None = data.subject.strip() or None
+                    if subject_id and "@" in subject_id:
+                        user = await identity.user_by_email(db_session, realm_id, subject_id)
+                        subject_id = user.id if user is not None else "usr_none"
+                    try:
+                        after, before = parse_time(data.created_after), parse_time(data.created_before)
+                    except ValueError:
+                        raise ValidationFailed(
+                            "The request is not valid.",
+                            issues=[Issue("/filter/created_after", "invalid", "times look like 2026-12-01T09:30")],
+                        ) from None
+                    where = runs.RunFilter(
+                        workflow_id=data.workflow_id.strip() or None,
+                        state=one_state,
+                        state_group=group,
+                        subject_id=subject_id,
+                        trigger_type=data.trigger_type.strip() or None,
+                        created_after=after,
+                        created_before=before,
+                    )
+                    issues = where.issues("/filter/")
+                    if issues:
+                        raise ValidationFailed("The request is not valid.", issues=issues)
+                    todo, matched = await run_controls.bulk_select(db_session, realm_id, where)
+                else:
+                    todo = list(dict.fromkeys(i.strip() for i in data.ids if i.strip()))
+                    matched = len(todo)
+                    if not todo:
+                        raise ValidationFailed(
+                            "The request is not valid.",
+                            issues=[
+                                Issue("/ids", "required", "Tick the runs to act on, or choose all matching the filter.")
+                            ],
+                        )
+                    todo = todo[: run_controls.BULK_LIMIT]
+                total = len(todo)
+            except EngineError as exc:
+                error = exc.detail + " " + " ".join(i.message for i in exc.issues)
+                status_code = exc.status
+        chunk, rest = todo[:BULK_CHUNK], todo[BULK_CHUNK:]
+        done, refused = data.done, data.refused
+        if chunk and error is None:
+            outcome = await run_controls.bulk_action(
+                db_session, actor, data.action, ids=chunk, reason=reason if data.action == "cancel" else None
+            )
+            for result in outcome.results:
+                if result["status"] == "done":
+                    done += 1
+                else:
+                    refused += 1
+                    refused_rows.append(result)
+        return page(
+            request,
+            "pages/runs/bulk.html",
+            fragment="pages/runs/_bulk_progress.html",
+            nav="runs",
+            status_code=status_code,
+            bulk={
+                "action": data.action,
+                "reason": data.reason,
+                "pending": ",".join(rest),
+                "total": total,
+                "matched": matched,
+                "done": done,
+                "refused": refused,
+                "finished": not rest,
+                "refused_rows": refused_rows,
+                "error": error,
+                "first": not (data.pending or data.total),
+            },
+        )
 
     # --- Starting by hand -------------------------------------------------------------------------
 

@@ -37,8 +37,10 @@ from cockpit.pages import builder
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
+from engine.directory.identity import now as utc_now
 from engine.directory.policy import publish_approval_required
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.runs import schedules
 from engine.workflows import service as workflows
 from engine.workflows.definitions import MAX_DEFINITION_BYTES, authored_json
 from engine.workflows.definitions.diff import line_diff, structured_diff
@@ -621,6 +623,8 @@ class WorkflowsPages(Controller):
             + [r.decided_by for r in revisions],
         )
         context.setdefault("flash", flash_of(request))
+        published = next((r for r in revisions if r.number == workflow.published_revision), None)
+        schedule_lines = await schedules.schedule_status(db_session, workflow, published, utc_now())
         return page(
             request,
             "pages/workflows/detail.html",
@@ -628,6 +632,8 @@ class WorkflowsPages(Controller):
             status_code=status_code,
             revisions=revisions,
             names=names,
+            schedules=schedule_lines,
+            schedule_names=await schedules.selector_names(db_session, realm_id, [s.selector for s in schedule_lines]),
             **common,
             **context,
         )

@@ -77,6 +77,9 @@ class Settings:
     def metrics_dir(self) -> Path:
         return Path(self.metrics_dir_value).expanduser().resolve() if self.metrics_dir_value else self.home / "metrics"
 
+    # Finished runs (with their attempts) are deleted this many days after they ended.
+    run_retention_days: int = 180
+
     @property
     def secret_key(self) -> str:
         """The operator key for sessions and encryption at rest.
@@ -157,7 +160,15 @@ def load_settings() -> Settings:
         trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
         metrics_token=os.environ.get("COCKPIT_METRICS_TOKEN") or None,
         metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
+        run_retention_days=_retention_days(),
     )
+
+
+def _retention_days() -> int:
+    days = _int("COCKPIT_RUN_RETENTION_DAYS", 180)
+    if days < 1:
+        raise ConfigError(f"COCKPIT_RUN_RETENTION_DAYS must be at least 1, got {days}")
+    return days
 
 
 @lru_cache(maxsize=1)

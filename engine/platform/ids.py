@@ -28,6 +28,7 @@ PREFIXES = frozenset(
         "wrv",
         "wrn",
         "wsa",
+        "wsf",
         "wap",
         "obx",
         "aud",
@@ -68,6 +69,16 @@ def new_id(prefix: str) -> str:
             rand = int.from_bytes(os.urandom(10), "big") >> 1
         _last_millis, _last_rand = millis, rand
     return f"{prefix}_{_encode(millis, 10)}{_encode(rand, 16)}"
+
+
+def id_floor(prefix: str, moment_ms: int) -> str:
+    """The smallest id of ``prefix`` made at or after ``moment_ms`` (Unix milliseconds).
+
+    Ids sort by creation time, so a time range of rows is an id range: a list filtered by time
+    reads the ``(…, id)`` index it already uses.
+    """
+    millis = max(0, min(moment_ms, (1 << 48) - 1))
+    return f"{prefix}_{_encode(millis, 10)}{'0' * 16}"
 
 
 def has_prefix(value: str, prefix: str) -> bool:

@@ -43,6 +43,9 @@ class WorkflowRun(SQLModel, table=True):
         Index("ix_workflow_runs_realm_finished", "realm_id", "finished_at", "state"),
         Index("ix_workflow_runs_lease_owner", "lease_owner", postgresql_where=text("lease_owner IS NOT NULL")),
         Index("uq_workflow_runs_trigger", "workflow_id", "trigger_type", "trigger_key", "subject_id", unique=True),
+        # Retention reads the oldest finished runs of every realm; re-runs find what they repeat.
+        Index("ix_workflow_runs_finished_at", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
+        Index("ix_workflow_runs_rerun_of", "rerun_of", postgresql_where=text("rerun_of IS NOT NULL")),
     )
 
     id: str = Field(primary_key=True, max_length=40)
@@ -77,6 +80,8 @@ class WorkflowRun(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     finished_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    # The run this one repeats (POST /workflow-runs/{id}/rerun); NULL once that run is purged.
+    rerun_of: str | None = Field(default=None, foreign_key="workflow_runs.id", max_length=40, ondelete="SET NULL")
 
 
 class StepAttempt(SQLModel, table=True):
@@ -143,3 +148,36 @@ class RunResolution(SQLModel, table=True):
     resolved_by: str = Field(max_length=40)
     note: str = Field(max_length=2000)
     resolved_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class ScheduleFiring(SQLModel, table=True):
+    """One slot of one schedule trigger that fired (seed 000 "Triggers": schedules).
+
+    The unique ``(workflow_id, trigger_index, slot_at)`` is what lets any number of schedulers
+    run at once: the first to insert a slot's row fires it, the others find it taken.
+    """
+
+    __tablename__ = "workflow_schedule_firings"
+    __table_args__ = (UniqueConstraint("workflow_id", "trigger_index", "slot_at"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    workflow_id: str = Field(foreign_key="workflows.id", max_length=40, ondelete="CASCADE")
+    trigger_index: int
+    revision: int
+    slot_at: datetime = Field(sa_column=tz_column())
+    fired_at: datetime = Field(sa_column=tz_column())
+    selected: int = Field(default=0)
+    started: int = Field(default=0)
+    truncated: int = Field(default=0)
+
+
+class MaintenancePass(SQLModel, table=True):
+    """The last pass of a housekeeping task (``retention.cleanup``): when, and how much it did."""
+
+    __tablename__ = "maintenance_passes"
+
+    task: str = Field(primary_key=True, max_length=60)
+    ran_at: datetime = Field(sa_column=tz_column())
+    items: int = Field(default=0)
+    details: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False, server_default=text("'{}'::jsonb")))

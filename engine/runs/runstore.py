@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, func, literal, select, text, update
+from sqlalchemy import String, func, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,6 +25,7 @@ from engine.runs.states import (
     COMPENSATING,
     FINISHED,
     FORWARD,
+    RUNNING,
     TransitionRefused,
     allowed_from,
 )
@@ -275,6 +276,28 @@ async def request_cancel(
             # A run paused by a disabled workflow is due now: the kept due time no longer applies.
             context=WorkflowRun.context.op("-", return_type=JSONB)(literal("paused_due_at", String())),  # type: ignore[attr-defined]
         )
+        .returning(WorkflowRun)
+    )
+    return result.scalar_one_or_none()
+
+
+async def retry_now(session: AsyncSession, run_id: str, realm_id: str, *, now: datetime) -> WorkflowRun | None:
+    """Make a run that waits for a retry (of a step or a compensation) due now; None when nothing waits (409).
+
+    Waiting for a retry: running or compensating, after a failure, with a later due time, and held
+    by no worker (a run being advanced right now is not waiting for anything).
+    """
+    result = await session.execute(
+        update(WorkflowRun)
+        .where(
+            WorkflowRun.id == run_id,
+            WorkflowRun.realm_id == realm_id,
+            WorkflowRun.state.in_([RUNNING, COMPENSATING]),  # type: ignore[attr-defined]
+            WorkflowRun.error_category.is_not(None),  # type: ignore[union-attr]
+            WorkflowRun.due_at > now,  # type: ignore[operator]
+            or_(WorkflowRun.lease_owner.is_(None), WorkflowRun.lease_expires_at <= now),  # type: ignore[union-attr, operator]
+        )
+        .values(due_at=now, updated_at=now)
         .returning(WorkflowRun)
     )
     return result.scalar_one_or_none()

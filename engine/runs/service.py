@@ -10,17 +10,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
 from engine.directory.identity import now as utc_now
-from engine.directory.models import Organization, OutboxEvent, User
+from engine.directory.models import AuditEvent, Organization, OutboxEvent, User
 from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
-from engine.platform.ids import new_id
+from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs import runstore
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -89,6 +90,7 @@ def run_view(run: WorkflowRun, attempts: list[StepAttempt] | None = None) -> dic
         "starter_id": run.starter_id,
         "depth": run.depth,
         "parent_run_id": run.parent_run_id,
+        "rerun_of": run.rerun_of,
         "correlation_id": run.correlation_id,
         "due_at": run.due_at,
         "cancel_requested_at": run.cancel_requested_at,
@@ -125,10 +127,14 @@ class StartRequest:
     depth: int = 0
     parent_run_id: str | None = None
     correlation_id: str | None = None
+    rerun_of: str | None = None
 
 
-async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun | None:
-    """Insert a pending run, due now; None when this trigger already started it (idempotent)."""
+async def start_run(session: AsyncSession, request: StartRequest, *, notify: bool = True) -> WorkflowRun | None:
+    """Insert a pending run, due now; None when this trigger already started it (idempotent).
+
+    ``notify=False`` leaves waking the workers to the caller (one notification for many runs).
+    """
     moment = utc_now()
     run_id = new_id("wrn")
     values = {
@@ -148,6 +154,7 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
         "depth": request.depth,
         "parent_run_id": request.parent_run_id,
         "correlation_id": request.correlation_id,
+        "rerun_of": request.rerun_of,
         "state": PENDING,
         "step_index": 0,
         "context": {},
@@ -178,10 +185,99 @@ async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun
             "trigger_key": run.trigger_key,
             "starter_id": run.starter_id,
             "depth": run.depth,
+            **({"rerun_of": run.rerun_of} if run.rerun_of else {}),
         },
     )
-    await runstore.notify_due(session)
+    if notify:
+        await runstore.notify_due(session)
     return run
+
+
+async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> list[str]:
+    """Many runs at once (a schedule's firing), set-based: one INSERT for the runs, one for their
+    ``workflow.run.started`` events, one notification. The same rows and events as :func:`start_run`;
+    a run whose trigger already started it is left out (idempotent). Returns the ids started."""
+    if not requests:
+        return []
+    moment = utc_now()
+    values = []
+    for request in requests:
+        values.append(
+            {
+                "id": new_id("wrn"),
+                "realm_id": request.workflow.realm_id,
+                "workflow_id": request.workflow.id,
+                "revision": request.revision.number,
+                "revision_id": request.revision.id,
+                "subject_id": request.subject_id,
+                "organization_id": request.organization_id,
+                "trigger_type": request.trigger_type,
+                "trigger_key": request.trigger_key,
+                "input": request.input,
+                "input_version": request.input_version,
+                "publisher_id": request.publisher_id,
+                "starter_id": request.starter_id,
+                "depth": request.depth,
+                "parent_run_id": request.parent_run_id,
+                "correlation_id": request.correlation_id,
+                "rerun_of": request.rerun_of,
+                "state": PENDING,
+                "step_index": 0,
+                "context": {},
+                "due_at": moment,
+                "created_at": moment,
+                "updated_at": moment,
+            }
+        )
+    inserted = await session.execute(
+        insert(WorkflowRun).values(values).on_conflict_do_nothing().returning(WorkflowRun.id)
+    )
+    started = set(inserted.scalars())
+    events = [
+        AuditEvent(
+            id=new_id("aud"),
+            realm_id=row["realm_id"],
+            actor_type="user",
+            actor_id=row["publisher_id"],
+            category=CATEGORY,
+            type="workflow.run.started",
+            subject_type="workflow_run",
+            subject_id=row["id"],
+            request_id=row["id"],
+            correlation_id=row["id"],
+            details={
+                "workflow_id": row["workflow_id"],
+                "revision": row["revision"],
+                "subject_id": row["subject_id"],
+                "trigger": row["trigger_type"],
+                "trigger_key": row["trigger_key"],
+                "starter_id": row["starter_id"],
+                "depth": row["depth"],
+            },
+        )
+        for row in values
+        if row["id"] in started
+    ]
+    if events:
+        await session.execute(insert(AuditEvent).values([_audit_row(e) for e in events]))
+        await runstore.notify_due(session)
+    return [str(row["id"]) for row in values if row["id"] in started]
+
+
+def _audit_row(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "realm_id": event.realm_id,
+        "actor_type": event.actor_type,
+        "actor_id": event.actor_id,
+        "category": event.category,
+        "type": event.type,
+        "subject_type": event.subject_type,
+        "subject_id": event.subject_id,
+        "request_id": event.request_id,
+        "correlation_id": event.correlation_id,
+        "details": event.details,
+    }
 
 
 async def _published(session: AsyncSession, workflow: Workflow) -> WorkflowRevision:
@@ -224,16 +320,7 @@ async def start_manual_run(
     if not any(t.get("type") == "manual" for t in revision.definition.get("triggers", [])):
         raise Conflict("The published revision has no manual trigger.")
     authority = await load_authority(session, actor.realm_id, "user", actor.id)
-    if not authority.holds("realm.workflows.run"):
-        raise Forbidden("Starting a run needs realm.workflows.run.")
-    problems = await delegation_issues(session, actor.realm_id, authority, revision.definition)
-    if organization_id is not None and not problems:
-        # Steps without a pinned organization act in the one given: check there exactly.
-        problems = await _org_issues(session, actor.realm_id, authority, revision.definition, organization_id)
-    if problems:
-        raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
-    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
-    await require_authority_over(session, actor.realm_id, authority, "user", subject_id, what="start a run about them")
+    await require_starter(session, actor.realm_id, authority, revision, subject_id, organization_id)
     run = await start_run(
         session,
         StartRequest(
@@ -252,6 +339,32 @@ async def start_manual_run(
     )
     assert run is not None
     return run
+
+
+async def require_starter(
+    session: AsyncSession,
+    realm_id: str,
+    authority: Any,
+    revision: WorkflowRevision,
+    subject_id: str,
+    organization_id: str | None,
+) -> None:
+    """The starter rules of a run started by a person (manual start, re-run).
+
+    The starter holds realm.workflows.run, their own authority covers every step (in the run's
+    organization when it has one), and — since the run acts on the subject — they hold
+    everything the subject holds.
+    """
+    if not authority.holds("realm.workflows.run"):
+        raise Forbidden("Starting a run needs realm.workflows.run.")
+    problems = await delegation_issues(session, realm_id, authority, revision.definition)
+    if organization_id is not None and not problems:
+        # Steps without a pinned organization act in the one given: check there exactly.
+        problems = await _org_issues(session, realm_id, authority, revision.definition, organization_id)
+    if problems:
+        raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
+    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
+    await require_authority_over(session, realm_id, authority, "user", subject_id, what="start a run about them")
 
 
 async def _org_issues(
@@ -429,20 +542,77 @@ async def run_attempts(session: AsyncSession, run_id: str) -> list[StepAttempt]:
     return list(rows.scalars())
 
 
-def _runs_query(realm_id: str, *, workflow_id: str | None, state: str | None, subject_id: str | None) -> Select[Any]:
-    """The runs of a realm with the list's filters (served by the ``(realm_id, …, id)`` indexes)."""
+# State groups a list can filter by, besides one state.
+STATE_GROUPS: dict[str, frozenset[str]] = {
+    "failed_any": frozenset({"failed", "compensated", "compensation_failed"}),
+    "in_flight": frozenset(RUN_STATES) - FINISHED,
+    "finished": FINISHED,
+}
+TRIGGER_TYPES = ("manual", "event", "schedule")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a run list (or a bulk action) selects; every part optional."""
+
+    workflow_id: str | None = None
+    state: str | None = None
+    state_group: str | None = None
+    subject_id: str | None = None
+    trigger_type: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def issues(self, prefix: str = "query:") -> list[Issue]:
+        out: list[Issue] = []
+        if self.state and self.state not in RUN_STATES:
+            out.append(Issue(f"{prefix}state", "invalid", "state is one of " + ", ".join(RUN_STATES)))
+        if self.state_group and self.state_group not in STATE_GROUPS:
+            out.append(Issue(f"{prefix}state_group", "invalid", "state_group is one of " + ", ".join(STATE_GROUPS)))
+        if self.trigger_type and self.trigger_type not in TRIGGER_TYPES:
+            out.append(Issue(f"{prefix}trigger_type", "invalid", "trigger_type is one of " + ", ".join(TRIGGER_TYPES)))
+        if self.created_after and self.created_before and self.created_after >= self.created_before:
+            out.append(Issue(f"{prefix}created_before", "invalid", "created_before must be later than created_after"))
+        return out
+
+
+def _runs_query(
+    realm_id: str,
+    *,
+    workflow_id: str | None,
+    state: str | None,
+    subject_id: str | None,
+    where: RunFilter | None = None,
+) -> Select[Any]:
+    """The runs of a realm with the list's filters (served by the ``(realm_id, …, id)`` indexes).
+
+    A time range becomes an id range (ids sort by creation time), so it narrows the same index scan.
+    """
+    where = where or RunFilter()
+    issues = RunFilter(
+        state=state,
+        state_group=where.state_group,
+        trigger_type=where.trigger_type,
+        created_after=where.created_after,
+        created_before=where.created_before,
+    ).issues()
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
     query = select(WorkflowRun).where(WorkflowRun.realm_id == realm_id)
     if workflow_id:
         query = query.where(WorkflowRun.workflow_id == workflow_id)
     if state:
-        if state not in RUN_STATES:
-            raise ValidationFailed(
-                "The request is not valid.",
-                issues=[Issue("query:state", "invalid", "state is one of " + ", ".join(RUN_STATES))],
-            )
         query = query.where(WorkflowRun.state == state)
+    if where.state_group:
+        query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
     if subject_id:
         query = query.where(WorkflowRun.subject_id == subject_id)
+    if where.trigger_type:
+        query = query.where(WorkflowRun.trigger_type == where.trigger_type)
+    if where.created_after:
+        query = query.where(col(WorkflowRun.id) >= id_floor("wrn", int(where.created_after.timestamp() * 1000)))
+    if where.created_before:
+        query = query.where(col(WorkflowRun.id) < id_floor("wrn", int(where.created_before.timestamp() * 1000)))
     return query
 
 
@@ -455,9 +625,10 @@ async def list_runs(
     subject_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    where: RunFilter | None = None,
 ) -> Page[WorkflowRun]:
     """Newest first, keyset pages."""
-    query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+    query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
     return await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
 
 
@@ -480,6 +651,7 @@ async def list_run_lines(
     subject_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    where: RunFilter | None = None,
 ) -> Page[RunLine]:
     """One page of :func:`list_runs` with what a list shows beside each run, in two queries.
 
@@ -489,7 +661,7 @@ async def list_run_lines(
     cost more than the rest of the query.
     """
     query = (
-        _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+        _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
         .add_columns(
             func.coalesce(Workflow.name, WorkflowRun.workflow_id),
             func.coalesce(User.email, WorkflowRun.subject_id),
@@ -528,13 +700,21 @@ class RunContext:
     run: WorkflowRun
     workflow: Workflow
     steps: list[dict[str, Any]]
+    reruns: list[str]  # the runs that repeat this one, oldest first
+
+
+# Read with the run in the same query (``ix_workflow_runs_rerun_of``): the timeline links both ways.
+_RERUNS: ColumnClause[Any] = literal_column(
+    "ARRAY(SELECT again.id FROM workflow_runs again WHERE again.rerun_of = workflow_runs.id"
+    " AND again.realm_id = workflow_runs.realm_id ORDER BY again.id)"
+)
 
 
 async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> RunContext:
-    """The run, its workflow and its revision's steps in one query (404 for either missing)."""
+    """The run, its workflow, its revision's steps and its re-runs in one query (404 for either missing)."""
     row = (
         await session.execute(
-            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"])
+            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"], _RERUNS)
             .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
             .outerjoin(
                 WorkflowRevision,
@@ -548,10 +728,20 @@ async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> 
     ).first()
     if row is None:
         raise NotFound("No such run.")
-    run, workflow, steps = row
+    run, workflow, steps, reruns = row
     if workflow is None:
         raise NotFound("No such workflow.")
-    return RunContext(run=run, workflow=workflow, steps=_steps_of(steps))
+    return RunContext(run=run, workflow=workflow, steps=_steps_of(steps), reruns=list(reruns or []))
+
+
+async def reruns_of(session: AsyncSession, realm_id: str, run_id: str) -> list[str]:
+    """The runs that repeat this one, oldest first (``ix_workflow_runs_rerun_of``)."""
+    rows = await session.execute(
+        select(WorkflowRun.id)
+        .where(WorkflowRun.rerun_of == run_id, WorkflowRun.realm_id == realm_id)
+        .order_by(WorkflowRun.id)
+    )
+    return list(rows.scalars())
 
 
 def next_attempt_at(run: WorkflowRun) -> datetime | None:

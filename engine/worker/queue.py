@@ -36,6 +36,8 @@ class WorkerRuntime:
     # One periodic pass at a time in a process: Procrastinate may hand this process the next
     # second's job while the previous one still runs, and both would lease under one owner.
     pass_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    schedule_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retention_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def runtime_of(context: JobContext) -> WorkerRuntime:
@@ -85,3 +87,32 @@ async def outbox_dispatch(context: JobContext, timestamp: int) -> None:
     runtime = runtime_of(context)
     async with transaction(runtime.sessions) as session:
         await dispatch_outbox(session)
+
+
+@app.periodic(cron="* * * * *", periodic_id="workflows_schedule")
+@app.task(name="workflows.schedule", queue="workflows", pass_context=True, queueing_lock="workflows.schedule")
+async def workflows_schedule(context: JobContext, timestamp: int) -> None:
+    """Every minute: fire the due slot of every schedule trigger of an active workflow.
+
+    Each slot fires in its own transaction and at most once, even with several schedulers at once.
+    """
+    from engine.runs.schedules import schedule_pass
+
+    runtime = runtime_of(context)
+    if runtime.schedule_lock.locked():
+        return  # one scheduler pass at a time per process; the next minute's pass catches up the slot
+    async with runtime.schedule_lock:
+        await schedule_pass(runtime.sessions)
+
+
+@app.periodic(cron="*/10 * * * *", periodic_id="retention_cleanup")
+@app.task(name="retention.cleanup", queue="maintenance", pass_context=True, queueing_lock="retention.cleanup")
+async def retention_cleanup(context: JobContext, timestamp: int) -> None:
+    """Every 10 minutes: delete runs that finished more than COCKPIT_RUN_RETENTION_DAYS ago, in batches."""
+    from engine.runs.retention import cleanup_finished_runs
+
+    runtime = runtime_of(context)
+    if runtime.retention_lock.locked():
+        return
+    async with runtime.retention_lock:
+        await cleanup_finished_runs(runtime.sessions, retention_days=runtime.settings.run_retention_days)

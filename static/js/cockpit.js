@@ -44,3 +44,16 @@
     }
   });
 })();
+
+// The runs list: the header checkbox ticks (or clears) every run on the page.
+(function () {
+  "use strict";
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box || !box.matches || !box.matches("input[data-pick-all]")) return;
+    var group = box.getAttribute("data-pick-all");
+    document.querySelectorAll('input[data-pick="' + group + '"]').forEach(function (item) {
+      item.checked = box.checked;
+    });
+  });
+})();

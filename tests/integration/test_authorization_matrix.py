@@ -95,6 +95,9 @@ MATRIX: dict[tuple[str, str], str] = {
     ("POST", "/workflow-runs/{run_id}/resolve"): "realm.workflows.run",
     ("GET", "/workflows/{workflow_id}/diagnostics"): "realm.workflows.read",
     ("GET", "/needs-attention"): "realm.workflows.read",
+    ("POST", "/workflow-runs/{run_id}/rerun"): "realm.workflows.run",
+    ("POST", "/workflow-runs/{run_id}/retry-now"): "realm.workflows.run",
+    ("POST", "/workflow-runs/bulk"): "realm.workflows.run",
 }
 
 PREFIX = "/api/v1/realms/{realm}"

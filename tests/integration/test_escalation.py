@@ -174,6 +174,12 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ("POST", "/workflow-runs/{run_id}/resolve"): Unrelated(
         "records a note that a finished run's leftovers were undone by hand; changes no principal or grant"
     ),
+    ("POST", "/workflow-runs/{run_id}/rerun"): Unrelated(
+        "a re-run passes the manual start's rules: authority over every step and over the subject"
+        " (tests/integration/test_run_controls_api.py::TestRerun refuses a subject who outranks the starter)"
+    ),
+    ("POST", "/workflow-runs/{run_id}/retry-now"): Unrelated("changes only when a waiting attempt happens"),
+    ("POST", "/workflow-runs/bulk"): Unrelated("each run goes through the rules of its own cancel or re-run"),
 }
 
 

@@ -1,0 +1,176 @@
+"""The operator's run controls in the cockpit (server-rendered): re-run, retry now, bulk, list filters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine.directory.identity import now as utc_now
+from tests.factories import HTML, RealmHandle
+from tests.integration.test_run_pages import drain, htmx, manual, publish, run_state, signed_in, start
+
+Client = AsyncTestClient[Litestar]
+
+
+async def test_rerun_from_the_timeline_links_both_ways(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Repeatable")
+    original = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{original}"
+    in_flight = await client.get(url, headers=HTML)
+    assert 'data-testid="rerun"' not in in_flight.text  # only finished runs are re-run
+    await drain(realm)
+    page = await client.get(url, headers=HTML)
+    assert 'data-testid="rerun"' in page.text and "same subject" in page.text
+    answer = await client.post(f"{url}/rerun", headers=htmx(login, "run-timeline"))
+    assert answer.status_code == 200
+    new_url = answer.headers["hx-redirect"]
+    assert new_url.endswith("?done=rerun-started")
+    new_id = new_url.split("/runs/", 1)[1].split("?", 1)[0]
+    shown = await client.get(new_url, headers=HTML)
+    assert "Re-run started" in shown.text and f'href="{url}" data-testid="rerun-of"' in shown.text
+    back = await client.get(url, headers=HTML)
+    assert f'/runs/{new_id}" data-testid="rerun-as"' in back.text
+
+
+async def test_retry_now_on_the_timeline(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    wid = await publish(
+        realm,
+        manual(
+            {
+                "id": "grant",
+                "type": "assign_role",
+                "role_id": role.id,
+                "scope": "realm",
+                "retry": {"max_attempts": 3, "backoff": "1h"},
+            }
+        ),
+        "Retrying",
+    )
+    run_id = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{run_id}"
+    refused = await client.post(f"{url}/retry-now", headers=htmx(login, "run-timeline"))
+    assert refused.status_code == 409 and "not waiting for a retry" in refused.text and "nothing_waits" in refused.text
+    due = utc_now() + timedelta(hours=1)
+    # The state the runner leaves after a transient failure (as in the timeline's own page tests).
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET state = 'running', due_at = :due, error_category = 'error',"
+                " last_error = 'the directory did not answer' WHERE id = :r"
+            ),
+            {"due": due, "r": run_id},
+        )
+    page = await client.get(url, headers=HTML)
+    box = page.text.split('data-testid="retry-wait"', 1)[1].split("</div>", 1)[0]
+    assert "Waiting for a retry" in box and due.strftime("%Y-%m-%d %H:%M:%S") in box and "Retry now" in box
+    done = await client.post(f"{url}/retry-now", headers=htmx(login, "run-timeline"))
+    assert done.status_code == 200 and "The retry is due now" in done.text
+    assert 'data-testid="retry-wait"' not in done.text
+    await drain(realm)
+    assert await run_state(realm, run_id) == "succeeded"
+
+
+async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Bulky")
+    subjects = [await realm.user() for _ in range(3)]
+    finished = await start(realm, wid, subjects[0].id)
+    await drain(realm)
+    waiting = [await start(realm, wid, s.id) for s in subjects]  # 3 pending runs
+    base = f"/realms/{realm.slug}/runs"
+
+    listed = await client.get(base, params={"state": "group:in_flight", "trigger_type": "manual"}, headers=HTML)
+    assert listed.status_code == 200
+    assert all(w in listed.text for w in waiting) and finished not in listed.text
+    assert 'data-testid="pick-run"' in listed.text and "All runs matching the filters" in listed.text
+    none = await client.get(base, params={"trigger_type": "schedule"}, headers=HTML)
+    assert "No run matches these filters." in none.text
+    bad = await client.get(base, params={"created_after": "yesterday"}, headers=HTML)
+    assert bad.status_code == 422 and "2026-12-01T09:30" in bad.text
+
+    # Ticked runs: one of them finished already, so it is refused and the others are cancelled.
+    first = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "selected", "ids": [finished, *waiting], "reason": "wrong import"},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert first.status_code == 200
+    assert 'data-finished="true"' in first.text and "4 of 4" in first.text
+    assert 'data-testid="bulk-done">3<' in first.text and 'data-testid="bulk-refused">1<' in first.text
+    assert f"{finished}</code></a> refused: <code>conflict</code>" in first.text
+    async with realm.sessions() as session:
+        reasons = (
+            (
+                await session.execute(
+                    text("SELECT cancel_reason FROM workflow_runs WHERE id = ANY(:ids)"), {"ids": waiting}
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert list(reasons) == ["wrong import"] * 3
+
+    await drain(realm)  # the cancelled runs finish cancelled
+    # All matching a filter, worked through 50 at a time: the answer asks for the next part itself.
+    many = [await start(realm, wid, subjects[i % 3].id) for i in range(60)]
+    part = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "state": "pending", "workflow_id": wid},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert 'data-finished="false"' in part.text and "50 of 60" in part.text and 'hx-trigger="load"' in part.text
+    pending = part.text.split('name="pending" value="', 1)[1].split('"', 1)[0].split(",")
+    assert len(pending) == 10 and set(pending) <= set(many)
+    rest = await client.post(
+        f"{base}/bulk",
+        data={
+            "action": "cancel",
+            "pending": ",".join(pending),
+            "total": "60",
+            "matched": "60",
+            "done": "50",
+            "refused": "0",
+        },
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert 'data-finished="true"' in rest.text and "60 of 60" in rest.text
+    async with realm.sessions() as session:
+        left = (
+            await session.execute(
+                text("SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND cancel_requested_at IS NULL"),
+                {"ids": many},
+            )
+        ).scalar_one()
+    assert left == 0
+
+    nothing = await client.post(
+        f"{base}/bulk", data={"action": "cancel", "scope": "selected"}, headers=htmx(login, "bulk-progress")
+    )
+    assert nothing.status_code == 422 and "Tick the runs" in nothing.text
+
+
+async def test_readers_get_no_controls(client: Client, realm: RealmHandle) -> None:
+    reader = await realm.user("reader@example.com")
+    await realm.assign(reader, await realm.builtin_role("realm-auditor"))
+    login = await signed_in(client, realm, reader)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Readable")
+    run_id = await start(realm, wid, subject.id)
+    await drain(realm)
+    page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
+    assert 'data-testid="rerun"' not in page.text
+    listed = await client.get(f"/realms/{realm.slug}/runs", headers=HTML)
+    assert 'data-testid="pick-run"' not in listed.text and 'id="bulk-form"' not in listed.text
+    for path in (f"/runs/{run_id}/rerun", f"/runs/{run_id}/retry-now", "/runs/bulk"):
+        refused = await client.post(
+            f"/realms/{realm.slug}{path}", data={"action": "rerun", "ids": [run_id]}, headers=htmx(login, "x")
+        )
+        assert refused.status_code == 403, path
