@@ -18,6 +18,7 @@ from sqlmodel import col
 from engine import runstore
 from engine.audit import Actor, record_audit
 from engine.authz import load_authority, require_authority_over
+from engine.endpoints.deliveries import fan_out
 from engine.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.identity import now as utc_now
 from engine.ids import new_id
@@ -373,6 +374,8 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                 ),
             )
         event.dispatched_at = moment
+    # Webhook fan-out shares the transaction: an error rolls it back with the rest of the batch.
+    await fan_out(session, events)
     await session.flush()
     return len(events)
 

@@ -20,6 +20,8 @@ from engine import queue
 from engine.config import Settings
 from engine.database import asyncpg_connect_args, libpq_conninfo
 from engine.db import make_engine, make_sessionmaker, transaction
+from engine.endpoints import deliveries
+from engine.endpoints.calls import EndpointSettings
 from engine.runner import Runner, RunnerSettings
 from engine.runs import dispatch_outbox
 from engine.runstore import NOTIFY_CHANNEL
@@ -92,7 +94,11 @@ async def wake_pass(
 
 
 async def _listen(
-    database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
+    database_url: str,
+    runner: Runner,
+    sessions: async_sessionmaker[AsyncSession],
+    stop: asyncio.Event,
+    deliveries_due: asyncio.Event | None = None,
 ) -> None:
     """React at once when a run becomes due or an event is written (NOTIFY at commit).
 
@@ -102,6 +108,10 @@ async def _listen(
 
     def on_notify(*_args: object) -> None:
         wake.set()
+
+    def on_delivery(*_args: object) -> None:
+        if deliveries_due is not None:
+            deliveries_due.set()
 
     while not stop.is_set():
         try:
@@ -113,6 +123,7 @@ async def _listen(
         try:
             await conn.add_listener(NOTIFY_CHANNEL, on_notify)
             await conn.add_listener("cockpit_outbox", on_notify)
+            await conn.add_listener(deliveries.NOTIFY_CHANNEL, on_delivery)
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=5)
@@ -143,6 +154,22 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             tenant_share=settings.workers.tenant_batch_share,
             group_commit=settings.workers.group_commit,
             fast_path=settings.workers.fast_path,
+            endpoints=EndpointSettings(
+                operator_key=settings.secret_key,
+                allow_private_egress=settings.allow_private_egress,
+                timeout_ms=settings.deliveries.timeout_ms,
+            ),
+        ),
+    )
+    dispatcher = deliveries.DeliveryDispatcher(
+        sessions,
+        deliveries.DeliveryPolicy(
+            operator_key=settings.secret_key,
+            allow_private_egress=settings.allow_private_egress,
+            timeout_ms=settings.deliveries.timeout_ms,
+            max_attempts=settings.deliveries.max_attempts,
+            backoff_ms=settings.deliveries.backoff_ms,
+            concurrency=settings.deliveries.concurrency,
         ),
     )
     runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)
@@ -168,7 +195,10 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 )
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
-                watchers.append(asyncio.create_task(_listen(database_url, listen_runner, sessions, stop)))
+                watchers.append(
+                    asyncio.create_task(_listen(database_url, listen_runner, sessions, stop, dispatcher.wake))
+                )
+                watchers.append(asyncio.create_task(dispatcher.run(stop)))
                 watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
