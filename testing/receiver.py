@@ -71,6 +71,18 @@ class Receiver:
             time.sleep(0.02)
         raise AssertionError(f"the receiver got {len(self.requests())} requests, expected {count}")
 
+    async def arrived(self, count: int, timeout: float = 60.0) -> list[Received]:
+        """:meth:`wait_for` for async tests: the event loop keeps running while it waits."""
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.requests()
+            if len(got) >= count:
+                return got
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"the receiver got {len(self.requests())} requests, expected {count}")
+
     def _verify(self, body: bytes, headers: dict[str, str]) -> list[int]:
         ok = []
         for index, secret in enumerate(list(self.secrets)):

@@ -23,9 +23,9 @@ from engine.ids import new_id
 from engine.models import AuditEvent, WebhookSubscription
 from engine.retry import FixedClock
 from engine.runner import Runner, RunnerSettings
+from testing.receiver import Received, Receiver
 from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
-from testing.receiver import Received, Receiver
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "engine/definitions/step-call.v1.json").read_text())
 
@@ -264,7 +264,7 @@ async def test_a_rotated_secret_signs_beside_the_new_one_during_its_overlap(
     async with realm.sessions() as session, session.begin():
         _, new_secret = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, hook)
     receiver.secrets.append(new_secret)
-    _, run_id = await run_one(realm, calling(hook))
+    await run_one(realm, calling(hook))
     await drain(call_runner(realm))
     [got] = receiver.wait_for(1)
     signatures = (got.header("Webhook-Signature") or "").split(" ")
