@@ -71,11 +71,11 @@ class Receiver:
             time.sleep(0.02)
         raise AssertionError(f"the receiver got {len(self.requests())} requests, expected {count}")
 
-    async def arrived(self, count: int, timeout: float = 60.0) -> list[Received]:
+    async def arrived(self, count: int, within: float = 60.0) -> list[Received]:
         """:meth:`wait_for` for async tests: the event loop keeps running while it waits."""
         import asyncio
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             got = self.requests()
             if len(got) >= count:
