@@ -112,7 +112,7 @@ class Receiver:
                 status, delay, extra = (answer, 0.0, {}) if isinstance(answer, int) else (*answer, {})[:3]
                 if delay:
                     time.sleep(delay)
-                payload = b'{"ok":true}'
+                payload = b"" if status in (204, 304) or status < 200 else b'{"ok":true}'
                 try:
                     self.send_response(status)
                     for key, value in (extra or {}).items():

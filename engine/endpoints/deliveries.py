@@ -140,7 +140,8 @@ CLAIM_SQL = text(
     UPDATE webhook_deliveries d
        SET lease_until = :lease_until, attempts = d.attempts + 1, last_attempt_at = :now
       FROM (
-          SELECT h.id
+          SELECT h.id, s.destination, s.allow_private_network, s.secret_enc, s.previous_secret_enc,
+                 s.previous_secret_expires_at
             FROM webhook_subscriptions s
             CROSS JOIN LATERAL (
                 SELECT p.id, p.next_attempt_at, p.lease_until FROM webhook_deliveries p
@@ -148,12 +149,13 @@ CLAIM_SQL = text(
                  ORDER BY p.id LIMIT 1
             ) h
            WHERE s.state = 'active' AND h.next_attempt_at <= :now AND (h.lease_until IS NULL OR h.lease_until <= :now)
-             AND s.id IN (SELECT DISTINCT subscription_id FROM webhook_deliveries WHERE state = 'pending')
            ORDER BY h.next_attempt_at
            LIMIT :limit
       ) heads
      WHERE d.id = heads.id AND d.state = 'pending' AND (d.lease_until IS NULL OR d.lease_until <= :now)
-    RETURNING d.id, d.attempts, d.lease_until
+    RETURNING d.id, d.realm_id, d.subscription_id, d.attempts, d.lease_until, d.payload,
+              heads.destination, heads.allow_private_network, heads.secret_enc, heads.previous_secret_enc,
+              heads.previous_secret_expires_at
     """
 )
 FINISH_SQL = text(
@@ -168,15 +170,40 @@ FINISH_SQL = text(
 
 @dataclass(frozen=True)
 class ClaimedDelivery:
+    """A head claimed for one try, with what sending it needs (read by the claim itself)."""
+
     id: str
     attempts: int
     lease_until: datetime
+    payload: dict[str, Any]
+    subscription: WebhookSubscription  # destination, flag and encrypted secrets (not attached to a session)
+
+
+async def fail_orphans(session: AsyncSession, *, now: datetime) -> None:
+    """Fail what disabled or deleted subscriptions still have pending."""
+    await session.execute(FAIL_ORPHANS_SQL, {"now": now})
 
 
 async def claim_heads(session: AsyncSession, *, now: datetime, limit: int, lease: timedelta) -> list[ClaimedDelivery]:
-    await session.execute(FAIL_ORPHANS_SQL, {"now": now})
     rows = await session.execute(CLAIM_SQL, {"now": now, "lease_until": now + lease, "limit": max(1, limit)})
-    return [ClaimedDelivery(r.id, r.attempts, r.lease_until) for r in rows]
+    return [
+        ClaimedDelivery(
+            r.id,
+            r.attempts,
+            r.lease_until,
+            r.payload,
+            WebhookSubscription(
+                id=r.subscription_id,
+                realm_id=r.realm_id,
+                destination=r.destination,
+                allow_private_network=r.allow_private_network,
+                secret_enc=r.secret_enc,
+                previous_secret_enc=r.previous_secret_enc,
+                previous_secret_expires_at=r.previous_secret_expires_at,
+            ),
+        )
+        for r in rows
+    ]
 
 
 class DeliveryDispatcher:
@@ -186,14 +213,20 @@ class DeliveryDispatcher:
         self.sessions = sessions
         self.policy = policy
         self.wake = asyncio.Event()
+        self._swept_at: datetime | None = None
 
     def _lease(self) -> timedelta:
         # Long enough for the call and its record, so a live dispatcher never loses its head.
         return timedelta(milliseconds=self.policy.timeout_ms + 30_000)
 
     async def claim(self, limit: int) -> list[ClaimedDelivery]:
+        now = datetime.now(UTC)
         async with self.sessions() as session, session.begin():
-            return await claim_heads(session, now=datetime.now(UTC), limit=limit, lease=self._lease())
+            # Orphans are swept at most once a second (the claim runs once per delivery when busy).
+            if self._swept_at is None or (now - self._swept_at).total_seconds() >= 1:
+                await fail_orphans(session, now=now)
+                self._swept_at = now
+            return await claim_heads(session, now=now, limit=limit, lease=self._lease())
 
     async def run_once(self, client: httpx.AsyncClient | None = None) -> int:
         """Claim up to ``concurrency`` heads, send them together; the number sent."""
@@ -216,7 +249,7 @@ class DeliveryDispatcher:
                     if free > 0:
                         try:
                             for item in await self.claim(free):
-                                task = asyncio.create_task(self.deliver(client, item))
+                                task = asyncio.create_task(self._keep_delivering(client, item, stop))
                                 in_flight.add(task)
                                 task.add_done_callback(in_flight.discard)
                         except Exception:
@@ -232,29 +265,36 @@ class DeliveryDispatcher:
                 if in_flight:
                     await asyncio.gather(*in_flight, return_exceptions=True)
 
-    async def deliver(self, client: httpx.AsyncClient, claimed: ClaimedDelivery) -> None:
-        """One try of one delivery; its outcome recorded whatever happens."""
+    async def _keep_delivering(self, client: httpx.AsyncClient, claimed: ClaimedDelivery, stop: asyncio.Event) -> None:
+        """One slot: deliver, and claim the next head in the transaction that records the outcome."""
+        item: ClaimedDelivery | None = claimed
+        while item is not None:
+            item = await self.deliver(client, item, claim_next=not stop.is_set())
+
+    async def deliver(
+        self, client: httpx.AsyncClient, claimed: ClaimedDelivery, *, claim_next: bool = False
+    ) -> ClaimedDelivery | None:
+        """One try of one delivery, its outcome recorded whatever happens; with ``claim_next``, the
+        next due head claimed in the same transaction (one transaction per delivery when busy)."""
         try:
-            await self._deliver(client, claimed)
+            return await self._deliver(client, claimed, claim_next)
         except Exception:
             log.exception("a delivery try failed unexpectedly", extra={"delivery_id": claimed.id})
+            return None
 
-    async def _deliver(self, client: httpx.AsyncClient, claimed: ClaimedDelivery) -> None:
+    async def _deliver(
+        self, client: httpx.AsyncClient, claimed: ClaimedDelivery, claim_next: bool
+    ) -> ClaimedDelivery | None:
         now = datetime.now(UTC)
-        async with self.sessions() as session:
-            delivery = await session.get(WebhookDelivery, claimed.id)
-            subscription = await session.get(WebhookSubscription, delivery.subscription_id) if delivery else None
-        if delivery is None or subscription is None:
-            return
+        subscription = claimed.subscription
         try:
             if not self.policy.operator_key:
                 raise crypto.SecretUnavailable("no operator key")
             secrets = signing_secrets(subscription, self.policy.operator_key, now)
         except crypto.SecretUnavailable:
-            await self._finish(claimed, "failed", None, "secret_unavailable", 0, now)
-            return
+            return await self._finish(claimed, "failed", None, "secret_unavailable", 0, now, claim_next)
         body, headers = signed_request(
-            delivery.payload, webhook_id=delivery.id, secrets=secrets, moment=now, idempotency_key=None
+            claimed.payload, webhook_id=claimed.id, secrets=secrets, moment=now, idempotency_key=None
         )
         result = await transport.post(
             client,
@@ -266,15 +306,16 @@ class DeliveryDispatcher:
             operator_allows_private=self.policy.allow_private_egress,
         )
         if result.succeeded:
-            await self._finish(claimed, "succeeded", result.status_code, None, result.latency_ms, now)
-            return
+            return await self._finish(
+                claimed, "succeeded", result.status_code, None, result.latency_ms, now, claim_next
+            )
         error = f"{result.category}: {result.message}"
         if result.permanent or claimed.attempts >= self.policy.max_attempts:
-            await self._finish(claimed, "failed", result.status_code, error, result.latency_ms, now)
-            return
+            return await self._finish(claimed, "failed", result.status_code, error, result.latency_ms, now, claim_next)
         wait = delay_ms(self.policy.backoff_ms, claimed.attempts)
-        await self._finish(
-            claimed, "pending", result.status_code, error, result.latency_ms, now + timedelta(milliseconds=wait)
+        retry_at = now + timedelta(milliseconds=wait)
+        return await self._finish(
+            claimed, "pending", result.status_code, error, result.latency_ms, retry_at, claim_next
         )
 
     async def _finish(
@@ -285,8 +326,10 @@ class DeliveryDispatcher:
         error: str | None,
         latency_ms: int,
         next_attempt_at: datetime,
-    ) -> None:
+        claim_next: bool = False,
+    ) -> ClaimedDelivery | None:
         done = datetime.now(UTC)
+        following: list[ClaimedDelivery] = []
         async with self.sessions() as session, session.begin():
             await session.execute(
                 FINISH_SQL,
@@ -302,8 +345,11 @@ class DeliveryDispatcher:
                     "latency_ms": latency_ms,
                 },
             )
-        if state != "pending":
+            if claim_next:
+                following = await claim_heads(session, now=done, limit=1, lease=self._lease())
+        if state != "pending" and not following:
             self.wake.set()  # the subscription's next delivery is its head now
+        return following[0] if following else None
 
 
 # --- Reading and redelivering ---------------------------------------------------------------------
