@@ -148,7 +148,8 @@ CLAIM_SQL = text(
                  WHERE p.subscription_id = s.id AND p.state = 'pending'
                  ORDER BY p.id LIMIT 1
             ) h
-           WHERE s.state = 'active' AND h.next_attempt_at <= :now AND (h.lease_until IS NULL OR h.lease_until <= :now)
+           WHERE s.state = 'active' AND (CAST(:subscription_id AS text) IS NULL OR s.id = :subscription_id)
+             AND h.next_attempt_at <= :now AND (h.lease_until IS NULL OR h.lease_until <= :now)
            ORDER BY h.next_attempt_at
            LIMIT :limit
       ) heads
@@ -184,8 +185,14 @@ async def fail_orphans(session: AsyncSession, *, now: datetime) -> None:
     await session.execute(FAIL_ORPHANS_SQL, {"now": now})
 
 
-async def claim_heads(session: AsyncSession, *, now: datetime, limit: int, lease: timedelta) -> list[ClaimedDelivery]:
-    rows = await session.execute(CLAIM_SQL, {"now": now, "lease_until": now + lease, "limit": max(1, limit)})
+async def claim_heads(
+    session: AsyncSession, *, now: datetime, limit: int, lease: timedelta, subscription_id: str | None = None
+) -> list[ClaimedDelivery]:
+    """Lease up to ``limit`` due heads (of one subscription only, when given)."""
+    rows = await session.execute(
+        CLAIM_SQL,
+        {"now": now, "lease_until": now + lease, "limit": max(1, limit), "subscription_id": subscription_id},
+    )
     return [
         ClaimedDelivery(
             r.id,
@@ -346,9 +353,12 @@ class DeliveryDispatcher:
                 },
             )
             if claim_next:
-                following = await claim_heads(session, now=done, limit=1, lease=self._lease())
-        if state != "pending" and not following:
-            self.wake.set()  # the subscription's next delivery is its head now
+                # The same subscription's next delivery, if due: no other slot competes for it.
+                following = await claim_heads(
+                    session, now=done, limit=1, lease=self._lease(), subscription_id=claimed.subscription.id
+                )
+        if not following:
+            self.wake.set()  # a slot is free: the dispatcher claims what is due elsewhere
         return following[0] if following else None
 
 
