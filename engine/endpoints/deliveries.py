@@ -221,6 +221,7 @@ class DeliveryDispatcher:
         self.policy = policy
         self.wake = asyncio.Event()
         self._swept_at: datetime | None = None
+        self._closing = False  # set when ``run`` ends: slots finish their try and claim nothing more
 
     def _lease(self) -> timedelta:
         # Long enough for the call and its record, so a live dispatcher never loses its head.
@@ -249,6 +250,7 @@ class DeliveryDispatcher:
     async def run(self, stop: asyncio.Event, *, poll_s: float = 1.0) -> None:
         """Keep ``concurrency`` deliveries in flight while there are due heads."""
         in_flight: set[asyncio.Task[None]] = set()
+        self._closing = False
         async with transport.new_client() as client:
             try:
                 while not stop.is_set():
@@ -269,6 +271,7 @@ class DeliveryDispatcher:
                         if waiter not in in_flight:
                             waiter.cancel()
             finally:
+                self._closing = True
                 if in_flight:
                     await asyncio.gather(*in_flight, return_exceptions=True)
 
@@ -276,7 +279,7 @@ class DeliveryDispatcher:
         """One slot: deliver, and claim the next head in the transaction that records the outcome."""
         item: ClaimedDelivery | None = claimed
         while item is not None:
-            item = await self.deliver(client, item, claim_next=not stop.is_set())
+            item = await self.deliver(client, item, claim_next=not (stop.is_set() or self._closing))
 
     async def deliver(
         self, client: httpx.AsyncClient, claimed: ClaimedDelivery, *, claim_next: bool = False
