@@ -96,15 +96,9 @@ async def post(
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
     try:
         async with asyncio.timeout(timeout_s):
-            request = client.build_request(
-                "POST",
-                pinned_url(url, decision.addresses[0]),
-                content=body,
-                headers=request_headers,
-                timeout=httpx.Timeout(timeout_s),
-                extensions=extensions,
+            response = await _send_to_first_reachable(
+                client, url, decision.addresses, body, request_headers, extensions, timeout_s
             )
-            response = await client.send(request, stream=True, follow_redirects=False)
             try:
                 read = 0
                 async for chunk in response.aiter_raw():
@@ -124,3 +118,31 @@ async def post(
     if 300 <= response.status_code < 400:
         message += " (redirects are not followed)"
     return outcome(response.status_code, category, permanent, message)
+
+
+async def _send_to_first_reachable(
+    client: httpx.AsyncClient,
+    url: str,
+    addresses: list[str],
+    body: bytes,
+    headers: dict[str, str],
+    extensions: dict[str, str],
+    timeout_s: float,
+) -> httpx.Response:
+    """Send to the judged addresses in the resolver's order; the next one only when a connection
+    could not be made (a name answering ``::1`` and ``127.0.0.1`` where only one listens)."""
+    for index, address in enumerate(addresses):
+        request = client.build_request(
+            "POST",
+            pinned_url(url, address),
+            content=body,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s),
+            extensions=extensions,
+        )
+        try:
+            return await client.send(request, stream=True, follow_redirects=False)
+        except httpx.ConnectError:
+            if index == len(addresses) - 1:
+                raise
+    raise httpx.ConnectError("no address to connect to")

@@ -376,3 +376,17 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
     assert [(a.number, a.state) for a in attempts if a.step_id == "sync"] == [(1, "failed"), (2, "succeeded")]
     [got] = receiver.requests()
     assert got.header("Webhook-Id") == attempts[1].id and got.json["attempt"] == 2
+
+
+async def test_the_next_judged_address_is_tried_only_when_a_connection_cannot_be_made(receiver: Receiver) -> None:
+    from engine.endpoints import transport
+
+    async with transport.new_client() as client:
+        # 127.0.0.2 is loopback too, but the receiver listens on 127.0.0.1 only: refused, then the next.
+        response = await transport._send_to_first_reachable(
+            client, receiver.url, ["127.0.0.2", "127.0.0.1"], b"{}", {"Host": "hooks.test"}, {}, 10.0
+        )
+        await response.aclose()
+    assert response.status_code == 200
+    [got] = receiver.requests()
+    assert got.header("Host") == "hooks.test"
