@@ -43,15 +43,15 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from engine import identity, webhooks  # noqa: E402
-from engine.audit import Actor  # noqa: E402
-from engine.config import load_settings  # noqa: E402
-from engine.database import libpq_conninfo, server_url, with_database  # noqa: E402
-from engine.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.directory import identity, webhooks  # noqa: E402
+from engine.directory.audit import Actor  # noqa: E402
+from engine.directory.models import OutboxEvent  # noqa: E402
 from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, fan_out  # noqa: E402
-from engine.ids import new_id  # noqa: E402
-from engine.migrate import upgrade  # noqa: E402
-from engine.models import OutboxEvent  # noqa: E402
+from engine.platform.config import load_settings  # noqa: E402
+from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
+from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.platform.ids import new_id  # noqa: E402
+from engine.platform.migrate import upgrade  # noqa: E402
 from testing.receiver import Receiver  # noqa: E402
 
 OPERATOR_KEY = "bench-operator-key-0123456789abcdef0123456789"

@@ -44,13 +44,14 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import identity, workflows
-from engine.audit import Actor
-from engine.database import libpq_conninfo, with_database
-from engine.db import make_engine, make_sessionmaker
-from engine.ids import new_id
-from engine.migrate import upgrade
-from engine.models import Role
+from engine.directory import identity
+from engine.directory.audit import Actor
+from engine.directory.models import Role
+from engine.platform.database import libpq_conninfo, with_database
+from engine.platform.db import make_engine, make_sessionmaker
+from engine.platform.ids import new_id
+from engine.platform.migrate import upgrade
+from engine.workflows import service as workflows
 from testing.processes import cockpit_env, start, stop, wait_http
 
 WORKFLOWS = 20
@@ -324,9 +325,9 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
     from sqlalchemy import event
 
     from cockpit.pages.runs import people
-    from engine import runs
-    from engine.authz import load_authority
-    from engine.overview import latest_audit_events_with_names, realm_counts, workflow_kpis
+    from engine.directory.authz import load_authority
+    from engine.directory.overview import latest_audit_events_with_names, realm_counts, workflow_kpis
+    from engine.runs import service as runs
 
     engine = make_engine(url, pool_size=1)
     sessions = make_sessionmaker(engine)

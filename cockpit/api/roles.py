@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import roles
-from engine.authz import Authority, load_authority
+from engine.directory import roles
+from engine.directory.authz import Authority, load_authority
 
 
 class CreateRole(Body):

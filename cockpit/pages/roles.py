@@ -20,11 +20,12 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targets, user_by_email
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, roles
-from engine import organizations as orgs
-from engine.authz import PERMISSIONS, Authority
-from engine.errors import EngineError, invalid
-from engine.models import Role
+from engine.directory import organizations as orgs
+from engine.directory import principals as directory
+from engine.directory import roles
+from engine.directory.authz import PERMISSIONS, Authority
+from engine.directory.models import Role
+from engine.platform.errors import EngineError, invalid
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}

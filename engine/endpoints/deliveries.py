@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,20 +36,21 @@ import httpx
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import crypto
-from engine.audit import Actor, record_audit
+from engine.directory.audit import Actor, record_audit
+from engine.directory.models import OutboxEvent, WebhookDelivery, WebhookSubscription
+from engine.directory.webhooks import signing_secrets
 from engine.endpoints import transport
 from engine.endpoints.calls import signed_request
-from engine.errors import Conflict, NotFound
-from engine.ids import new_id
-from engine.models import OutboxEvent, WebhookDelivery, WebhookSubscription
-from engine.pagination import Page, keyset_page
-from engine.retry import delay_ms
-from engine.webhooks import signing_secrets
+from engine.platform import crypto
+from engine.platform.errors import Conflict, NotFound
+from engine.platform.ids import new_id
+from engine.platform.pagination import Page, keyset_page
 
 log = logging.getLogger("cockpit.deliveries")
 
 NOTIFY_CHANNEL = "cockpit_deliveries"
+BACKOFF_CAP_MS = 6 * 3600 * 1000
+BACKOFF_JITTER = 0.2
 STATES = ("pending", "succeeded", "failed")
 
 
@@ -60,6 +62,13 @@ class DeliveryPolicy:
     max_attempts: int = 8
     backoff_ms: int = 10_000
     concurrency: int = 8
+
+
+def retry_delay_ms(backoff_ms: int, failed_tries: int) -> int:
+    """The wait after ``failed_tries`` failed tries: the backoff doubling per try, capped at 6 hours,
+    with up to 20 % jitter taken off (the step retries' formula, engine/runs/retry.py)."""
+    base = min(backoff_ms * (2 ** min(max(failed_tries - 1, 0), 40)), BACKOFF_CAP_MS)
+    return int(base - base * BACKOFF_JITTER * random.random())
 
 
 def event_payload(event: OutboxEvent) -> dict[str, Any]:
@@ -322,7 +331,7 @@ class DeliveryDispatcher:
         error = f"{result.category}: {result.message}"
         if result.permanent or claimed.attempts >= self.policy.max_attempts:
             return await self._finish(claimed, "failed", result.status_code, error, result.latency_ms, now, claim_next)
-        wait = delay_ms(self.policy.backoff_ms, claimed.attempts)
+        wait = retry_delay_ms(self.policy.backoff_ms, claimed.attempts)
         retry_at = now + timedelta(milliseconds=wait)
         return await self._finish(
             claimed, "pending", result.status_code, error, result.latency_ms, retry_at, claim_next
@@ -397,8 +406,8 @@ async def list_deliveries(
     limit: int | None = None,
 ) -> Page[WebhookDelivery]:
     """A subscription's deliveries, newest first (404 for another realm's subscription)."""
-    from engine.errors import invalid
-    from engine.webhooks import get_subscription
+    from engine.directory.webhooks import get_subscription
+    from engine.platform.errors import invalid
 
     await get_subscription(session, realm_id, subscription_id)
     query = select(WebhookDelivery).where(
@@ -413,7 +422,7 @@ async def list_deliveries(
 
 async def redeliver(session: AsyncSession, actor: Actor, subscription_id: str, delivery_id: str) -> WebhookDelivery:
     """Queue the delivery's event again, as a new delivery at the end of the subscription's queue."""
-    from engine.webhooks import get_subscription
+    from engine.directory.webhooks import get_subscription
 
     subscription = await get_subscription(session, actor.realm_id, subscription_id)
     original = await session.get(WebhookDelivery, delivery_id)

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from engine.webhooks import check_destination_async
+from engine.directory.webhooks import check_destination_async
 
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "LifecycleCockpit-Workflows/1"

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from engine import runs, webhooks, workflows
+from engine.directory import webhooks
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 from testing.processes import cockpit_env, start
 from testing.receiver import Received, Receiver
 from tests.acceptance.test_worker_shutdown import wait_for

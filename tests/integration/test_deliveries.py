@@ -15,10 +15,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from engine import directory, webhooks
+from engine.directory import principals as directory
+from engine.directory import webhooks
+from engine.directory.models import AuditEvent, WebhookDelivery
 from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, count_failing_deliveries
-from engine.models import AuditEvent, WebhookDelivery
-from engine.runs import dispatch_outbox
+from engine.runs.service import dispatch_outbox
 from testing.receiver import Received, Receiver
 from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session
 

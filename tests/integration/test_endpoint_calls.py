@@ -17,12 +17,12 @@ import jsonschema
 import pytest
 from sqlalchemy import select, text
 
-from engine import webhooks
+from engine.directory import webhooks
+from engine.directory.models import AuditEvent, WebhookSubscription
 from engine.endpoints.calls import EndpointSettings
-from engine.ids import new_id
-from engine.models import AuditEvent, WebhookSubscription
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
+from engine.platform.ids import new_id
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
 from testing.receiver import Received, Receiver
 from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
@@ -216,7 +216,7 @@ async def test_a_deleted_subscription_or_an_unreadable_secret_fails_permanently(
 
 async def _raw_subscription(realm: RealmHandle, url: str, *, allow_private_network: bool) -> str:
     """A subscription whose name passed the save-time check (no DNS then) and resolves privately now."""
-    from engine import crypto
+    from engine.platform import crypto
 
     hook = new_id("whk")
     async with realm.sessions() as session, session.begin():
