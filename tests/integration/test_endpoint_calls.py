@@ -27,7 +27,7 @@ from testing.receiver import Received, Receiver
 from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
 
-CONTRACT = json.loads((Path(__file__).parents[2] / "engine/definitions/step-call.v1.json").read_text())
+CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())
 
 
 @pytest.fixture
