@@ -351,7 +351,7 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
     first = call_runner(realm, clock=clock)
     # Prepare the call and commit the started attempt, but never send it or record it.
     async with realm.sessions() as session, session.begin():
-        from engine import runstore
+        from engine.runs import runstore
 
         claimed = await runstore.claim_due_runs(
             session, first.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
