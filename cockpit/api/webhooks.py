@@ -11,12 +11,14 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, delete, get, patch, post
+from litestar import get as read_route  # the controller's own ``get`` handler shadows the decorator
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
+from engine.endpoints import deliveries
 
 
 class CreateWebhook(Body):
@@ -131,3 +133,42 @@ class WebhooksController(Controller):
         )
         view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
         return view | {"secret": secret}
+
+    @read_route(
+        "/{webhook_id:str}/deliveries",
+        operation_id="listWebhookDeliveries",
+        opt={"permission": "realm.webhooks.read"},
+    )
+    async def deliveries(
+        self,
+        webhook_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        """The subscription's delivery log, newest first: event, tries, state, last answer and latency."""
+        page = await deliveries.list_deliveries(
+            db_session, principal.realm.id, webhook_id, state=state_filter, cursor=cursor, limit=limit
+        )
+        return page_view(page, deliveries.delivery_view)
+
+    @post(
+        "/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver",
+        operation_id="redeliverWebhookDelivery",
+        status_code=202,
+        opt={"permission": "realm.webhooks.write"},
+    )
+    async def redeliver(
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        delivery_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        """Send the delivery's event again, as a new delivery queued behind the subscription's others
+        (409 while the subscription is disabled or deleted)."""
+        copy = await deliveries.redeliver(db_session, principal.actor(request_id_of(request)), webhook_id, delivery_id)
+        return deliveries.delivery_view(copy)

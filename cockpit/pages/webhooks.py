@@ -19,6 +19,7 @@ from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
 from engine.directory.audit import TRIGGER_EVENT_TYPES
+from engine.endpoints import deliveries
 from engine.platform.errors import EngineError
 
 COMPONENT_ID = "webhooks"
@@ -123,6 +124,89 @@ class WebhooksPages(Controller):
             )
         revealed = {"id": subscription.id, "secret": secret, "what": "created", "destination": subscription.destination}
         return await self._render(request, db_session, principal, revealed=revealed)
+
+    async def _render_deliveries(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        webhook_id: str,
+        *,
+        state: str | None = None,
+        cursor: str | None = None,
+        status_code: int = 200,
+        **context: Any,
+    ) -> Template:
+        subscription = await webhooks.get_subscription(db_session, principal.realm.id, webhook_id)
+        try:
+            found = await deliveries.list_deliveries(
+                db_session, principal.realm.id, webhook_id, state=state or None, cursor=cursor
+            )
+            items, next_cursor, list_error = found.items, found.next_cursor, None
+        except EngineError as exc:
+            items, next_cursor = [], None
+            list_error = "; ".join(i.message for i in exc.issues) or exc.detail
+            status_code = max(status_code, exc.status)
+        template = "pages/webhooks/deliveries.html"
+        if request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == "deliveries":
+            template, status_code = "pages/webhooks/_deliveries.html", 200
+        allows = context_of(request.app).settings.allow_private_egress
+        return page(
+            request,
+            template,
+            nav="webhooks",
+            status_code=status_code,
+            subscription=webhooks.webhook_view(subscription, operator_allows_private=allows),
+            deliveries=[deliveries.delivery_view(d) for d in items],
+            next_cursor=next_cursor,
+            state=state or "",
+            states=deliveries.STATES,
+            list_error=list_error,
+            can_write=_may(principal, "realm.webhooks.write"),
+            **context,
+        )
+
+    @get("/{webhook_id:str}/deliveries", operation_id="webhookDeliveriesPage", opt=READ)
+    async def deliveries_page(
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """The delivery log of one subscription: event, tries, state, last answer and latency."""
+        return await self._render_deliveries(
+            request, db_session, principal, webhook_id, state=state_filter, cursor=cursor
+        )
+
+    @post(
+        "/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver",
+        operation_id="webhookDeliveryRedeliverPage",
+        opt=WRITE,
+        status_code=200,
+    )
+    async def redeliver_page(
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        delivery_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Template:
+        try:
+            copy = await deliveries.redeliver(
+                db_session, principal.actor(request_id_of(request)), webhook_id, delivery_id
+            )
+        except EngineError as exc:
+            if exc.status == 404:
+                raise
+            return await self._render_deliveries(
+                request, db_session, principal, webhook_id, status_code=exc.status, error=exc.detail
+            )
+        flash = f"Event {copy.event_type} queued again; it goes after the deliveries already waiting."
+        return await self._render_deliveries(request, db_session, principal, webhook_id, flash=flash)
 
     @post("/{webhook_id:str}/{action:str}", operation_id="webhooksPageAction", opt=WRITE, status_code=200)
     async def action(

@@ -215,6 +215,44 @@ class WebhookSubscription(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
 
 
+class WebhookDelivery(SQLModel, table=True):
+    """One outbox event on its way to one subscription (at least once, in order per subscription).
+
+    ``state`` is ``pending`` until the endpoint answers 2xx (``succeeded``) or the tries run out
+    or the subscription is disabled or deleted (``failed``). A pending delivery whose
+    ``lease_until`` lies ahead is being sent right now by one dispatcher; only the oldest pending
+    delivery of a subscription is ever sent, so a subscription's events arrive in order.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'succeeded', 'failed')", name="state"),
+        # The dispatcher's heads: each subscription's oldest pending delivery.
+        Index("ix_webhook_deliveries_pending", "subscription_id", "id", postgresql_where=text("state = 'pending'")),
+        Index("ix_webhook_deliveries_subscription_id_id", "subscription_id", "id"),
+        Index("ix_webhook_deliveries_realm_failed", "realm_id", postgresql_where=text("state = 'failed'")),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    subscription_id: str = Field(foreign_key="webhook_subscriptions.id", max_length=40, ondelete="CASCADE")
+    event_id: str = Field(max_length=40)
+    event_type: str = Field(max_length=100)
+    payload: dict[str, Any] = Field(sa_column=jsonb_column(default="'{}'::jsonb"))
+    state: str = Field(default="pending", max_length=20)
+    attempts: int = Field(default=0)
+    next_attempt_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    lease_until: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    last_attempt_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    last_status_code: int | None = Field(default=None)
+    last_error: str | None = Field(default=None, max_length=2000)
+    last_latency_ms: int | None = Field(default=None)
+    redelivery_of: str | None = Field(default=None, max_length=40)
+    requested_by: str | None = Field(default=None, max_length=40)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    finished_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+
+
 class Template(SQLModel, table=True):
     """A realm's override of a server template (``workflow_notice``)."""
 

@@ -183,6 +183,16 @@ def check_destination(
 async def check_destination_async(
     url: str, allow_private_network: bool, operator_allows_private: bool
 ) -> EgressDecision:
+    """:func:`check_destination` without blocking the event loop (DNS runs in a thread).
+
+    A literal address needs no DNS, so it is judged here directly.
+    """
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        host = ""
+    if host and literal_address(host) is not None:
+        return check_destination(url, allow_private_network, operator_allows_private)
     return await asyncio.to_thread(check_destination, url, allow_private_network, operator_allows_private)
 
 

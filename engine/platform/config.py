@@ -55,6 +55,16 @@ class WorkerSettings:
 
 
 @dataclass(frozen=True)
+class DeliverySettings:
+    """Endpoint calls and webhook deliveries (seed 000: delivery.webhook_timeout)."""
+
+    timeout_ms: int = 10_000  # the ceiling of every call; a step's timeout_ms can only lower it
+    max_attempts: int = 8  # tries of one event delivery before it is failed
+    backoff_ms: int = 10_000  # first retry wait, doubling per try, capped at 6 hours, 20 % jitter
+    concurrency: int = 8  # deliveries in flight per worker process (one per subscription at a time)
+
+
+@dataclass(frozen=True)
 class Settings:
     home: Path
     database_url: str | None
@@ -66,6 +76,7 @@ class Settings:
     secure_cookies: bool
     allow_private_egress: bool
     workers: WorkerSettings = field(default_factory=WorkerSettings)
+    deliveries: DeliverySettings = field(default_factory=DeliverySettings)
     # Addresses (or CIDR networks) of the reverse proxies whose X-Forwarded-For is believed.
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
     # /metrics asks for this bearer token when set (COCKPIT_METRICS_TOKEN); open otherwise.
@@ -157,6 +168,7 @@ def load_settings() -> Settings:
             group_commit=_int("COCKPIT_WORKER_GROUP_COMMIT", 50),
             fast_path=_bool("COCKPIT_WORKER_FAST_PATH", True),
         ),
+        deliveries=_delivery_settings(),
         trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
         metrics_token=os.environ.get("COCKPIT_METRICS_TOKEN") or None,
         metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
@@ -169,6 +181,24 @@ def _retention_days() -> int:
     if days < 1:
         raise ConfigError(f"COCKPIT_RUN_RETENTION_DAYS must be at least 1, got {days}")
     return days
+
+
+def _delivery_settings() -> DeliverySettings:
+    timeout_ms = _int("COCKPIT_WEBHOOK_TIMEOUT_MS", 10_000)
+    if not 100 <= timeout_ms <= 60_000:
+        raise ConfigError(f"COCKPIT_WEBHOOK_TIMEOUT_MS must be between 100 and 60000, got {timeout_ms}")
+    max_attempts = _int("COCKPIT_DELIVERY_MAX_ATTEMPTS", 8)
+    if not 1 <= max_attempts <= 20:
+        raise ConfigError(f"COCKPIT_DELIVERY_MAX_ATTEMPTS must be between 1 and 20, got {max_attempts}")
+    concurrency = _int("COCKPIT_DELIVERY_CONCURRENCY", 8)
+    if not 1 <= concurrency <= 100:
+        raise ConfigError(f"COCKPIT_DELIVERY_CONCURRENCY must be between 1 and 100, got {concurrency}")
+    return DeliverySettings(
+        timeout_ms=timeout_ms,
+        max_attempts=max_attempts,
+        backoff_ms=_int("COCKPIT_DELIVERY_BACKOFF_MS", 10_000),
+        concurrency=concurrency,
+    )
 
 
 @lru_cache(maxsize=1)

@@ -23,6 +23,7 @@ PREFIXES = frozenset(
         "grp",
         "gmb",
         "whk",
+        "whd",
         "tpl",
         "wfl",
         "wrv",

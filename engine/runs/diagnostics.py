@@ -28,6 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
+from engine.endpoints.deliveries import count_failing_deliveries
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
 from engine.runs.models import RunResolution, WorkflowRun
@@ -262,8 +263,8 @@ async def pending_approvals(session: AsyncSession, realm_id: str | None, workflo
 
 
 async def failing_deliveries(session: AsyncSession, realm_id: str | None = None) -> int:
-    """Webhook deliveries whose last attempt failed and that will be retried (of one realm, or all)."""
-    return 0  # wired when deliveries exist
+    """Webhook deliveries failing now (of one realm, or all): failed for good, or pending after a failed try."""
+    return await count_failing_deliveries(session, realm_id)
 
 
 async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id: str) -> Diagnostics:

@@ -147,7 +147,8 @@ async def database_gauges(session: AsyncSession) -> list[Metric]:
     approvals = GaugeMetricFamily("cockpit_approvals_pending", "Approvals waiting for a decision.")
     approvals.add_metric([], float(await pending_approvals(session, None)))
     deliveries = GaugeMetricFamily(
-        "cockpit_webhook_deliveries_failing", "Webhook deliveries whose last attempt failed and that will be retried."
+        "cockpit_webhook_deliveries_failing",
+        "Webhook deliveries failing now: failed for good, or pending after a failed try.",
     )
     deliveries.add_metric([], float(await failing_deliveries(session, None)))
     return [unfinished, finished, due, oldest, approvals, deliveries]

@@ -8,10 +8,11 @@ after a crash never repeats an effect, and a worker that lost its lease cannot c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
+from engine.endpoints import transport
+from engine.endpoints.calls import EndpointSettings, PreparedCall
+from engine.endpoints.transport import CallOutcome
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
 from engine.runs import metrics, runstore
@@ -37,6 +41,7 @@ from engine.runs.retry import (
 from engine.runs.runstore import LeaseLost
 from engine.runs.states import (
     ATTEMPT_FAILED,
+    ATTEMPT_STARTED,
     ATTEMPT_SUCCEEDED,
     CANCELLED,
     COMP_DONE,
@@ -50,10 +55,12 @@ from engine.runs.states import (
     FORWARD,
     PENDING,
     RUNNING,
+    STRATEGY_NOTIFY_ENDPOINT,
     SUCCEEDED,
     TransitionRefused,
 )
-from engine.runs.steps import STEP_TYPES, StepContext, StepFailure
+from engine.runs.steps import EXTERNAL, STEP_TYPES, Outcome, StepContext, StepFailure, StepType
+from engine.runs.steps.call_webhook import CallWebhook
 from engine.workflows.definitions.canonical import input_version
 from engine.workflows.models import Workflow, WorkflowRevision
 
@@ -76,6 +83,10 @@ class RunnerSettings:
     # Internal steps that can only succeed in one statement each (engine/runs/fastpath.py); off, every
     # transition takes the ordinary path.
     fast_path: bool = True
+    # Endpoint calls (call_webhook): the operator key, private egress, the timeout ceiling.
+    endpoints: EndpointSettings = field(default_factory=EndpointSettings)
+    # Endpoint calls of one round made at once (each outside any transaction).
+    call_concurrency: int = 16
 
 
 def run_actor(run: WorkflowRun) -> Actor:
@@ -130,6 +141,8 @@ class Runner:
         self.clock = clock or Clock()
         self._last_realm: str | None = None
         self.fast = FastPath(worker_id, self.clock)
+        # Calls prepared by a transaction, sent once it has committed (keyed by run).
+        self._calls: dict[str, PreparedCall] = {}
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -171,9 +184,22 @@ class Runner:
         outcomes: dict[str, str] = {}
         for start in range(0, len(going), group):
             outcomes |= await self._fast_round(conn, going[start : start + group])
+        calls: list[PreparedCall] = []
         for run_id in going:
             if outcomes[run_id] == _ALONE:
-                outcomes[run_id] = await self._transition_alone(run_id)
+                outcomes[run_id] = await self._transition_alone(run_id, calls)
+        if calls:
+            # The round's endpoint calls go out together, after every transaction of the round has
+            # committed: a slow endpoint delays only its own run's next transition.
+            limit = asyncio.Semaphore(max(1, self.settings.call_concurrency))
+
+            async def bounded(call: PreparedCall) -> str:
+                async with limit:
+                    return await self._complete_call_alone(call)
+
+            for call, outcome in zip(calls, await asyncio.gather(*(bounded(c) for c in calls)), strict=True):
+                outcomes[call.run_id] = outcome
+        for run_id in going:
             if outcomes[run_id] in (_MOVED, _FINISHED):
                 done[run_id] += 1
         # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
@@ -222,10 +248,10 @@ class Runner:
         staged.committed()
         return outcomes
 
-    async def _transition_alone(self, run_id: str) -> str:
+    async def _transition_alone(self, run_id: str, calls: list[PreparedCall] | None = None) -> str:
         """The ordinary transition in its own transaction; one run's trouble never strands the rest."""
         try:
-            progressed, finished = await self._transition(run_id)
+            progressed, finished = await self._transition(run_id, calls)
         except LeaseLost:
             log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
             return _LOST
@@ -270,15 +296,134 @@ class Runner:
         progressed, _ = await self._transition(run_id)
         return progressed
 
-    async def _transition(self, run_id: str) -> tuple[bool, bool]:
-        """(progress made, run finished)."""
+    async def _transition(self, run_id: str, calls: list[PreparedCall] | None = None) -> tuple[bool, bool]:
+        """(progress made, run finished).
+
+        A transition that starts an endpoint call commits the started attempt first; the call is
+        then made outside any transaction — here, or by the caller when it passes ``calls`` — and
+        its outcome recorded in a transaction of its own.
+        """
+        now = self.clock.now()
+        self._calls.pop(run_id, None)
+        try:
+            async with self.sessions() as session, session.begin():
+                run = await runstore.lock_leased_run(
+                    session, run_id, self.worker_id, now=now, lease=self.settings.lease
+                )
+                before = run.state
+                progressed = await self._dispatch(session, run, now)
+        except BaseException:
+            self._calls.pop(run_id, None)  # never send a call whose started attempt did not commit
+            raise
+        metrics.run_finished(before, run.state)  # committed: count a run that ended failing
+        call = self._calls.pop(run_id, None)
+        if call is not None:
+            if calls is not None:
+                calls.append(call)
+                return True, False
+            return True, await self._complete_call(call)
+        return progressed, run.state in FINISHED
+
+    # --- endpoint calls (outside any transaction) ------------------------------------------------
+
+    async def _complete_call_alone(self, call: PreparedCall) -> str:
+        try:
+            finished = await self._complete_call(call)
+        except LeaseLost:
+            log.warning("lease lost during an endpoint call; the next claim records it", extra={"run_id": call.run_id})
+            return _LOST
+        except Exception:
+            log.exception("recording an endpoint call failed; its lease is handed back", extra={"run_id": call.run_id})
+            try:
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_lease(session, call.run_id, self.worker_id)
+            except Exception:
+                log.warning("could not hand back a lease", exc_info=True, extra={"run_id": call.run_id})
+            return _LOST
+        return _FINISHED if finished else _MOVED
+
+    async def _complete_call(self, call: PreparedCall) -> bool:
+        """Send the call (no transaction open), then record its outcome under the lease."""
+        async with transport.new_client() as client:
+            result = await transport.post(
+                client,
+                call.url,
+                call.body,
+                call.headers,
+                timeout_s=call.timeout_s,
+                allow_private_network=call.allow_private_network,
+                operator_allows_private=self.settings.endpoints.allow_private_egress,
+            )
         now = self.clock.now()
         async with self.sessions() as session, session.begin():
-            run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
+            run = await runstore.lock_leased_run(
+                session, call.run_id, self.worker_id, now=now, lease=self.settings.lease
+            )
             before = run.state
-            progressed = await self._dispatch(session, run, now)
+            attempt = await runstore.lock_attempt(session, call.attempt_id)
+            if call.action == "execute":
+                await self._record_call(session, run, attempt, result)
+            else:
+                await self._record_compensation_call(session, run, attempt, result)
         metrics.run_finished(before, run.state)  # committed: count a run that ended failing
-        return progressed, run.state in FINISHED
+        return run.state in FINISHED
+
+    async def _start_call(
+        self,
+        session: AsyncSession,
+        run: WorkflowRun,
+        step: dict[str, Any],
+        step_type: StepType,
+        attempt: StepAttempt,
+        ctx: StepContext,
+        policy: RetryPolicy,
+    ) -> bool:
+        """Record the attempt ``started`` (committed with this transaction) and prepare the call."""
+        assert isinstance(step_type, CallWebhook)
+        try:
+            async with session.begin_nested():
+                await self._recheck_authority(session, ctx, step)
+                call = await step_type.prepare(ctx, attempt, self.settings.endpoints)
+        except StepFailure as failure:
+            await self._record_failure(session, run, attempt, failure, policy)
+            return True
+        attempt.state = ATTEMPT_STARTED
+        await runstore.record_attempt(session, attempt)
+        self._calls[run.id] = call
+        return True
+
+    async def _record_call(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt | None, result: CallOutcome
+    ) -> None:
+        if attempt is None or attempt.state != ATTEMPT_STARTED:
+            return  # recorded already (interrupted by another holder of the run)
+        if run.state != RUNNING or run.step_index != attempt.step_index:
+            raise TransitionRefused(f"run {run.id} moved on while its endpoint call was in flight")
+        if result.succeeded:
+            steps = await self._step_count(session, run)
+            outcome = CallWebhook.succeeded(attempt.input.get("step", {}), result.status_code, result.latency_ms)
+            await self._step_succeeded(session, run, attempt, outcome, steps)
+            return
+        attempt.result = {"status_code": result.status_code, "latency_ms": result.latency_ms}
+        failure = StepFailure(result.category or "error", result.message, permanent=result.permanent)
+        await self._record_failure(session, run, attempt, failure, None)
+
+    async def _record_compensation_call(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt | None, result: CallOutcome
+    ) -> None:
+        if attempt is None or attempt.compensation_state != COMP_PENDING or run.state != COMPENSATING:
+            return
+        if result.succeeded:
+            await self._compensation_done(
+                session, run, attempt, {"status_code": result.status_code, "latency_ms": result.latency_ms}
+            )
+            return
+        failure = StepFailure(result.category or "error", result.message, permanent=result.permanent)
+        await self._compensation_failed_try(session, run, attempt, failure)
+
+    async def _step_count(self, session: AsyncSession, run: WorkflowRun) -> int:
+        revision = await session.get(WorkflowRevision, run.revision_id)
+        return len(revision.definition.get("steps", [])) if revision is not None else run.step_index + 1
 
     async def _dispatch(self, session: AsyncSession, run: WorkflowRun, now: datetime) -> bool:
         if run.state in FINISHED or run.due_at is None or run.due_at > now:
@@ -330,6 +475,18 @@ class Runner:
             await self._fail_run(session, run, "definition_unavailable", f"No step type {step.get('type')!r} here.")
             return True
         policy = policy_for(definition, step)
+        started = [a for a in attempts if a.state == ATTEMPT_STARTED]
+        if started:
+            # A worker recorded a call as started and stopped before recording its outcome: the
+            # endpoint may or may not have acted. Transient and counted; the retry carries the same
+            # Idempotency-Key, so the endpoint can tell.
+            interrupted = StepFailure(
+                "interrupted",
+                "The worker stopped between the endpoint call and its outcome; retried with the same Idempotency-Key.",
+                permanent=False,
+            )
+            await self._record_failure(session, run, started[-1], interrupted, policy)
+            return True
         number = len(attempts) + 1
         attempt = StepAttempt(
             id=new_id("wsa"),
@@ -362,6 +519,8 @@ class Runner:
             authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
             now=now,
         )
+        if step_type.kind == EXTERNAL:
+            return await self._start_call(session, run, step, step_type, attempt, ctx, policy)
         try:
             async with session.begin_nested():
                 await self._recheck_authority(session, ctx, step)
@@ -382,28 +541,35 @@ class Runner:
                 session, run, attempt, StepFailure("error", error_summary(exc), permanent=False), policy
             )
             return True
+        await self._step_succeeded(session, run, attempt, outcome, len(steps))
+        return True
+
+    async def _step_succeeded(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, outcome: Outcome, steps: int
+    ) -> None:
+        """Record the succeeded attempt, audit it and advance the run (or finish it)."""
+        now = self.clock.now()
         attempt.state = ATTEMPT_SUCCEEDED
         attempt.result = outcome.result
         attempt.compensation_strategy = outcome.strategy
         attempt.compensation_state = outcome.compensation_state
-        attempt.finished_at = self.clock.now()
+        attempt.finished_at = now
         await runstore.record_attempt(session, attempt)
         await record_audit(
             session,
-            actor,
+            run_actor(run),
             "workflow.step.succeeded",
             category=CATEGORY,
             subject_type="workflow_run",
             subject_id=run.id,
-            details={"step_id": step["id"], "attempt": number, "idempotency_key": attempt.idempotency_key},
+            details={"step_id": attempt.step_id, "attempt": attempt.number, "idempotency_key": attempt.idempotency_key},
         )
-        if outcome.ends_run or run.step_index + 1 >= len(steps):
+        if outcome.ends_run or run.step_index + 1 >= steps:
             await self._succeed_run(session, run, step_index=run.step_index + 1)
         else:
             await runstore.move_run(
                 session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
             )
-        return True
 
     async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
         """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
@@ -433,7 +599,12 @@ class Runner:
                 raise StepFailure(category, issue.message, permanent=True)
 
     async def _record_failure(
-        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure, policy: RetryPolicy
+        self,
+        session: AsyncSession,
+        run: WorkflowRun,
+        attempt: StepAttempt,
+        failure: StepFailure,
+        policy: RetryPolicy | None,
     ) -> None:
         now = self.clock.now()
         attempt.state = ATTEMPT_FAILED
@@ -471,6 +642,8 @@ class Runner:
         self, session: AsyncSession, run: WorkflowRun, category: str, message: str, *, reason: str | None = None
     ) -> None:
         now = self.clock.now()
+        # A call recorded as started and never finished is over: the run no longer waits for it.
+        await runstore.interrupt_started_attempts(session, run.id, now)
         await runstore.move_run(
             session,
             run,
@@ -531,6 +704,16 @@ class Runner:
             now=now,
         )
         attempt.compensation_attempts += 1
+        if attempt.compensation_strategy == STRATEGY_NOTIFY_ENDPOINT and isinstance(step_type, CallWebhook):
+            # The try is counted (and committed) before the call; not re-checked for authority.
+            try:
+                call = await step_type.prepare_compensation(ctx, attempt, self.settings.endpoints)
+            except StepFailure as failure:
+                await self._compensation_failed_try(session, run, attempt, failure)
+                return True
+            await session.flush()
+            self._calls[run.id] = call
+            return True
         try:
             if step_type is None:
                 raise StepFailure("definition_unavailable", f"No step type {attempt.step_type!r} here.", permanent=True)
@@ -547,13 +730,20 @@ class Runner:
                 session, run, attempt, StepFailure("error", error_summary(exc), permanent=False)
             )
             return True
+        await self._compensation_done(session, run, attempt, result)
+        return True
+
+    async def _compensation_done(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, result: dict[str, Any]
+    ) -> None:
+        now = self.clock.now()
         attempt.compensation_state = COMP_DONE
         attempt.compensation_result = result
         attempt.compensated_at = now
         await session.flush()
         await record_audit(
             session,
-            actor,
+            run_actor(run),
             "workflow.step.compensated",
             category=CATEGORY,
             subject_type="workflow_run",
@@ -561,7 +751,6 @@ class Runner:
             details={"step_id": attempt.step_id, "attempt": attempt.number, "result": result},
         )
         await runstore.set_due(session, run, worker_id=self.worker_id, due_at=now, now=now)
-        return True
 
     async def _compensation_failed_try(
         self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.states import (
     ATTEMPT_FAILED,
+    ATTEMPT_STARTED,
     ATTEMPT_SUCCEEDED,
     COMP_PENDING,
     COMPENSATING,
@@ -228,6 +229,33 @@ async def record_attempt(session: AsyncSession, attempt: StepAttempt) -> StepAtt
     session.add(attempt)
     await session.flush()
     return attempt
+
+
+async def lock_attempt(session: AsyncSession, attempt_id: str) -> StepAttempt | None:
+    """An attempt, locked and read afresh (its endpoint call's outcome is about to be recorded)."""
+    rows = await session.execute(
+        select(StepAttempt)
+        .where(StepAttempt.id == attempt_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return rows.scalar_one_or_none()
+
+
+async def interrupt_started_attempts(session: AsyncSession, run_id: str, now: datetime) -> int:
+    """Close every attempt of the run still ``started`` (a call whose outcome was never recorded)."""
+    result = await session.execute(
+        update(StepAttempt)
+        .where(StepAttempt.run_id == run_id, StepAttempt.state == ATTEMPT_STARTED)  # type: ignore[arg-type]
+        .values(
+            state=ATTEMPT_FAILED,
+            error_category="interrupted",
+            error_message="The worker stopped between the endpoint call and its outcome.",
+            finished_at=now,
+        )
+        .returning(StepAttempt.id)
+    )
+    return len(result.scalars().all())
 
 
 async def next_compensation(session: AsyncSession, run_id: str) -> StepAttempt | None:

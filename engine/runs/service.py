@@ -20,6 +20,7 @@ from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
 from engine.directory.identity import now as utc_now
 from engine.directory.models import AuditEvent, Organization, OutboxEvent, User
+from engine.endpoints.deliveries import fan_out
 from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
@@ -487,6 +488,8 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                 ),
             )
         event.dispatched_at = moment
+    # Webhook fan-out shares the transaction: an error rolls it back with the rest of the batch.
+    await fan_out(session, events)
     await session.flush()
     return len(events)
 

@@ -16,6 +16,8 @@ import asyncpg
 from procrastinate import PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine.endpoints import deliveries
+from engine.endpoints.calls import EndpointSettings
 from engine.platform.config import Settings
 from engine.platform.database import asyncpg_connect_args, libpq_conninfo
 from engine.platform.db import make_engine, make_sessionmaker, transaction
@@ -93,7 +95,11 @@ async def wake_pass(
 
 
 async def _listen(
-    database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
+    database_url: str,
+    runner: Runner,
+    sessions: async_sessionmaker[AsyncSession],
+    stop: asyncio.Event,
+    deliveries_due: asyncio.Event | None = None,
 ) -> None:
     """React at once when a run becomes due or an event is written (NOTIFY at commit).
 
@@ -103,6 +109,10 @@ async def _listen(
 
     def on_notify(*_args: object) -> None:
         wake.set()
+
+    def on_delivery(*_args: object) -> None:
+        if deliveries_due is not None:
+            deliveries_due.set()
 
     while not stop.is_set():
         try:
@@ -114,6 +124,7 @@ async def _listen(
         try:
             await conn.add_listener(NOTIFY_CHANNEL, on_notify)
             await conn.add_listener("cockpit_outbox", on_notify)
+            await conn.add_listener(deliveries.NOTIFY_CHANNEL, on_delivery)
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(wake.wait(), timeout=5)
@@ -144,6 +155,22 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             tenant_share=settings.workers.tenant_batch_share,
             group_commit=settings.workers.group_commit,
             fast_path=settings.workers.fast_path,
+            endpoints=EndpointSettings(
+                operator_key=settings.secret_key,
+                allow_private_egress=settings.allow_private_egress,
+                timeout_ms=settings.deliveries.timeout_ms,
+            ),
+        ),
+    )
+    dispatcher = deliveries.DeliveryDispatcher(
+        sessions,
+        deliveries.DeliveryPolicy(
+            operator_key=settings.secret_key,
+            allow_private_egress=settings.allow_private_egress,
+            timeout_ms=settings.deliveries.timeout_ms,
+            max_attempts=settings.deliveries.max_attempts,
+            backoff_ms=settings.deliveries.backoff_ms,
+            concurrency=settings.deliveries.concurrency,
         ),
     )
     metrics.count_tasks(queue.app.tasks.values())  # cockpit_worker_runs_total{task}
@@ -170,7 +197,10 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 )
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
-                watchers.append(asyncio.create_task(_listen(database_url, listen_runner, sessions, stop)))
+                watchers.append(
+                    asyncio.create_task(_listen(database_url, listen_runner, sessions, stop, dispatcher.wake))
+                )
+                watchers.append(asyncio.create_task(dispatcher.run(stop)))
                 watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)

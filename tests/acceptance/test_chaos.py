@@ -3,7 +3,10 @@
 Two real ``cockpit worker`` processes advance runs while one of them is killed with SIGKILL at
 random moments and replaced, again and again. Afterwards every run has succeeded, each step has
 exactly one succeeded attempt, each effect happened exactly once (role assignment, group
-membership, role removal, audit events), and no run is left leased.
+membership, role removal, audit events), and no run is left leased. Each run also calls an
+endpoint (a real receiver on 127.0.0.1 that verifies every signature): the endpoint heard from
+every run at least once, only ever under the run's Idempotency-Key and one of its attempts'
+Webhook-Ids, and the only failed attempts are calls cut off by a kill (``interrupted``).
 
 When to kill and whom is drawn from a seeded RNG; the seed is printed (``pytest -s``, and with
 the output of a failed test) and named in every failure message. ``COCKPIT_CHAOS_SEED=<seed>``
@@ -27,7 +30,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory import organizations
+from engine.directory import organizations, webhooks
 from engine.directory.authz import load_authority
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import runstore
@@ -46,7 +49,8 @@ from testing.chaos import (
     working_pids,
 )
 from testing.processes import cockpit_env
-from tests.factories import RealmHandle
+from testing.receiver import Receiver
+from tests.factories import TEST_SECRET_KEY, RealmHandle
 
 LEASE_SECONDS = 3
 MANUAL_WAVES = (8, 8, 8)  # manual runs, one wave per kill
@@ -65,6 +69,7 @@ STEP_IDS = (
     *(f"grant-{n}" for n in range(1, GRANTS + 1)),
     *(f"join-{n}" for n in range(1, JOINS + 1)),
     "drop",
+    "sync",
     "done",
 )
 # What one run leaves in the audit trail, counted by its correlation id (the run id).
@@ -86,8 +91,8 @@ def chaos_seed() -> int:
     return int(given) if given else random.SystemRandom().randrange(2**32)
 
 
-def definition(directory: Directory, group_ids: list[str], trigger: dict[str, Any]) -> dict[str, Any]:
-    """Grant four roles and join four groups one step at a time, then drop ``legacy`` and end."""
+def definition(directory: Directory, group_ids: list[str], trigger: dict[str, Any], hook: str) -> dict[str, Any]:
+    """Grant four roles and join four groups one step at a time, drop ``legacy``, call an endpoint, end."""
     grants = [
         {"id": f"grant-{n}", "type": "assign_role", "role_id": directory.role_ids[name], "scope": "realm"}
         for n, name in enumerate(GRANTED, start=1)
@@ -103,6 +108,13 @@ def definition(directory: Directory, group_ids: list[str], trigger: dict[str, An
         "steps": [
             *steps,
             {"id": "drop", "type": "remove_role", "role_id": directory.role_ids["legacy"]},
+            # Kills between a call and its record are retried (interrupted): room for several.
+            {
+                "id": "sync",
+                "type": "call_webhook",
+                "subscription_id": hook,
+                "retry": {"max_attempts": 10, "backoff": "1s"},
+            },
             {"id": "done", "type": "end"},
         ],
     }
@@ -116,6 +128,7 @@ class Scenario:
     newcomers_org_id: str
     newcomers_group_ids: list[str]
     newcomer_ids: list[str]
+    receiver: Receiver
     run_ids: list[str] = field(default_factory=list)
 
     @property
@@ -123,7 +136,7 @@ class Scenario:
         return len(self.directory.subject_ids) + len(self.newcomer_ids)
 
 
-async def prepare(sessions: async_sessionmaker[AsyncSession]) -> Scenario:
+async def prepare(sessions: async_sessionmaker[AsyncSession], receiver: Receiver) -> Scenario:
     """Members who hold ``legacy``, with a manual workflow; newcomers, with an event-triggered one."""
     directory = await build_directory(
         sessions,
@@ -141,12 +154,23 @@ async def prepare(sessions: async_sessionmaker[AsyncSession]) -> Scenario:
             (await organizations.create_group(session, actor, authority, org.id, name=f"Onboarding {n}"))[0].id
             for n in range(1, JOINS + 1)
         ]
+        # Step calls only: the receiver is not subscribed to the events this scenario makes.
+        subscription, secret = await webhooks.create_subscription(
+            session,
+            actor,
+            TEST_SECRET_KEY,
+            destination=receiver.url,
+            allow_private_network=True,
+            event_types=["role.assignment.expired"],
+        )
+    receiver.secrets.append(secret)
+    hook = subscription.id
     manual = await publish(
-        sessions, actor, "Reorganize", definition(directory, directory.group_ids, {"type": "manual"})
+        sessions, actor, "Reorganize", definition(directory, directory.group_ids, {"type": "manual"}, hook)
     )
     trigger = {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id}
-    event = await publish(sessions, actor, "Onboard", definition(directory, group_ids, trigger))
-    return Scenario(directory, manual, event, org.id, group_ids, newcomer_ids)
+    event = await publish(sessions, actor, "Onboard", definition(directory, group_ids, trigger, hook))
+    return Scenario(directory, manual, event, org.id, group_ids, newcomer_ids, receiver)
 
 
 async def unfinished_work(sessions: async_sessionmaker[AsyncSession], realm_id: str) -> int:
@@ -237,6 +261,7 @@ class Observed:
     legacy_left: int
     group_rows: list[Any]
     undispatched: int
+    sync_attempts: dict[str, list[Any]] = field(default_factory=dict)  # run id -> its sync attempts
 
 
 async def observe(sessions: async_sessionmaker[AsyncSession], scenario: Scenario) -> Observed:
@@ -287,6 +312,15 @@ async def observe(sessions: async_sessionmaker[AsyncSession], scenario: Scenario
         undispatched = await session.scalar(
             text("SELECT count(*) FROM outbox_events WHERE realm_id = :realm AND dispatched_at IS NULL"), realm
         )
+        sync_attempts: dict[str, list[Any]] = {}
+        for row in await session.execute(
+            text(
+                "SELECT run_id, id, state, error_category FROM step_attempts "
+                "WHERE realm_id = :realm AND step_id = 'sync' ORDER BY number"
+            ),
+            realm,
+        ):
+            sync_attempts.setdefault(row.run_id, []).append(row)
     return Observed(
         runs=list(run_rows),
         attempts=attempts,
@@ -295,6 +329,7 @@ async def observe(sessions: async_sessionmaker[AsyncSession], scenario: Scenario
         legacy_left=int(legacy_left or 0),
         group_rows=list(group_rows),
         undispatched=int(undispatched or 0),
+        sync_attempts=sync_attempts,
     )
 
 
@@ -302,14 +337,20 @@ def test_every_run_succeeds_with_each_effect_once_while_workers_are_killed(datab
     seed = chaos_seed()
     print(f"\nchaos seed {seed} (replay: COCKPIT_CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    env = cockpit_env(database_url, tmp_path / "home", COCKPIT_WORKER_LEASE_SECONDS=str(LEASE_SECONDS))
+    env = cockpit_env(
+        database_url,
+        tmp_path / "home",
+        COCKPIT_WORKER_LEASE_SECONDS=str(LEASE_SECONDS),
+        COCKPIT_ALLOW_PRIVATE_EGRESS="true",  # the receiver is on loopback
+    )
     pool = WorkerPool(env, tmp_path / "workers", rng)
+    receiver = Receiver().start()
 
     async def scenario_under_fire() -> tuple[Scenario, Observed]:
         db = make_engine(database_url, pool_size=2)
         sessions = make_sessionmaker(db)
         try:
-            scenario = await prepare(sessions)
+            scenario = await prepare(sessions, receiver)
             try:
                 await unleash(sessions, scenario, pool, rng)
                 # Observed before the workers stop: a graceful stop hands back leases, hiding any left.
@@ -319,7 +360,10 @@ def test_every_run_succeeds_with_each_effect_once_while_workers_are_killed(datab
         finally:
             await db.dispose()
 
-    scenario, seen = asyncio.run(scenario_under_fire())
+    try:
+        scenario, seen = asyncio.run(scenario_under_fire())
+    finally:
+        receiver.stop()
     context = (
         f"seed {seed}; kills {[(k.at, k.leased_runs) for k in pool.kills]}; "
         f"worker errors {pool.log_excerpt('Traceback') + pool.log_excerpt('level=error')}"
@@ -373,9 +417,31 @@ def test_every_run_succeeds_with_each_effect_once_while_workers_are_killed(datab
         (group_id, subject, run_id) for subject, run_id in run_of.items() for group_id in groups_of[subject]
     ), context
 
-    # The audit trail of each run, counted by correlation id: nothing twice, nothing failed.
-    wrong = {run.id: dict(seen.audit[run.id]) for run in seen.runs if seen.audit[run.id] != AUDIT_PER_RUN}
+    # The endpoint: every run called it, under its own key and its own attempts' ids, each request
+    # signed; an attempt failed only when a kill cut the call off from its record.
+    calls: dict[str, list[Any]] = {}
+    for request in scenario.receiver.requests():
+        assert request.verified_by == [0], ("unverified signature", request.headers, context)
+        calls.setdefault(request.header("Idempotency-Key") or "", []).append(request)
+    for run in seen.runs:
+        attempts = seen.sync_attempts.get(run.id, [])
+        assert {a.error_category for a in attempts if a.state == "failed"} <= {"interrupted"}, (attempts, context)
+        heard = calls.get(f"{run.id}.sync", [])
+        ids = {a.id for a in attempts}
+        assert heard and {r.header("Webhook-Id") for r in heard} <= ids, (run.id, heard, attempts, context)
+        assert next(a.id for a in attempts if a.state == "succeeded") in {r.header("Webhook-Id") for r in heard}
+    assert set(calls) == {f"{run.id}.sync" for run in seen.runs}, context
+
+    # The audit trail of each run, counted by correlation id: nothing twice, nothing failed but the
+    # calls a kill interrupted.
+    def expected(run_id: str) -> Counter[str]:
+        interrupted = sum(1 for a in seen.sync_attempts.get(run_id, []) if a.state == "failed")
+        return AUDIT_PER_RUN + Counter({"workflow.step.failed": interrupted})
+
+    wrong = {run.id: dict(seen.audit[run.id]) for run in seen.runs if seen.audit[run.id] != expected(run.id)}
     assert wrong == {}, context
+    interrupted_calls = sum(1 for attempts in seen.sync_attempts.values() for a in attempts if a.state == "failed")
+    print(f"{interrupted_calls} endpoint calls interrupted by a kill and made again")
 
 
 # --- A worker that lost its lease commits nothing -----------------------------------------------------

@@ -1,0 +1,148 @@
+"""One signed POST to an endpoint, checked against the egress policy at send time.
+
+The destination's host is resolved and every address it answers with is judged
+(:func:`engine.webhooks.check_destination`); the connection then goes to the address that was
+judged — the URL's host is replaced by it, while the ``Host`` header and the TLS server name
+(SNI, and so the certificate check) keep the original name — so a second DNS answer
+(rebinding) cannot move the call somewhere else. Redirects are never followed, proxies from
+the environment are ignored, at most 64 KiB of the answer is read and its body is ignored.
+
+Failure classification (seed 000 "Execution and idempotency", "Step call contract"): 2xx is
+done; 410 is ``gone`` and any other 4xx except 408 and 429 is ``http_<status>``, both
+permanent; 3xx, 5xx, 408 and 429 (``http_<status>``), ``timeout``, ``network_error`` and
+``egress_denied`` are transient; a destination that is not a usable URL is
+``invalid_destination`` (permanent: only changing the subscription helps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from engine.directory.webhooks import check_destination_async
+
+MAX_RESPONSE_BYTES = 64 * 1024
+USER_AGENT = "LifecycleCockpit-Workflows/1"
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What one try achieved: ``category`` is None when the endpoint answered 2xx."""
+
+    status_code: int | None
+    category: str | None
+    permanent: bool
+    message: str
+    latency_ms: int
+
+    @property
+    def succeeded(self) -> bool:
+        return self.category is None
+
+
+def classify_status(status: int) -> tuple[str | None, bool]:
+    """(error category or None, permanent) for an HTTP status (seed 000)."""
+    if 200 <= status < 300:
+        return None, False
+    if status == 410:
+        return "gone", True
+    if 400 <= status < 500 and status not in (408, 429):
+        return f"http_{status}", True
+    return f"http_{status}", False
+
+
+def new_client() -> httpx.AsyncClient:
+    """A client for endpoint calls: no redirects, no proxies or .netrc from the environment."""
+    return httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(30.0))
+
+
+def pinned_url(url: str, address: str) -> str:
+    """``url`` with its host replaced by ``address`` (the port, path and query stay)."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+async def post(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    timeout_s: float,
+    allow_private_network: bool,
+    operator_allows_private: bool,
+) -> CallOutcome:
+    """POST ``body`` once; never raises for anything the endpoint or the network does."""
+    started = time.monotonic()
+
+    def outcome(status: int | None, category: str | None, permanent: bool, message: str) -> CallOutcome:
+        return CallOutcome(status, category, permanent, message[:2000], int((time.monotonic() - started) * 1000))
+
+    decision = await check_destination_async(url, allow_private_network, operator_allows_private)
+    if not decision.permitted:
+        code = decision.code or "egress_denied"
+        return outcome(None, code, code == "invalid_destination", decision.reason or code)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    request_headers = dict(headers)
+    request_headers["Host"] = parts.netloc
+    request_headers["User-Agent"] = USER_AGENT
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await _send_to_first_reachable(
+                client, url, decision.addresses, body, request_headers, extensions, timeout_s
+            )
+            try:
+                read = 0
+                async for chunk in response.aiter_raw():
+                    read += len(chunk)
+                    if read >= MAX_RESPONSE_BYTES:
+                        break
+            finally:
+                await response.aclose()
+    except (TimeoutError, httpx.TimeoutException):
+        return outcome(None, "timeout", False, f"No answer within {timeout_s:g} s.")
+    except httpx.HTTPError as exc:
+        return outcome(None, "network_error", False, f"{type(exc).__name__}: {exc}" or "network error")
+    except OSError as exc:
+        return outcome(None, "network_error", False, f"{type(exc).__name__}: {exc}")
+    category, permanent = classify_status(response.status_code)
+    message = f"HTTP {response.status_code}"
+    if 300 <= response.status_code < 400:
+        message += " (redirects are not followed)"
+    return outcome(response.status_code, category, permanent, message)
+
+
+async def _send_to_first_reachable(
+    client: httpx.AsyncClient,
+    url: str,
+    addresses: list[str],
+    body: bytes,
+    headers: dict[str, str],
+    extensions: dict[str, str],
+    timeout_s: float,
+) -> httpx.Response:
+    """Send to the judged addresses in the resolver's order; the next one only when a connection
+    could not be made (a name answering ``::1`` and ``127.0.0.1`` where only one listens)."""
+    for index, address in enumerate(addresses):
+        request = client.build_request(
+            "POST",
+            pinned_url(url, address),
+            content=body,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s),
+            extensions=extensions,
+        )
+        try:
+            return await client.send(request, stream=True, follow_redirects=False)
+        except httpx.ConnectError:
+            if index == len(addresses) - 1:
+                raise
+    raise httpx.ConnectError("no address to connect to")

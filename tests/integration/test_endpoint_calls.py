@@ -1,0 +1,392 @@
+"""``call_webhook`` steps end to end against a real HTTP receiver on 127.0.0.1.
+
+The receiver verifies every request's Standard Webhooks signature with the ``standardwebhooks``
+package. Tests call a local receiver, so they turn on both private-egress switches (the
+subscription's ``allow_private_network`` and the operator's) unless the test is about them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from sqlalchemy import select, text
+
+from engine.directory import webhooks
+from engine.directory.models import AuditEvent, WebhookSubscription
+from engine.endpoints.calls import EndpointSettings
+from engine.platform.ids import new_id
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from testing.receiver import Received, Receiver
+from tests.factories import TEST_SECRET_KEY, RealmHandle
+from tests.integration.test_runner import drain, load, publish, start
+
+CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def call_runner(
+    realm: RealmHandle,
+    *,
+    clock: FixedClock | None = None,
+    allow_private: bool = True,
+    operator_key: str = TEST_SECRET_KEY,
+    timeout_ms: int = 10_000,
+) -> Runner:
+    settings = RunnerSettings(
+        lease=timedelta(seconds=30),
+        endpoints=EndpointSettings(
+            operator_key=operator_key, allow_private_egress=allow_private, timeout_ms=timeout_ms
+        ),
+    )
+    return Runner(realm.sessions, "worker-test-1-call", settings=settings, clock=clock or FixedClock(datetime.now(UTC)))
+
+
+async def subscribe(realm: RealmHandle, receiver: Receiver, *, url: str | None = None, private: bool = True) -> str:
+    async with realm.sessions() as session, session.begin():
+        subscription, secret = await webhooks.create_subscription(
+            session, realm.actor, TEST_SECRET_KEY, destination=url or receiver.url, allow_private_network=private
+        )
+    receiver.secrets.append(secret)
+    return subscription.id
+
+
+def calling(hook: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook, **extra},
+            {"id": "done", "type": "end"},
+        ],
+        "retry": {"max_attempts": 3, "backoff": "1s"},
+    }
+
+
+async def run_one(realm: RealmHandle, definition: dict[str, Any]) -> tuple[str, str]:
+    subject = await realm.user()
+    wid = await publish(realm, definition, name=f"W {new_id('wfl')[-6:]}")
+    return wid, await start(realm, wid, subject.id)
+
+
+async def test_a_call_sends_the_contract_signed_and_completes_the_step(realm: RealmHandle, receiver: Receiver) -> None:
+    hook = await subscribe(realm, receiver)
+    wid, run_id = await run_one(realm, calling(hook, timeout_ms=5000))
+    await drain(call_runner(realm))
+    run, attempts = await load(realm, run_id)
+    assert run.state == "succeeded", (run.error_category, run.last_error)
+    [got] = receiver.wait_for(1)
+    assert got.verified_by == [0], "the receiver could not verify the signature"
+    body = got.json
+    jsonschema.validate(body, CONTRACT)
+    sync = attempts[0]
+    assert body["action"] == "execute" and body["run_id"] == run_id and body["workflow_id"] == wid
+    assert body["attempt"] == 1 and body["idempotency_key"] == f"{run_id}.sync"
+    assert body["trigger"] == {"type": "manual"} and body["subject"]["id"] == run.subject_id
+    assert got.header("Idempotency-Key") == f"{run_id}.sync"
+    assert got.header("Webhook-Id") == sync.id and sync.id.startswith("wsa_")
+    assert got.header("User-Agent") == "LifecycleCockpit-Workflows/1"
+    assert got.header("Content-Type") == "application/json"
+    assert got.header(
+        "Webhook-Signature",
+    ).startswith("v1,")  # type: ignore[union-attr]
+    assert sync.state == "succeeded" and sync.result is not None and sync.result["status_code"] == 200
+    # Without compensate the call cannot be undone: impossible, fixed when it succeeded.
+    assert (sync.compensation_strategy, sync.compensation_state) == ("impossible", "impossible")
+
+
+@pytest.mark.parametrize(
+    ("status", "category", "permanent"),
+    [
+        (410, "gone", True),
+        (400, "http_400", True),
+        (404, "http_404", True),
+        (422, "http_422", True),
+        (408, "http_408", False),
+        (429, "http_429", False),
+        (500, "http_500", False),
+        (503, "http_503", False),
+        (302, "http_302", False),
+    ],
+)
+async def test_answers_are_classified_per_the_contract(
+    realm: RealmHandle, receiver: Receiver, status: int, category: str, permanent: bool
+) -> None:
+    receiver.respond = lambda _r: (status, 0.0, {"Location": "http://127.0.0.1:1/elsewhere"})
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC))
+    await drain(call_runner(realm, clock=clock))
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", category)]
+    if permanent:
+        assert run.state == "failed" and run.error_category == category
+    else:
+        assert run.state == "running" and run.due_at is not None and run.due_at > clock.now()
+        receiver.respond = lambda _r: 204
+        clock.advance(seconds=5)
+        await drain(call_runner(realm, clock=clock))
+        run, attempts = await load(realm, run_id)
+        assert run.state == "succeeded"
+        ids = [r.header("Webhook-Id") for r in receiver.requests()]
+        assert len(set(ids)) == 2 and {r.header("Idempotency-Key") for r in receiver.requests()} == {f"{run_id}.sync"}
+    assert len(receiver.requests()) in (1, 2)  # redirects are never followed
+
+
+async def test_timeouts_and_network_errors_are_transient_and_exhaust(realm: RealmHandle, receiver: Receiver) -> None:
+    receiver.respond = lambda _r: (200, 3.0)
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook, timeout_ms=200))
+    clock = FixedClock(datetime.now(UTC))
+    await drain(call_runner(realm, clock=clock))
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", "timeout")] and run.state == "running"
+    # The endpoint goes away: network errors, until the attempts are exhausted.
+    async with realm.sessions() as session, session.begin():
+        row = await session.get(WebhookSubscription, hook)
+        assert row is not None
+        row.destination = "http://127.0.0.1:9/hook"  # discard port: nothing listens
+    for _ in range(2):
+        clock.advance(seconds=30)
+        await drain(call_runner(realm, clock=clock))
+    run, attempts = await load(realm, run_id)
+    assert [a.error_category for a in attempts] == ["timeout", "network_error", "network_error"]
+    assert run.state == "failed" and run.error_category == "retries_exhausted"
+
+
+async def test_operator_timeout_caps_the_step_timeout(realm: RealmHandle, receiver: Receiver) -> None:
+    receiver.respond = lambda _r: (200, 2.0)
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook, timeout_ms=30000))
+    await drain(call_runner(realm, timeout_ms=300))
+    _, attempts = await load(realm, run_id)
+    assert attempts[0].error_category == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("state", "category", "permanent"),
+    [("paused", "subscription_paused", False), ("disabled", "subscription_disabled", True)],
+)
+async def test_subscription_states_decide_at_call_time(
+    realm: RealmHandle, receiver: Receiver, state: str, category: str, permanent: bool
+) -> None:
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    async with realm.sessions() as session, session.begin():
+        await webhooks.update_subscription(session, realm.actor, hook, state=state)
+    await drain(call_runner(realm))
+    run, attempts = await load(realm, run_id)
+    assert [a.error_category for a in attempts] == [category]
+    assert run.state == ("failed" if permanent else "running")
+    assert receiver.requests() == []
+
+
+async def test_a_deleted_subscription_or_an_unreadable_secret_fails_permanently(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    hook = await subscribe(realm, receiver)
+    _, gone_run = await run_one(realm, calling(hook))
+    async with realm.sessions() as session, session.begin():
+        await webhooks.delete_subscription(session, realm.actor, hook)
+    await drain(call_runner(realm))
+    run, attempts = await load(realm, gone_run)
+    assert (run.state, attempts[0].error_category) == ("failed", "subscription_missing")
+
+    other = await subscribe(realm, receiver)
+    _, secret_run = await run_one(realm, calling(other))
+    await drain(call_runner(realm, operator_key="another-operator-key-0123456789abcdef"))
+    run, attempts = await load(realm, secret_run)
+    assert (run.state, attempts[0].error_category) == ("failed", "secret_unavailable")
+    assert receiver.requests() == []
+
+
+async def _raw_subscription(realm: RealmHandle, url: str, *, allow_private_network: bool) -> str:
+    """A subscription whose name passed the save-time check (no DNS then) and resolves privately now."""
+    from engine.platform import crypto
+
+    hook = new_id("whk")
+    async with realm.sessions() as session, session.begin():
+        session.add(
+            WebhookSubscription(
+                id=hook,
+                realm_id=realm.id,
+                destination=url,
+                secret_enc=crypto.encrypt(TEST_SECRET_KEY, webhooks.SECRET_PURPOSE, webhooks.new_secret()),
+                allow_private_network=allow_private_network,
+            )
+        )
+    return hook
+
+
+@pytest.mark.parametrize(("flag", "operator"), [(False, False), (True, False), (False, True)])
+async def test_a_name_resolving_to_loopback_is_refused_without_both_switches(
+    realm: RealmHandle, receiver: Receiver, flag: bool, operator: bool
+) -> None:
+    hook = await _raw_subscription(realm, receiver.url_for("localhost"), allow_private_network=flag)
+    _, run_id = await run_one(realm, calling(hook))
+    await drain(call_runner(realm, allow_private=operator))
+    run, attempts = await load(realm, run_id)
+    assert [a.error_category for a in attempts] == ["egress_denied"]
+    assert "loopback" in (attempts[0].error_message or "")
+    assert run.state == "running"  # transient: retried under the step's policy
+    assert receiver.requests() == []
+
+
+async def test_with_both_switches_the_checked_address_is_called(realm: RealmHandle, receiver: Receiver) -> None:
+    hook = await _raw_subscription(realm, receiver.url_for("localhost"), allow_private_network=True)
+    _, run_id = await run_one(realm, calling(hook))
+    await drain(call_runner(realm, allow_private=True))
+    run, _ = await load(realm, run_id)
+    assert run.state == "succeeded"
+    [got] = receiver.requests()
+    # The connection went to the address that was judged, under the name the subscription gave.
+    assert got.header("Host") == f"localhost:{receiver.url.split(':')[2].split('/')[0]}"
+
+
+async def test_a_rotated_secret_signs_beside_the_new_one_during_its_overlap(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    hook = await subscribe(realm, receiver)
+    async with realm.sessions() as session, session.begin():
+        _, new_secret = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, hook)
+    receiver.secrets.append(new_secret)
+    await run_one(realm, calling(hook))
+    await drain(call_runner(realm))
+    [got] = receiver.wait_for(1)
+    signatures = (got.header("Webhook-Signature") or "").split(" ")
+    assert len(signatures) == 2 and all(s.startswith("v1,") for s in signatures)
+    assert got.verified_by == [0, 1]  # the previous secret alone verifies it, and so does the new one
+    # After the overlap only the new secret signs.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE webhook_subscriptions SET previous_secret_expires_at = now() - interval '1 s' WHERE id = :h"),
+            {"h": hook},
+        )
+    await run_one(realm, calling(hook))
+    await drain(call_runner(realm))
+    later = receiver.wait_for(2)[1]
+    assert later.verified_by == [1] and " " not in (later.header("Webhook-Signature") or "")
+
+
+async def test_endpoint_compensation(realm: RealmHandle, receiver: Receiver) -> None:
+    """TestWorkflowEndpointCompensation: a later permanent failure compensates the call."""
+
+    def answer(r: Received) -> int:
+        body = r.json
+        if body["step_id"] == "reject":
+            return 400
+        if body["action"] == "compensate" and body["attempt"] == 1:
+            return 503  # the first compensation try fails; the second succeeds
+        return 200
+
+    receiver.respond = answer
+    hook = await subscribe(realm, receiver)
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook, "compensate": True},
+            {"id": "reject", "type": "call_webhook", "subscription_id": hook},
+            {"id": "done", "type": "end"},
+        ],
+        "retry": {"max_attempts": 2, "backoff": "1s"},
+    }
+    _, run_id = await run_one(realm, definition)
+    clock = FixedClock(datetime.now(UTC))
+    await drain(call_runner(realm, clock=clock))
+    clock.advance(seconds=60)
+    await drain(call_runner(realm, clock=clock))
+    run, attempts = await load(realm, run_id)
+    assert run.state == "compensated", (run.state, run.error_category, run.last_error)
+    assert run.error_category == "http_400"
+    sync = attempts[0]
+    assert (sync.compensation_strategy, sync.compensation_state, sync.compensation_attempts) == (
+        "notify_endpoint",
+        "done",
+        2,
+    )
+    got = receiver.requests()
+    assert all(r.verified_by == [0] for r in got)
+    compensations = [r for r in got if r.json["action"] == "compensate"]
+    assert [r.json["attempt"] for r in compensations] == [1, 2]
+    assert {r.header("Webhook-Id") for r in compensations} == {sync.id + "c"}
+    assert {r.header("Idempotency-Key") for r in compensations} == {f"{run_id}.sync.compensate"}
+    for r in compensations:
+        jsonschema.validate(r.json, CONTRACT)
+        assert r.json["idempotency_key"] == f"{run_id}.sync.compensate" and r.json["step_id"] == "sync"
+    async with realm.sessions() as session:
+        types = (
+            (
+                await session.execute(
+                    select(AuditEvent.type).where(AuditEvent.correlation_id == run_id).order_by(AuditEvent.id)
+                )
+            )  # type: ignore[arg-type]
+            .scalars()
+            .all()
+        )
+    assert "workflow.step.compensated" in types and types[-1] == "workflow.run.compensated"
+
+
+async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retried(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """The record after the call never happened: the next holder counts it and calls again."""
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC))
+    first = call_runner(realm, clock=clock)
+    # Prepare the call and commit the started attempt, but never send it or record it.
+    async with realm.sessions() as session, session.begin():
+        from engine.runs import runstore
+
+        claimed = await runstore.claim_due_runs(
+            session, first.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
+        )
+    assert [c.run_id for c in claimed] == [run_id]
+    calls: list[Any] = []
+    assert await first._transition(run_id, calls) == (True, False)
+    assert len(calls) == 1
+    run, attempts = await load(realm, run_id)
+    assert [a.state for a in attempts] == ["started"]
+    # The first worker dies; its lease runs out; another worker claims the run.
+    clock.advance(seconds=31)
+    second = Runner(realm.sessions, "worker-test-2-call", settings=first.settings, clock=clock)
+    await drain(second)
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", "interrupted")]
+    assert run.state == "running"
+    clock.advance(seconds=5)
+    await drain(second)
+    run, attempts = await load(realm, run_id)
+    assert run.state == "succeeded"
+    assert [(a.number, a.state) for a in attempts if a.step_id == "sync"] == [(1, "failed"), (2, "succeeded")]
+    [got] = receiver.requests()
+    assert got.header("Webhook-Id") == attempts[1].id and got.json["attempt"] == 2
+
+
+async def test_the_next_judged_address_is_tried_only_when_a_connection_cannot_be_made(receiver: Receiver) -> None:
+    from engine.endpoints import transport
+
+    async with transport.new_client() as client:
+        # 127.0.0.2 is loopback too, but the receiver listens on 127.0.0.1 only: refused, then the next.
+        response = await transport._send_to_first_reachable(
+            client, receiver.url, ["127.0.0.2", "127.0.0.1"], b"{}", {"Host": "hooks.test"}, {}, 10.0
+        )
+        await response.aclose()
+    assert response.status_code == 200
+    [got] = receiver.requests()
+    assert got.header("Host") == "hooks.test"
