@@ -14,6 +14,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from cockpit.api.approvals import ApprovalsController, NoticesController
 from cockpit.api.audit import AuditEventsController
 from cockpit.api.health import HealthController
 from cockpit.api.organizations import GroupsController, OrganizationsController
@@ -69,6 +70,8 @@ API_CONTROLLERS: list[type] = [
     ContractsController,
     ManualRunsController,
     RunsController,
+    ApprovalsController,
+    NoticesController,
 ]
 
 

@@ -29,6 +29,8 @@ PREFIXES = frozenset(
         "wrn",
         "wsa",
         "wap",
+        "apl",
+        "ntc",
         "obx",
         "aud",
         "ses",

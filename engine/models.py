@@ -381,4 +381,4 @@ class SignInFailure(SQLModel, table=True):
 
 
 # The workflow tables live in their own module; importing it here registers them on the metadata.
-from engine import workflow_models  # noqa: E402, F401
+from engine import approval_models, workflow_models  # noqa: E402, F401

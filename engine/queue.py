@@ -85,3 +85,14 @@ async def outbox_dispatch(context: JobContext, timestamp: int) -> None:
     runtime = runtime_of(context)
     async with transaction(runtime.sessions) as session:
         await dispatch_outbox(session)
+
+
+@app.periodic(cron="* * * * * *", periodic_id="notices_deliver")
+@app.task(name="notices.deliver", queue="maintenance", pass_context=True, queueing_lock="notices.deliver")
+async def notices_deliver(context: JobContext, timestamp: int) -> None:
+    """Mail the notices whose runs committed (at least once, with backoff; engine/notices.py)."""
+    from engine.notices import deliver_due_notices
+
+    runtime = runtime_of(context)
+    while await deliver_due_notices(runtime.sessions, runtime.settings.mail):
+        pass  # a full batch went out: there may be more

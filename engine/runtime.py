@@ -143,6 +143,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             tenant_share=settings.workers.tenant_batch_share,
             group_commit=settings.workers.group_commit,
             fast_path=settings.workers.fast_path,
+            mail_configured=settings.mail is not None,
         ),
     )
     runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)

@@ -10,7 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import runs
+from engine import approvals, runs
 
 
 class StartRun(Body):
@@ -77,6 +77,7 @@ class RunsController(Controller):
         run = await runs.get_run(db_session, principal.realm.id, run_id)
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
+        out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(db_session, run.id)]
         return out
 
     @post(
