@@ -31,6 +31,7 @@ from cockpit.middleware import request_id_middleware
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.roles import RolesPages
@@ -80,6 +81,9 @@ PAGE_CONTROLLERS: list[type] = [
     SignInPages,
     MfaPages,
     RealmHomeController,
+    ApprovalsPages,
+    ApprovalLinkPages,
+    NoticesPages,
     WorkflowsPages,
     RunsPages,
     UsersPages,

@@ -476,20 +476,33 @@ async def _names(
 
 
 async def describe_steps(
-    session: AsyncSession, realm_id: str, steps: list[dict[str, Any]], organization_id: str | None
-) -> list[StepWords]:
-    """Each step as a sentence with names, not ids ("grants role Billing admin in Acme")."""
-    role_ids = {s["role_id"] for s in steps if s.get("role_id")}
-    group_ids = {s["group_id"] for s in steps if s.get("group_id")}
-    org_ids = {s["organization_id"] for s in steps if s.get("organization_id")} | (
-        {organization_id} if organization_id else set()
-    )
-    user_ids = {a for s in steps for a in (s.get("approvers") or [])}
+    session: AsyncSession, realm_id: str, plans: list[tuple[list[dict[str, Any]], str | None]]
+) -> list[list[StepWords]]:
+    """Each plan's steps as sentences with names, not ids ("grants role Billing admin in Acme").
+
+    A plan is the steps of one run with the run's organization; names are read once for all plans
+    (one query per kind of thing, whatever the number of plans).
+    """
+    every = [step for steps, _org in plans for step in steps]
+    role_ids = {s["role_id"] for s in every if s.get("role_id")}
+    group_ids = {s["group_id"] for s in every if s.get("group_id")}
+    org_ids = {s["organization_id"] for s in every if s.get("organization_id")} | {o for _s, o in plans if o}
+    user_ids = {a for s in every for a in (s.get("approvers") or [])}
     roles = await _names(session, Role, role_ids, realm_id)
     groups = await _names(session, Group, group_ids, realm_id)
     orgs = await _names(session, Organization, org_ids, realm_id)
     users = await _names(session, User, user_ids, realm_id, column="display_name")
+    return [_words(steps, org, roles, groups, orgs, users) for steps, org in plans]
 
+
+def _words(
+    steps: list[dict[str, Any]],
+    organization_id: str | None,
+    roles: dict[str, str],
+    groups: dict[str, str],
+    orgs: dict[str, str],
+    users: dict[str, str],
+) -> list[StepWords]:
     def org_of(step: dict[str, Any]) -> str:
         oid = step.get("organization_id") or organization_id
         return f" in {orgs.get(oid, 'an organization that no longer exists')}" if oid else ""
