@@ -29,9 +29,9 @@ from cockpit.auth import provide_principal, realm_guard
 from cockpit.boundary import boundary_middleware_factory
 from cockpit.middleware import request_id_middleware
 from cockpit.openapi import declare_problem_responses
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
-from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.roles import RolesPages
