@@ -34,6 +34,13 @@ class WorkflowApproval(SQLModel, table=True):
             "status IN ('pending', 'approved', 'rejected', 'expired', 'cancelled')",
             name="status",
         ),
+        CheckConstraint("kind IN ('workflow_step', 'role_assignment')", name="kind"),
+        # A step's approval belongs to a run; a role assignment's carries the assignment asked for.
+        CheckConstraint(
+            "(kind = 'workflow_step' AND run_id IS NOT NULL AND workflow_id IS NOT NULL AND step_id IS NOT NULL)"
+            " OR (kind = 'role_assignment' AND request IS NOT NULL)",
+            name="kind_shape",
+        ),
         # "Waiting for me" and the pending counts (home, diagnostics) read only pending rows.
         Index("ix_workflow_approvals_realm_status", "realm_id", "status", "workflow_id"),
         Index("ix_workflow_approvals_approvers", "approvers", postgresql_using="gin"),
@@ -42,10 +49,15 @@ class WorkflowApproval(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=40)
     realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
-    run_id: str = Field(foreign_key="workflow_runs.id", max_length=40, ondelete="CASCADE")
-    workflow_id: str = Field(foreign_key="workflows.id", max_length=40, ondelete="CASCADE")
-    step_id: str = Field(max_length=40)
-    step_index: int
+    kind: str = Field(
+        default="workflow_step", sa_column=Column(String(30), nullable=False, server_default="workflow_step")
+    )
+    run_id: str | None = Field(default=None, foreign_key="workflow_runs.id", max_length=40, ondelete="CASCADE")
+    workflow_id: str | None = Field(default=None, foreign_key="workflows.id", max_length=40, ondelete="CASCADE")
+    step_id: str | None = Field(default=None, max_length=40)
+    step_index: int | None = Field(default=None)
+    # kind role_assignment: {role_id, user_id | service_principal_id, organization_id, expires_at, requested_by}
+    request: dict[str, Any] | None = Field(default=None, sa_column=Column(JSONB, nullable=True))
     subject_id: str = Field(max_length=40)
     approvers: list[str] = Field(sa_column=Column(ARRAY(String(40)), nullable=False))
     status: str = Field(default="pending", max_length=20)

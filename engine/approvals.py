@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, func, or_, select, text, update
@@ -33,6 +33,8 @@ from engine.pagination import Page, keyset_page
 from engine.workflow_models import Workflow, WorkflowRun
 
 PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED = "pending", "approved", "rejected", "expired", "cancelled"
+WORKFLOW_STEP, ROLE_ASSIGNMENT = "workflow_step", "role_assignment"
+ROLE_REQUEST_LIFETIME = timedelta(days=7)
 STATUSES = (PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED)
 DECISION_CATEGORY = "authorization"  # approval decisions (seed 000 "Authority and accountability")
 LINK_BYTES = 32
@@ -122,7 +124,9 @@ async def notify_approvers(
     mail_configured: bool,
 ) -> None:
     """An ``approval_requested`` notice to each approver, with a one-time link to the decision page."""
-    workflow_name = await session.scalar(select(Workflow.name).where(Workflow.id == approval.workflow_id)) or ""
+    workflow_name = "Role assignment approval"
+    if approval.workflow_id:
+        workflow_name = await session.scalar(select(Workflow.name).where(Workflow.id == approval.workflow_id)) or ""
     users = (await session.execute(select(User).where(User.id.in_(approvers)))).scalars().all()  # type: ignore[attr-defined]
     for user in users:
         token = await create_link(session, approval, user.id)
@@ -316,19 +320,21 @@ async def get_for_user(session: AsyncSession, realm_id: str, approval_id: str, u
 
 async def _lock_for_decision(
     session: AsyncSession, realm_id: str, approval_id: str, user_id: str
-) -> tuple[WorkflowApproval, WorkflowRun]:
+) -> tuple[WorkflowApproval, WorkflowRun | None]:
     row = await session.get(WorkflowApproval, approval_id)
     if row is None or row.realm_id != realm_id or row.subject_id == user_id:
         raise NotFound("No such approval.")
     # The run first, then the approval: the order the runner takes them in.
-    run = (
-        await session.execute(
-            select(WorkflowRun)
-            .where(WorkflowRun.id == row.run_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-    ).scalar_one()
+    run = None
+    if row.run_id is not None:
+        run = (
+            await session.execute(
+                select(WorkflowRun)
+                .where(WorkflowRun.id == row.run_id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+        ).scalar_one()
     approval = (
         await session.execute(
             select(WorkflowApproval)
@@ -343,12 +349,12 @@ async def _lock_for_decision(
     return approval, run
 
 
-def _refuse_if_closed(approval: WorkflowApproval, run: WorkflowRun, now: datetime) -> None:
+def _refuse_if_closed(approval: WorkflowApproval, run: WorkflowRun | None, now: datetime) -> None:
     if approval.status != PENDING:
         raise Conflict(f"This approval was already {approval.status}.", code="conflict")
     if approval.expires_at <= now:
         raise Conflict("This approval has expired.", code="conflict")
-    if run.cancel_requested_at is not None or run.state != "awaiting_approval":
+    if run is not None and (run.cancel_requested_at is not None or run.state != "awaiting_approval"):
         raise Conflict("The run no longer waits for this approval.", code="conflict")
 
 
@@ -375,6 +381,22 @@ async def decide(
     if result.scalar_one_or_none() is None:
         raise Conflict("This approval was already decided.", code="conflict")
     approval.status, approval.decided_by, approval.decided_at, approval.comment = status, actor.id, now, comment or None
+    correlation = run.id if run is not None else approval.id
+    await record_audit(
+        session,
+        Actor(
+            type="user", id=actor.id, realm_id=actor.realm_id, request_id=actor.request_id, correlation_id=correlation
+        ),
+        f"workflow.approval.{status}" if run is not None else f"role.assignment.{status}",
+        category=DECISION_CATEGORY,
+        subject_type="workflow_approval",
+        subject_id=approval.id,
+        details={"run_id": approval.run_id, "step_id": approval.step_id, "comment": comment or None},
+    )
+    if run is None:
+        if status == APPROVED:
+            await _assign_requested_role(session, actor, approval)
+        return approval
     # Due now; a run paused by its disabled workflow keeps its place and continues when enabled.
     await session.execute(
         text(
@@ -386,17 +408,118 @@ async def decide(
         ),
         {"now": now, "id": run.id},
     )
-    await record_audit(
-        session,
-        Actor(type="user", id=actor.id, realm_id=actor.realm_id, request_id=actor.request_id, correlation_id=run.id),
-        f"workflow.approval.{status}",
-        category=DECISION_CATEGORY,
-        subject_type="workflow_approval",
-        subject_id=approval.id,
-        details={"run_id": run.id, "step_id": approval.step_id, "comment": comment or None},
-    )
     await session.execute(text("SELECT pg_notify('cockpit_runs_due', '')"))
     return approval
+
+
+async def _assign_requested_role(session: AsyncSession, actor: Actor, approval: WorkflowApproval) -> None:
+    """The approved assignment, made now by its requester with every check again; the approver is
+    the decider. A requester who lost the authority makes the decision fail (nothing changes)."""
+    from engine import roles
+    from engine.authz import load_authority
+
+    request = dict(approval.request or {})
+    requester = str(request["requested_by"])
+    authority = await load_authority(session, approval.realm_id, "user", requester)
+    expires_at = datetime.fromisoformat(request["expires_at"]) if request.get("expires_at") else None
+    await roles.create_assignment(
+        session,
+        Actor(
+            type="user",
+            id=requester,
+            realm_id=approval.realm_id,
+            request_id=actor.request_id,
+            correlation_id=approval.id,
+        ),
+        authority,
+        role_id=str(request["role_id"]),
+        user_id=request.get("user_id"),
+        service_principal_id=request.get("service_principal_id"),
+        organization_id=request.get("organization_id"),
+        expires_at=expires_at,
+        approver_id=actor.id,
+        approved=True,
+    )
+
+
+async def request_role_assignment(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    role: Any,
+    subject_type: str,
+    subject_id: str,
+    organization_id: str | None,
+    expires_at: datetime | None,
+    approver_id: str,
+) -> WorkflowApproval:
+    """A role that requires approval, assigned by hand: the named approver decides first."""
+    now = datetime.now(UTC)
+    approval = WorkflowApproval(
+        id=new_id("wap"),
+        realm_id=actor.realm_id,
+        kind=ROLE_ASSIGNMENT,
+        request={
+            "role_id": role.id,
+            "role": role.name,
+            "user_id": subject_id if subject_type == "user" else None,
+            "service_principal_id": subject_id if subject_type == "service_principal" else None,
+            "organization_id": organization_id,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            "requested_by": actor.id,
+        },
+        subject_id=subject_id,
+        approvers=[approver_id],
+        status=PENDING,
+        expires_at=now + ROLE_REQUEST_LIFETIME,
+        delegations=[],
+        created_at=now,
+    )
+    session.add(approval)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "role.assignment.requested",
+        category=DECISION_CATEGORY,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        details={
+            "approval_id": approval.id,
+            "role_id": role.id,
+            "organization_id": organization_id,
+            "approver_id": approver_id,
+        },
+    )
+    from engine.config import get_settings
+
+    await notify_approvers(session, approval, [approver_id], now=now, mail_configured=get_settings().mail is not None)
+    return approval
+
+
+async def expire_role_requests(session: AsyncSession, now: datetime) -> int:
+    """Role assignment requests nobody decided in time: expired (audited, the system acting)."""
+    rows = await session.execute(
+        update(WorkflowApproval)
+        .where(
+            WorkflowApproval.kind == ROLE_ASSIGNMENT,
+            WorkflowApproval.status == PENDING,
+            WorkflowApproval.expires_at <= now,  # type: ignore[operator]
+        )
+        .values(status=EXPIRED, decided_at=now)
+        .returning(WorkflowApproval.id, WorkflowApproval.realm_id)
+    )
+    expired = rows.all()
+    for approval_id, realm_id in expired:
+        await record_audit(
+            session,
+            Actor(type="system", id=None, realm_id=realm_id, correlation_id=approval_id),
+            "role.assignment.expired",
+            category=DECISION_CATEGORY,
+            subject_type="workflow_approval",
+            subject_id=approval_id,
+        )
+    return len(expired)
 
 
 async def delegate(
@@ -425,12 +548,18 @@ async def delegate(
     await session.flush()
     await record_audit(
         session,
-        Actor(type="user", id=actor.id, realm_id=actor.realm_id, request_id=actor.request_id, correlation_id=run.id),
+        Actor(
+            type="user",
+            id=actor.id,
+            realm_id=actor.realm_id,
+            request_id=actor.request_id,
+            correlation_id=run.id if run is not None else approval.id,
+        ),
         "workflow.approval.delegated",
         category=DECISION_CATEGORY,
         subject_type="workflow_approval",
         subject_id=approval.id,
-        details={"run_id": run.id, "step_id": approval.step_id, "from": actor.id, "to": user_id},
+        details={"run_id": approval.run_id, "step_id": approval.step_id, "from": actor.id, "to": user_id},
     )
     await notify_approvers(session, approval, [user_id], now=now, mail_configured=mail_configured)
     return approval
@@ -439,6 +568,8 @@ async def delegate(
 def approval_view(row: WorkflowApproval) -> dict[str, Any]:
     return {
         "id": row.id,
+        "kind": row.kind,
+        "request": {k: v for k, v in (row.request or {}).items() if k != "role"} if row.request else None,
         "run_id": row.run_id,
         "workflow_id": row.workflow_id,
         "step_id": row.step_id,

@@ -63,6 +63,12 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
         count = await expire_due_assignments(session, datetime.now(UTC))
     if count:
         log.info("role assignments expired", extra={"count": count})
+    from engine.approvals import expire_role_requests
+
+    async with transaction(runtime.sessions) as session:
+        requests = await expire_role_requests(session, datetime.now(UTC))
+    if requests:
+        log.info("role assignment requests expired", extra={"count": requests})
 
 
 @app.periodic(cron="* * * * * *", periodic_id="workflows_run")

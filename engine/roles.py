@@ -16,6 +16,7 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.approval_models import WorkflowApproval
 from engine.audit import Actor, emit_event, record_audit
 from engine.authz import (
     PERMISSIONS,
@@ -367,8 +368,14 @@ async def create_assignment(
     expires_at: datetime | None = None,
     approver_id: str | None = None,
     source_run_id: str | None = None,
-) -> RoleAssignment:
+    approved: bool = False,
+) -> RoleAssignment | WorkflowApproval:
     """Assign a role to a user or a service principal, realm-wide or in one organization.
+
+    A role that requires approval, assigned by hand (not by a run, whose approval step decided
+    already), is not assigned at once: every check passes first, then the named approver gets an
+    approval request (returned instead of the assignment), and the assignment is made when they
+    approve it (``approved=True``, in the decision's transaction, with the same checks again).
 
     The granter's ``authority`` must cover the role in that scope; a role that requires approval
     needs an independent approver (an active user, neither granter nor subject, who could
@@ -455,6 +462,20 @@ async def create_assignment(
     )
     if duplicate:
         raise Conflict(f"The {subject_type.replace('_', ' ')} already holds {role.name} in that scope.")
+    if role.requires_approval and source_run_id is None and not approved:
+        from engine.approvals import request_role_assignment
+
+        assert approver_id is not None  # check_assignment requires one for such a role
+        return await request_role_assignment(
+            session,
+            actor,
+            role=role,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            organization_id=organization_id or None,
+            expires_at=expires_at,
+            approver_id=approver_id,
+        )
     assignment = RoleAssignment(
         id=new_id("ras"),
         realm_id=actor.realm_id,

@@ -68,7 +68,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
     """Everything a list of approvals shows, in a fixed number of queries whatever its length."""
     if not rows:
         return []
-    run_ids = [r.run_id for r in rows]
+    run_ids = [r.run_id for r in rows if r.run_id]
     run_rows = (await db_session.execute(select(WorkflowRun).where(WorkflowRun.id.in_(run_ids)))).scalars()  # type: ignore[attr-defined]
     runs = {r.id: r for r in run_rows}
     revision_ids = {r.revision_id for r in runs.values()}
@@ -81,7 +81,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
     workflow_names = {
         wid: n
         for wid, n in await db_session.execute(
-            select(Workflow.id, Workflow.name).where(Workflow.id.in_({r.workflow_id for r in rows}))  # type: ignore[attr-defined]
+            select(Workflow.id, Workflow.name).where(Workflow.id.in_({r.workflow_id for r in rows if r.workflow_id}))  # type: ignore[attr-defined]
         )
     }
     people_ids: set[str] = set()
@@ -90,9 +90,11 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         people_ids |= {d.get("to", "") for d in row.delegations}
         if row.decided_by:
             people_ids.add(row.decided_by)
-        run = runs.get(row.run_id)
+        run = runs.get(row.run_id or "")
         if run is not None:
             people_ids |= {run.starter_id or "", run.publisher_id}
+        if row.request:
+            people_ids.add(str(row.request.get("requested_by") or ""))
     people = {
         u.id: u
         for u in (
@@ -108,14 +110,21 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
 
     plans: list[tuple[list[dict[str, Any]], str | None]] = []
     for row in rows:
-        run = runs.get(row.run_id)
+        if row.request is not None:  # a role assignment asked for by hand: the grant is what follows
+            org = row.request.get("organization_id")
+            grant = {"type": "assign_role", "role_id": row.request.get("role_id"), "organization_id": org}
+            plans.append(([grant | {"scope": "organization" if org else "realm"}], org))
+            continue
+        run = runs.get(row.run_id or "")
         steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
-        plans.append((steps[row.step_index + 1 :], run.organization_id if run else None))
+        plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
     words = await approvals.describe_steps(db_session, realm_id, plans)
     out = []
     for row, described in zip(rows, words, strict=True):
-        run = runs.get(row.run_id)
-        if run is None:
+        run = runs.get(row.run_id or "")
+        if row.request is not None:
+            started_by = f"{name(row.request.get('requested_by'))}, by hand"
+        elif run is None:
             started_by = "unknown"
         elif run.starter_id:
             started_by = f"{name(run.starter_id)}, by hand"
@@ -125,12 +134,16 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         out.append(
             ApprovalCard(
                 approval=row,
-                workflow_name=workflow_names.get(row.workflow_id, "a deleted workflow"),
+                workflow_name=(
+                    "Role assignment"
+                    if row.request is not None
+                    else workflow_names.get(row.workflow_id or "", "a deleted workflow")
+                ),
                 subject=subject.display_name if subject else "a former user",
                 subject_email=subject.email if subject else "",
                 started_by=started_by,
-                started_at=run.created_at if run else None,
-                run_state=run.state if run else "gone",
+                started_at=run.created_at if run else row.created_at,
+                run_state=run.state if run else "",
                 next_steps=[w.text for w in described],
                 approvers=[name(a) for a in row.approvers],
                 decided_by=name(row.decided_by) if row.decided_by else None,

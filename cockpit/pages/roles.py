@@ -22,6 +22,7 @@ from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targe
 from cockpit.state import AnyRequest, DbSession
 from engine import directory, roles
 from engine import organizations as orgs
+from engine.approval_models import WorkflowApproval
 from engine.authz import PERMISSIONS, Authority
 from engine.errors import EngineError, invalid
 from engine.models import Role
@@ -33,6 +34,7 @@ WILDCARDS = (("realm.*", "every realm permission"), ("org.*", "every organizatio
 FLASHES = {
     "created": "Role created.",
     "assigned": "Role assigned.",
+    "requested": "Approval requested: the role is assigned once the approver approves it (Approvals page).",
     "revoked": "Assignment revoked.",
     "deleted": "Role deleted.",
 }
@@ -210,7 +212,7 @@ class RolesPages(Controller):
                     if values["approver_email"].strip()
                     else None
                 )
-                await roles.create_assignment(
+                made = await roles.create_assignment(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
@@ -230,6 +232,8 @@ class RolesPages(Controller):
                 errors={"assignments": form_errors(exc)},
                 form=values,
             )
+        if isinstance(made, WorkflowApproval):
+            return await self._after_change(request, db_session, principal, role, "requested")
         return await self._after_change(request, db_session, principal, role, "assigned")
 
     @post("/{role_id:str}/assignments/{assignment_id:str}/revoke", operation_id="rolePageRevoke", opt=WRITE)

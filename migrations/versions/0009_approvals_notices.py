@@ -27,10 +27,12 @@ def upgrade() -> None:
         "workflow_approvals",
         sa.Column("id", _s(40), nullable=False),
         sa.Column("realm_id", _s(40), nullable=False),
-        sa.Column("run_id", _s(40), nullable=False),
-        sa.Column("workflow_id", _s(40), nullable=False),
-        sa.Column("step_id", _s(40), nullable=False),
-        sa.Column("step_index", sa.Integer(), nullable=False),
+        sa.Column("kind", sa.String(length=30), server_default="workflow_step", nullable=False),
+        sa.Column("run_id", _s(40), nullable=True),
+        sa.Column("workflow_id", _s(40), nullable=True),
+        sa.Column("step_id", _s(40), nullable=True),
+        sa.Column("step_index", sa.Integer(), nullable=True),
+        sa.Column("request", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("subject_id", _s(40), nullable=False),
         sa.Column("approvers", postgresql.ARRAY(sa.String(length=40)), nullable=False),
         sa.Column("status", _s(20), nullable=False),
@@ -50,6 +52,12 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "status IN ('pending', 'approved', 'rejected', 'expired', 'cancelled')",
             name=op.f("ck_workflow_approvals_status"),
+        ),
+        sa.CheckConstraint("kind IN ('workflow_step', 'role_assignment')", name=op.f("ck_workflow_approvals_kind")),
+        sa.CheckConstraint(
+            "(kind = 'workflow_step' AND run_id IS NOT NULL AND workflow_id IS NOT NULL AND step_id IS NOT NULL)"
+            " OR (kind = 'role_assignment' AND request IS NOT NULL)",
+            name=op.f("ck_workflow_approvals_kind_shape"),
         ),
         sa.ForeignKeyConstraint(
             ["realm_id"], ["realms.id"], name=op.f("fk_workflow_approvals_realm_id_realms"), ondelete="CASCADE"
