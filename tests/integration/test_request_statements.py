@@ -35,10 +35,12 @@ READS = [
     # The credential with its holder and realm, then the authority: two queries before the handler's.
     Read("run list (API)", "{api}/workflow-runs", browser=False, max_queries=3),
     Read("run list (page)", "{page}/runs", browser=True, max_queries=5),
-    Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=5),
+    # One more for the run's approval records (who may decide, until when).
+    Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=6),
     Read("realm home (page)", "{page}/", browser=True, max_queries=6),
     Read("workflow list (API)", "{api}/workflows", browser=False, max_queries=3),
-    Read("workflow list (page)", "{page}/workflows", browser=True, max_queries=4),
+    # One more for the revisions of the listed workflows that wait for the reader's review.
+    Read("workflow list (page)", "{page}/workflows", browser=True, max_queries=5),
 ]
 
 
