@@ -12,12 +12,12 @@ import asyncio
 from sqlalchemy import select
 
 from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
-from engine import identity
-from engine.config import Settings
-from engine.db import make_engine, make_sessionmaker, transaction
-from engine.errors import EngineError
-from engine.models import Realm
-from engine.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
+from engine.directory import identity
+from engine.directory.models import Realm
+from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
+from engine.platform.config import Settings
+from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.platform.errors import EngineError
 
 
 def first_start(settings: Settings, database_url: str) -> list[str]:

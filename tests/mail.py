@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 
-from engine.config import MailSettings
+from engine.platform.config import MailSettings
 
 
 @dataclass

@@ -15,8 +15,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import approvals, notices
-from engine.identity import now as utc_now
+from engine.directory.identity import now as utc_now
+from engine.runs import approvals, notices
 
 ACCOUNT = {"audience": "account"}
 

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import approvals, roles
-from engine.approval_models import WorkflowApproval
-from engine.authz import Authority, load_authority
+from engine.directory import roles
+from engine.directory.authz import Authority, load_authority
+from engine.runs import approvals
 
 
 class CreateRole(Body):
@@ -158,10 +158,12 @@ class RoleAssignmentsController(Controller):
             expires_at=data.expires_at,
             approver_id=data.approver_id,
         )
-        if isinstance(assignment, WorkflowApproval):
+        if isinstance(assignment, roles.ApprovalNeeded):
             # A role that requires approval: nothing is assigned until the approver approves.
+            actor = principal.actor(request_id_of(request))
+            approval = await approvals.request_role_assignment(db_session, actor, assignment)
             return Response(
-                {"status": "pending_approval", "approval": approvals.approval_view(assignment)}, status_code=202
+                {"status": "pending_approval", "approval": approvals.approval_view(approval)}, status_code=202
             )
         return Response(roles.assignment_view(assignment), status_code=201)
 

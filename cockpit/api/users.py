@@ -10,7 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import directory
+from engine.directory import principals as directory
 
 
 class CreateUser(Body):

@@ -16,7 +16,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import webhooks
+from engine.directory import webhooks
 
 
 class CreateWebhook(Body):

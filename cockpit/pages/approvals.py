@@ -23,12 +23,13 @@ from sqlalchemy import func, select
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import approvals, notices
-from engine.approval_models import WorkflowApproval
-from engine.errors import EngineError, Issue, ValidationFailed
-from engine.identity import now as utc_now
-from engine.models import User
-from engine.workflow_models import Workflow, WorkflowRevision, WorkflowRun
+from engine.directory.identity import now as utc_now
+from engine.directory.models import User
+from engine.platform.errors import EngineError, Issue, ValidationFailed
+from engine.runs import approvals, notices
+from engine.runs.approval_models import WorkflowApproval
+from engine.runs.models import WorkflowRun
+from engine.workflows.models import Workflow, WorkflowRevision
 
 ACCOUNT = {"audience": "account"}
 FLASHES = {

@@ -17,7 +17,7 @@ from litestar import Request
 from litestar.response import Template
 
 from cockpit.auth import Principal, principal_of
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 
 
 def page(

@@ -10,8 +10,8 @@ from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
-from engine.authz import load_authority
-from engine.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
+from engine.directory.authz import load_authority
+from engine.directory.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
 
 STATUS_LABELS = {
     "database": "Database reachable",

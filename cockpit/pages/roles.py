@@ -20,12 +20,13 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targets, user_by_email
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, roles
-from engine import organizations as orgs
-from engine.approval_models import WorkflowApproval
-from engine.authz import PERMISSIONS, Authority
-from engine.errors import EngineError, invalid
-from engine.models import Role
+from engine.directory import organizations as orgs
+from engine.directory import principals as directory
+from engine.directory import roles
+from engine.directory.authz import PERMISSIONS, Authority
+from engine.directory.models import Role
+from engine.platform.errors import EngineError, invalid
+from engine.runs import approvals
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}
@@ -222,6 +223,8 @@ class RolesPages(Controller):
                     expires_at=parse_expiry(values["expires_at"]),
                     approver_id=approver_id,
                 )
+                if isinstance(made, roles.ApprovalNeeded):
+                    await approvals.request_role_assignment(db_session, principal.actor(request_id_of(request)), made)
         except EngineError as exc:
             return await self._detail(
                 request,
@@ -232,7 +235,7 @@ class RolesPages(Controller):
                 errors={"assignments": form_errors(exc)},
                 form=values,
             )
-        if isinstance(made, WorkflowApproval):
+        if isinstance(made, roles.ApprovalNeeded):
             return await self._after_change(request, db_session, principal, role, "requested")
         return await self._after_change(request, db_session, principal, role, "assigned")
 

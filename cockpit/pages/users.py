@@ -18,9 +18,10 @@ from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, overview
-from engine.errors import EngineError
-from engine.models import User
+from engine.directory import overview
+from engine.directory import principals as directory
+from engine.directory.models import User
+from engine.platform.errors import EngineError
 
 TABLE_ID = "users-table"
 STATUS_ID = "user-status"

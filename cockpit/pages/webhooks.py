@@ -17,9 +17,9 @@ from litestar.response import Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import webhooks
-from engine.audit import TRIGGER_EVENT_TYPES
-from engine.errors import EngineError
+from engine.directory import webhooks
+from engine.directory.audit import TRIGGER_EVENT_TYPES
+from engine.platform.errors import EngineError
 
 COMPONENT_ID = "webhooks"
 READ = {"permission": "realm.webhooks.read"}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine.retry import FixedClock
+from engine.runs.retry import FixedClock
 from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, rows, start
 
