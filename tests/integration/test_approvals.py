@@ -7,17 +7,17 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine.runner import Runner, RunnerSettings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import Organization, User
 from engine.runs import service as runs
+from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.notices import deliver_due_notices
 from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from engine.workflows.models import StepAttempt, WorkflowRun
 from tests.factories import RealmHandle, bearer
 from tests.mail import Mailbox
 
