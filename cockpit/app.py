@@ -14,6 +14,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from cockpit.api.approvals import ApprovalsController, NoticesController
 from cockpit.api.audit import AuditEventsController
 from cockpit.api.diagnostics import DiagnosticsController
 from cockpit.api.health import HealthController
@@ -31,6 +32,7 @@ from cockpit.metrics import MetricsController, metrics_middleware
 from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages
@@ -75,6 +77,8 @@ API_CONTROLLERS: list[type] = [
     ManualRunsController,
     RunsController,
     DiagnosticsController,
+    ApprovalsController,
+    NoticesController,
 ]
 
 
@@ -83,6 +87,9 @@ PAGE_CONTROLLERS: list[type] = [
     SignInPages,
     MfaPages,
     RealmHomeController,
+    ApprovalsPages,
+    ApprovalLinkPages,
+    NoticesPages,
     WorkflowsPages,
     PickerPages,
     DiagnosticsPages,

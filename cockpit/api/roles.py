@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from litestar import Controller, delete, get, patch, post
+from litestar import Controller, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -14,6 +14,7 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
 from engine.directory.authz import Authority, load_authority
+from engine.runs import approvals
 
 
 class CreateRole(Body):
@@ -131,14 +132,14 @@ class RoleAssignmentsController(Controller):
     path = REALM_BASE + "/role-assignments"
     tags = ["directory"]
 
-    @post("/", operation_id="createRoleAssignment", opt={"permission": "realm.roles.write"})
+    @post("/", operation_id="createRoleAssignment", opt={"permission": "realm.roles.write"}, status_code=201)
     async def create(
         self,
         request: AnyRequest,
         data: JSONBody[CreateAssignment],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> Response[Any]:
         check(
             id_issue("/role_id", data.role_id, "rol")
             + id_issue("/user_id", data.user_id, "usr")
@@ -157,7 +158,14 @@ class RoleAssignmentsController(Controller):
             expires_at=data.expires_at,
             approver_id=data.approver_id,
         )
-        return roles.assignment_view(assignment)
+        if isinstance(assignment, roles.ApprovalNeeded):
+            # A role that requires approval: nothing is assigned until the approver approves.
+            actor = principal.actor(request_id_of(request))
+            approval = await approvals.request_role_assignment(db_session, actor, assignment)
+            return Response(
+                {"status": "pending_approval", "approval": approvals.approval_view(approval)}, status_code=202
+            )
+        return Response(roles.assignment_view(assignment), status_code=201)
 
     @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})
     async def list(

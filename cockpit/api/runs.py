@@ -11,6 +11,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
+from engine.runs import approvals
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 
@@ -112,6 +113,7 @@ class RunsController(Controller):
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
         out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
+        out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(db_session, run.id)]
         return out
 
     @post(

@@ -64,7 +64,9 @@ class RealmHomeController(Controller):
             {"name": name, "label": label, "value": counts.get(name), "href": f"/realms/{realm.slug}/{name}"}
             for name, (_permission, label) in REALM_COUNTS.items()
         ]
-        kpis = await workflow_kpis(db_session, realm.id) if authority.holds("realm.workflows.read") else None
+        kpis = (
+            await workflow_kpis(db_session, realm.id, principal.id) if authority.holds("realm.workflows.read") else None
+        )
         attention = None
         open_attention = None
         if authority.holds("realm.workflows.read"):

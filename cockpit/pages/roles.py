@@ -26,6 +26,7 @@ from engine.directory import roles
 from engine.directory.authz import PERMISSIONS, Authority
 from engine.directory.models import Role
 from engine.platform.errors import EngineError, invalid
+from engine.runs import approvals
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}
@@ -34,6 +35,7 @@ WILDCARDS = (("realm.*", "every realm permission"), ("org.*", "every organizatio
 FLASHES = {
     "created": "Role created.",
     "assigned": "Role assigned.",
+    "requested": "Approval requested: the role is assigned once the approver approves it (Approvals page).",
     "revoked": "Assignment revoked.",
     "deleted": "Role deleted.",
 }
@@ -211,7 +213,7 @@ class RolesPages(Controller):
                     if values["approver_email"].strip()
                     else None
                 )
-                await roles.create_assignment(
+                made = await roles.create_assignment(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
@@ -221,6 +223,8 @@ class RolesPages(Controller):
                     expires_at=parse_expiry(values["expires_at"]),
                     approver_id=approver_id,
                 )
+                if isinstance(made, roles.ApprovalNeeded):
+                    await approvals.request_role_assignment(db_session, principal.actor(request_id_of(request)), made)
         except EngineError as exc:
             return await self._detail(
                 request,
@@ -231,6 +235,8 @@ class RolesPages(Controller):
                 errors={"assignments": form_errors(exc)},
                 form=values,
             )
+        if isinstance(made, roles.ApprovalNeeded):
+            return await self._after_change(request, db_session, principal, role, "requested")
         return await self._after_change(request, db_session, principal, role, "assigned")
 
     @post("/{role_id:str}/assignments/{assignment_id:str}/revoke", operation_id="rolePageRevoke", opt=WRITE)

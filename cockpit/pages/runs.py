@@ -37,6 +37,7 @@ from engine.directory import principals as directory
 from engine.directory.identity import now as utc_now
 from engine.directory.models import User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.runs import approvals as approval_records
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -478,12 +479,13 @@ class RunsPages(Controller):
         found = await runs.get_run_context(db_session, realm_id, run_id)
         run, workflow, steps = found.run, found.workflow, found.steps
         attempts = await runs.run_attempts(db_session, run.id)
-        approvals = [a for a in (run.context.get("approvals") or []) if isinstance(a, dict)]
+        approvals = [approval_records.approval_view(a) for a in await approval_records.for_run(db_session, run.id)]
         users = await people(
             db_session,
             realm_id,
             [run.subject_id, run.publisher_id, run.starter_id, run.cancel_requested_by]
-            + [str(a.get("decided_by") or "") for a in approvals],
+            + [str(a.get("decided_by") or "") for a in approvals]
+            + [p for a in approvals for p in a["approvers"]],
         )
         org_names = await organizations.organization_names(db_session, realm_id, [run.organization_id])
         finished = run.state in FINISHED

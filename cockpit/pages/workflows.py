@@ -499,6 +499,11 @@ class WorkflowsPages(Controller):
             list_error=list_error,
             names=await display_names(db_session, principal.realm, (w.owner_id for w in items)),
             health=await health_cache.health_of(db_session, principal.realm.id, [w.id for w in items]),
+            reviews=await workflows.revisions_waiting_for_review(
+                db_session, principal.realm.id, [w.id for w in items], principal.id
+            )
+            if may(principal, "realm.workflows.publish")
+            else {},
             can_create=may(principal, "realm.workflows.write"),
             flash=flash_of(request),
         )

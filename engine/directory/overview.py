@@ -182,6 +182,8 @@ class WorkflowKpis:
     compensated_24h: int | None = None
     compensation_failed_24h: int | None = None
     pending_approvals: int | None = None
+    # Revisions of workflows that need approval, waiting for a review the reader may give (not their own).
+    reviews_waiting: int | None = None
     oldest_due_run_at: datetime | None = None
     oldest_due_run_id: str | None = None
 
@@ -195,7 +197,11 @@ _KPIS_SQL = text(
       (SELECT count(*) FROM workflows WHERE realm_id = :r AND state = 'active'),
       (SELECT count(*) FROM workflow_runs WHERE realm_id = :r AND finished_at IS NULL),
       day.failed, day.compensated, day.compensation_failed,
-      oldest.id, oldest.due_at
+      oldest.id, oldest.due_at,
+      (SELECT count(*) FROM workflow_approvals WHERE realm_id = :r AND status = 'pending'),
+      (SELECT count(*) FROM workflow_revisions v JOIN workflows w ON w.id = v.workflow_id
+        WHERE v.realm_id = :r AND v.status = 'draft' AND w.requires_approval
+          AND v.number > coalesce(w.published_revision, 0) AND v.author_id IS DISTINCT FROM :me)
     FROM (
       SELECT count(*) FILTER (WHERE state = 'failed') AS failed,
              count(*) FILTER (WHERE state = 'compensated') AS compensated,
@@ -212,15 +218,16 @@ _KPIS_SQL = text(
 )
 
 
-async def workflow_kpis(session: AsyncSession, realm_id: str) -> WorkflowKpis:
-    row = (await session.execute(_KPIS_SQL, {"r": realm_id})).one()
+async def workflow_kpis(session: AsyncSession, realm_id: str, reader_id: str | None = None) -> WorkflowKpis:
+    row = (await session.execute(_KPIS_SQL, {"r": realm_id, "me": reader_id})).one()
     return WorkflowKpis(
         active_workflows=int(row[0]),
         runs_in_flight=int(row[1]),
         failed_24h=int(row[2]),
         compensated_24h=int(row[3]),
         compensation_failed_24h=int(row[4]),
-        pending_approvals=None,  # approvals are not recorded by this version: unknown, not zero
+        pending_approvals=int(row[7]),
+        reviews_waiting=int(row[8]),
         oldest_due_run_at=row[6],
         oldest_due_run_id=row[5],
     )

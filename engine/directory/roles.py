@@ -9,6 +9,7 @@ organization-bound role is checked in its organization.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass as _dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -355,6 +356,18 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+@_dataclass(frozen=True)
+class ApprovalNeeded:
+    """A hand-made assignment of a role that requires approval: checked, not made yet."""
+
+    role: Role
+    subject_type: str
+    subject_id: str
+    organization_id: str | None
+    expires_at: datetime | None
+    approver_id: str
+
+
 async def create_assignment(
     session: AsyncSession,
     actor: Actor,
@@ -367,8 +380,14 @@ async def create_assignment(
     expires_at: datetime | None = None,
     approver_id: str | None = None,
     source_run_id: str | None = None,
-) -> RoleAssignment:
+    approved: bool = False,
+) -> RoleAssignment | ApprovalNeeded:
     """Assign a role to a user or a service principal, realm-wide or in one organization.
+
+    A role that requires approval, assigned by hand (not by a run, whose approval step decided
+    already), is not assigned at once: every check passes first, then the named approver gets an
+    approval request (returned instead of the assignment), and the assignment is made when they
+    approve it (``approved=True``, in the decision's transaction, with the same checks again).
 
     The granter's ``authority`` must cover the role in that scope; a role that requires approval
     needs an independent approver (an active user, neither granter nor subject, who could
@@ -455,6 +474,17 @@ async def create_assignment(
     )
     if duplicate:
         raise Conflict(f"The {subject_type.replace('_', ' ')} already holds {role.name} in that scope.")
+    if role.requires_approval and source_run_id is None and not approved:
+        assert approver_id is not None  # check_assignment requires one for such a role
+        # Every check passed; the caller records the request (engine.runs.approvals) for the approver.
+        return ApprovalNeeded(
+            role=role,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            organization_id=organization_id or None,
+            expires_at=expires_at,
+            approver_id=approver_id,
+        )
     assignment = RoleAssignment(
         id=new_id("ras"),
         realm_id=actor.realm_id,

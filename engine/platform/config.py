@@ -12,12 +12,58 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ConfigError(Exception):
     """A setting has a value the product cannot use."""
+
+
+class MailConfigError(ConfigError):
+    pass
+
+
+@dataclass(frozen=True)
+class MailSettings:
+    """Where mail goes: ``COCKPIT_SMTP_URL`` and ``COCKPIT_MAIL_FROM``."""
+
+    host: str
+    port: int
+    security: str  # plain | starttls | tls
+    username: str | None
+    password: str | None
+    mail_from: str
+
+    @classmethod
+    def parse(cls, url: str | None, mail_from: str | None) -> MailSettings | None:
+        """None when mail is not configured; :class:`MailConfigError` for a malformed setting."""
+        if not url and not mail_from:
+            return None
+        if not url or not mail_from:
+            raise MailConfigError("COCKPIT_SMTP_URL and COCKPIT_MAIL_FROM are set together, or neither")
+        parts = urlsplit(url)
+        schemes = {"smtp": ("plain", 25), "smtp+starttls": ("starttls", 587), "smtps": ("tls", 465)}
+        if parts.scheme not in schemes or not parts.hostname:
+            raise MailConfigError(
+                "COCKPIT_SMTP_URL must look like smtp://host:port, smtp+starttls://user:password@host:587"
+                " or smtps://host:465"
+            )
+        security, default_port = schemes[parts.scheme]
+        if "@" not in mail_from:
+            raise MailConfigError("COCKPIT_MAIL_FROM must be an email address")
+        return cls(
+            host=parts.hostname,
+            port=parts.port or default_port,
+            security=security,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            mail_from=mail_from,
+        )
+
+    def __repr__(self) -> str:  # never show the password
+        return f"MailSettings(host={self.host!r}, port={self.port}, security={self.security!r})"
 
 
 def _int(name: str, default: int) -> int:
@@ -90,6 +136,9 @@ class Settings:
 
     # Finished runs (with their attempts) are deleted this many days after they ended.
     run_retention_days: int = 180
+
+    # Mail for notices (COCKPIT_SMTP_URL, COCKPIT_MAIL_FROM); None: notices are recorded, not sent.
+    mail: MailSettings | None = None
 
     @property
     def secret_key(self) -> str:
@@ -173,6 +222,7 @@ def load_settings() -> Settings:
         metrics_token=os.environ.get("COCKPIT_METRICS_TOKEN") or None,
         metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
         run_retention_days=_retention_days(),
+        mail=parse_mail(os.environ.get("COCKPIT_SMTP_URL"), os.environ.get("COCKPIT_MAIL_FROM")),
     )
 
 
@@ -199,6 +249,13 @@ def _delivery_settings() -> DeliverySettings:
         backoff_ms=_int("COCKPIT_DELIVERY_BACKOFF_MS", 10_000),
         concurrency=concurrency,
     )
+
+
+def parse_mail(url: str | None, mail_from: str | None) -> MailSettings | None:
+    try:
+        return MailSettings.parse(url, mail_from)
+    except MailConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 @lru_cache(maxsize=1)

@@ -31,6 +31,8 @@ PREFIXES = frozenset(
         "wsa",
         "wsf",
         "wap",
+        "apl",
+        "ntc",
         "obx",
         "aud",
         "ses",

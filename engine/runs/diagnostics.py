@@ -31,6 +31,7 @@ from engine.directory.audit import Actor, record_audit
 from engine.endpoints.deliveries import count_failing_deliveries
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
+from engine.runs.approvals import count_pending_approvals
 from engine.runs.models import RunResolution, WorkflowRun
 from engine.workflows.models import Workflow
 
@@ -259,7 +260,7 @@ _ATTEMPTS_SQL = text(
 
 async def pending_approvals(session: AsyncSession, realm_id: str | None, workflow_id: str | None = None) -> int:
     """Approvals waiting for a decision: of one workflow, of a realm, or of every realm (None)."""
-    return 0  # wired when approvals exist
+    return await count_pending_approvals(session, realm_id, workflow_id)
 
 
 async def failing_deliveries(session: AsyncSession, realm_id: str | None = None) -> int:

@@ -27,7 +27,7 @@ from engine.endpoints.calls import EndpointSettings, PreparedCall
 from engine.endpoints.transport import CallOutcome
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
-from engine.runs import metrics, runstore
+from engine.runs import approvals, metrics, runstore
 from engine.runs.fastpath import FastPath, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
@@ -43,6 +43,7 @@ from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_STARTED,
     ATTEMPT_SUCCEEDED,
+    AWAITING_APPROVAL,
     CANCELLED,
     COMP_DONE,
     COMP_FAILED,
@@ -57,11 +58,13 @@ from engine.runs.states import (
     RUNNING,
     STRATEGY_NOTIFY_ENDPOINT,
     SUCCEEDED,
+    WAITING,
     TransitionRefused,
 )
-from engine.runs.steps import EXTERNAL, STEP_TYPES, Outcome, StepContext, StepFailure, StepType
+from engine.runs.steps import APPROVAL, EXTERNAL, STEP_TYPES, WAIT, Outcome, StepContext, StepFailure, StepType
 from engine.runs.steps.call_webhook import CallWebhook
 from engine.workflows.definitions.canonical import input_version
+from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow, WorkflowRevision
 
 log = logging.getLogger("cockpit.engine")
@@ -87,6 +90,8 @@ class RunnerSettings:
     endpoints: EndpointSettings = field(default_factory=EndpointSettings)
     # Endpoint calls of one round made at once (each outside any transaction).
     call_concurrency: int = 16
+    # Notices are mailed after commit (engine/notices.py); without mail they are recorded not_configured.
+    mail_configured: bool = False
 
 
 def run_actor(run: WorkflowRun) -> Actor:
@@ -448,6 +453,10 @@ class Runner:
             await runstore.move_run(session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now)
         if run.state == RUNNING:
             return await self._run_step(session, run, revision)
+        if run.state == AWAITING_APPROVAL:
+            return await self._resume_approval(session, run, revision)
+        if run.state == WAITING:
+            return await self._end_wait(session, run, revision)
         if run.state == COMPENSATING:
             return await self._compensate(session, run, revision)
         return False
@@ -473,6 +482,15 @@ class Runner:
             return True
         if step_type is None:
             await self._fail_run(session, run, "definition_unavailable", f"No step type {step.get('type')!r} here.")
+            return True
+        if step_type.kind == APPROVAL:
+            return await self._request_approval(session, run, revision, step, len(attempts) + 1)
+        if step_type.kind == WAIT:
+            until = now + timedelta(seconds=parse_duration(step["duration"]))
+            context = {**run.context, "wait": {"step_id": step["id"], "since": now.isoformat()}}
+            await runstore.move_run(
+                session, run, WAITING, worker_id=self.worker_id, due_at=until, now=now, context=context
+            )
             return True
         policy = policy_for(definition, step)
         started = [a for a in attempts if a.state == ATTEMPT_STARTED]
@@ -518,6 +536,7 @@ class Runner:
             actor=actor,
             authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
             now=now,
+            mail_configured=self.settings.mail_configured,
         )
         if step_type.kind == EXTERNAL:
             return await self._start_call(session, run, step, step_type, attempt, ctx, policy)
@@ -570,6 +589,161 @@ class Runner:
             await runstore.move_run(
                 session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
             )
+
+    # --- approvals and waits -----------------------------------------------------------------------
+
+    def _attempt(
+        self, run: WorkflowRun, revision: WorkflowRevision, step: dict[str, Any], step_type: StepType, number: int
+    ) -> StepAttempt:
+        """An attempt of a step that is never retried (approval, wait)."""
+        return StepAttempt(
+            id=new_id("wsa"),
+            run_id=run.id,
+            realm_id=run.realm_id,
+            step_id=step["id"],
+            step_index=run.step_index,
+            step_type=step_type.name,
+            number=number,
+            idempotency_key=f"{run.id}.{step['id']}",
+            input={"step": step, "subject_id": run.subject_id, "organization_id": run.organization_id},
+            input_version=input_version(revision.number, revision.hash, run.input_version),
+            max_attempts=1,
+            backoff_ms=0,
+            started_at=self.clock.now(),
+        )
+
+    async def _request_approval(
+        self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision, step: dict[str, Any], number: int
+    ) -> bool:
+        now = self.clock.now()
+        try:
+            async with session.begin_nested():
+                approval = await approvals.request_approval(
+                    session,
+                    run,
+                    step,
+                    run.step_index,
+                    actor=run_actor(run),
+                    now=now,
+                    mail_configured=self.settings.mail_configured,
+                )
+        except approvals.NoEligibleApprover:
+            attempt = self._attempt(run, revision, step, STEP_TYPES["approval"], number)
+            failure = StepFailure(
+                "no_eligible_approver",
+                "None of the named approvers may decide (suspended, a guest, the subject, or gone).",
+                permanent=True,
+            )
+            await self._record_failure(session, run, attempt, failure, RetryPolicy(1, 0))
+            return True
+        due = min(d for d in (approval.remind_at, approval.expires_at) if d is not None)
+        await runstore.move_run(session, run, AWAITING_APPROVAL, worker_id=self.worker_id, due_at=due, now=now)
+        return True
+
+    async def _resume_approval(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+        """The approval was decided, expired, or is due a reminder: act on it."""
+        now = self.clock.now()
+        steps: list[dict[str, Any]] = revision.definition.get("steps", [])
+        step = steps[run.step_index]
+        approval = await approvals.for_step(session, run.id, step["id"])
+        if approval is None:
+            attempt = self._attempt(run, revision, step, STEP_TYPES["approval"], 1)
+            failure = StepFailure("approval_missing", "The run's approval record is missing.", permanent=True)
+            await self._record_failure(session, run, attempt, failure, RetryPolicy(1, 0))
+            return True
+        if approval.status == approvals.PENDING:
+            if approval.expires_at <= now:
+                await approvals.expire(session, approval, now=now, correlation_id=run.id)
+            elif approval.reminded_at is None and approval.remind_at is not None and approval.remind_at <= now:
+                await approvals.remind(session, approval, now=now, mail_configured=self.settings.mail_configured)
+                await runstore.set_due(session, run, worker_id=self.worker_id, due_at=approval.expires_at, now=now)
+                return True
+            else:
+                due = approval.expires_at if approval.reminded_at else (approval.remind_at or approval.expires_at)
+                await runstore.set_due(session, run, worker_id=self.worker_id, due_at=due, now=now)
+                return False
+        attempt = self._attempt(run, revision, step, STEP_TYPES["approval"], 1)
+        attempt.started_at = approval.created_at
+        decision = {
+            "approval_id": approval.id,
+            "step_id": approval.step_id,
+            "status": approval.status,
+            "decided_by": approval.decided_by,
+            "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+            "comment": approval.comment,
+        }
+        context = {**run.context, "approvals": [*(run.context.get("approvals") or []), decision]}
+        if approval.status == approvals.APPROVED:
+            attempt.state = ATTEMPT_SUCCEEDED
+            attempt.result = {"approval_id": approval.id, "decided_by": approval.decided_by}
+            attempt.finished_at = now
+            await runstore.record_attempt(session, attempt)
+            await record_audit(
+                session,
+                run_actor(run),
+                "workflow.step.succeeded",
+                category=CATEGORY,
+                subject_type="workflow_run",
+                subject_id=run.id,
+                details={"step_id": step["id"], "attempt": 1, "idempotency_key": attempt.idempotency_key},
+            )
+            await runstore.move_run(
+                session,
+                run,
+                RUNNING,
+                worker_id=self.worker_id,
+                due_at=now,
+                now=now,
+                step_index=run.step_index + 1,
+                context=context,
+            )
+            return True
+        category = {approvals.REJECTED: "approval_rejected", approvals.EXPIRED: "approval_expired"}.get(
+            approval.status, "cancelled"
+        )
+        words = {
+            "approval_rejected": "The approval was rejected.",
+            "approval_expired": "The approval expired before anyone decided.",
+        }.get(category, "The approval was cancelled.")
+        await self._record_failure(
+            session, run, attempt, StepFailure(category, words, permanent=True), RetryPolicy(1, 0)
+        )
+        return True
+
+    async def _end_wait(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+        """The wait is over (the claim only takes a run once it is due): record it and go on."""
+        now = self.clock.now()
+        steps: list[dict[str, Any]] = revision.definition.get("steps", [])
+        step = steps[run.step_index]
+        attempt = self._attempt(run, revision, step, STEP_TYPES["wait"], 1)
+        waited = run.context.get("wait") or {}
+        if waited.get("since"):
+            attempt.started_at = datetime.fromisoformat(waited["since"])
+        attempt.state = ATTEMPT_SUCCEEDED
+        attempt.result = {"waited": step.get("duration")}
+        attempt.finished_at = now
+        await runstore.record_attempt(session, attempt)
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.step.succeeded",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": step["id"], "attempt": 1, "idempotency_key": attempt.idempotency_key},
+        )
+        context = {k: v for k, v in run.context.items() if k != "wait"}
+        await runstore.move_run(
+            session,
+            run,
+            RUNNING,
+            worker_id=self.worker_id,
+            due_at=now,
+            now=now,
+            step_index=run.step_index + 1,
+            context=context,
+        )
+        return True
 
     async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
         """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
@@ -644,6 +818,8 @@ class Runner:
         now = self.clock.now()
         # A call recorded as started and never finished is over: the run no longer waits for it.
         await runstore.interrupt_started_attempts(session, run.id, now)
+        if run.state == AWAITING_APPROVAL:
+            await approvals.cancel_pending(session, run.id, now=now)
         await runstore.move_run(
             session,
             run,

@@ -65,6 +65,12 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
         count = await expire_due_assignments(session, datetime.now(UTC))
     if count:
         log.info("role assignments expired", extra={"count": count})
+    from engine.runs.approvals import expire_role_requests
+
+    async with transaction(runtime.sessions) as session:
+        requests = await expire_role_requests(session, datetime.now(UTC))
+    if requests:
+        log.info("role assignment requests expired", extra={"count": requests})
 
 
 @app.periodic(cron="* * * * * *", periodic_id="workflows_run")
@@ -116,3 +122,14 @@ async def retention_cleanup(context: JobContext, timestamp: int) -> None:
         return
     async with runtime.retention_lock:
         await cleanup_finished_runs(runtime.sessions, retention_days=runtime.settings.run_retention_days)
+
+
+@app.periodic(cron="* * * * * *", periodic_id="notices_deliver")
+@app.task(name="notices.deliver", queue="maintenance", pass_context=True, queueing_lock="notices.deliver")
+async def notices_deliver(context: JobContext, timestamp: int) -> None:
+    """Mail the notices whose runs committed (at least once, with backoff; engine/notices.py)."""
+    from engine.runs.notices import deliver_due_notices
+
+    runtime = runtime_of(context)
+    while await deliver_due_notices(runtime.sessions, runtime.settings.mail):
+        pass  # a full batch went out: there may be more

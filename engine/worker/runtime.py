@@ -160,6 +160,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 allow_private_egress=settings.allow_private_egress,
                 timeout_ms=settings.deliveries.timeout_ms,
             ),
+            mail_configured=settings.mail is not None,
         ),
     )
     dispatcher = deliveries.DeliveryDispatcher(

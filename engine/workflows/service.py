@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
@@ -481,6 +481,32 @@ async def list_workflows(
         escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(Workflow.name.ilike("%" + escaped + "%"))  # type: ignore[attr-defined]
     return await keyset_page(session, query, Workflow.id, cursor=cursor, limit=limit)
+
+
+async def revisions_waiting_for_review(
+    session: AsyncSession, realm_id: str, workflow_ids: Sequence[str], reviewer_id: str
+) -> dict[str, list[int]]:
+    """Per workflow, the draft revisions newer than the published one that need an approval the
+    reviewer may give (a revision's author never reviews it)."""
+    if not workflow_ids:
+        return {}
+    rows = await session.execute(
+        select(WorkflowRevision.workflow_id, WorkflowRevision.number)
+        .join(Workflow, Workflow.id == WorkflowRevision.workflow_id)  # type: ignore[arg-type]
+        .where(
+            WorkflowRevision.realm_id == realm_id,
+            WorkflowRevision.workflow_id.in_(list(workflow_ids)),  # type: ignore[attr-defined]
+            WorkflowRevision.status == "draft",
+            Workflow.requires_approval.is_(True),  # type: ignore[attr-defined]
+            WorkflowRevision.number > func.coalesce(Workflow.published_revision, 0),
+            or_(WorkflowRevision.author_id.is_(None), WorkflowRevision.author_id != reviewer_id),  # type: ignore[union-attr]
+        )
+        .order_by(WorkflowRevision.number)
+    )
+    out: dict[str, list[int]] = {}
+    for workflow_id, number in rows:
+        out.setdefault(str(workflow_id), []).append(int(number))
+    return out
 
 
 async def update_workflow(

@@ -249,7 +249,14 @@ async def test_role_page_assigns_and_revokes_with_the_engines_rules(
         },
         headers=target,
     )
-    assert assigned.status_code == 200 and "Role assigned." in assigned.text and "lead@example.com" in assigned.text
+    assert assigned.status_code == 200 and "Approval requested" in assigned.text
+    # The named approver approves on the approvals endpoints; the assignment exists from then on.
+    [(approval_id,)] = await fetch(realm, "SELECT id FROM workflow_approvals WHERE subject_id = :u", u=subject.id)
+    boss_token = await realm.token(approver, audience="account")
+    decided = await client.post(
+        f"{realm.api}/approvals/{approval_id}/approve", headers={"Authorization": f"Bearer {boss_token}"}
+    )
+    assert decided.status_code == 200, decided.text
     rows = await fetch(
         realm,
         "SELECT id, user_id, organization_id, approver_id, expires_at FROM role_assignments WHERE role_id = :r",
@@ -269,7 +276,7 @@ async def test_role_page_assigns_and_revokes_with_the_engines_rules(
         "SELECT type FROM audit_events WHERE category = 'authorization' AND subject_id = :u ORDER BY id",
         u=subject.id,
     )
-    assert audit == [("role.assigned",), ("role.revoked",)]
+    assert audit == [("role.assignment.requested",), ("role.assigned",), ("role.revoked",)]
 
 
 async def test_pages_need_the_same_permissions_as_the_api(

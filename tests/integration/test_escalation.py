@@ -144,6 +144,15 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ("DELETE", "/templates/{name}"): Unrelated("the wording of notices"),
     ("PATCH", "/policy"): Unrelated("the policy only adds requirements (publish approval)"),
     ("POST", "/tokens"): Unrelated("mints a token for the caller alone, never above their own credential"),
+    # A decision changes what someone holds only through the requester's own grant, re-checked in
+    # full at decision time (ceiling, authority over the subject, approver able to assign the role).
+    ("POST", "/approvals/{approval_id}/approve"): Unrelated(
+        "an approval only lets a run or a requester's own checked grant go on; only named approvers decide"
+    ),
+    ("POST", "/approvals/{approval_id}/reject"): Unrelated("a rejection stops a run or a request; it grants nothing"),
+    ("POST", "/approvals/{approval_id}/delegate"): Unrelated(
+        "hands a pending decision to another eligible user; grants nothing"
+    ),
     ("DELETE", "/tokens/{token_id}"): [
         lambda w, kind, _r: ("DELETE", f"/tokens/{w.tokens[kind]}", None),
     ],

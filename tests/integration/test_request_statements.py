@@ -35,12 +35,14 @@ READS = [
     # The credential with its holder and realm, then the authority: two queries before the handler's.
     Read("run list (API)", "{api}/workflow-runs", browser=False, max_queries=3),
     Read("run list (page)", "{page}/runs", browser=True, max_queries=5),
-    Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=5),
+    # One more for the run's approval records (who may decide, until when).
+    Read("run timeline (page)", "{page}/runs/{run}", browser=True, max_queries=6),
     # + 2: the published workflows with the open compensation failures, and (unless cached) their health.
     Read("realm home (page)", "{page}/", browser=True, max_queries=8),
     Read("workflow list (API)", "{api}/workflows", browser=False, max_queries=3),
-    # + 1: the health badge of every row, in one statement (none while cached).
-    Read("workflow list (page)", "{page}/workflows", browser=True, max_queries=5),
+    # + 1: the health badge of every row, in one statement (none while cached); + 1: the revisions of
+    # the listed workflows that wait for the reader's review.
+    Read("workflow list (page)", "{page}/workflows", browser=True, max_queries=6),
 ]
 
 

@@ -293,9 +293,33 @@ async def test_roles_that_require_approval_need_an_independent_approver(
         assert refused.status_code == 403 and refused.json()["code"] == "forbidden", who
     self_approved = await assign(approver.id, subject_id=approver.id)
     assert self_approved.status_code == 403
-    approved = await assign(approver.id)
-    assert approved.status_code == 201 and approved.json()["approver_id"] == approver.id
-    assert len(await fetch(realm, "SELECT id FROM role_assignments WHERE role_id = :r", r=role.id)) == 1
+    requested = await assign(approver.id)
+    assert requested.status_code == 202 and requested.json()["status"] == "pending_approval"
+    approval = requested.json()["approval"]
+    assert approval["kind"] == "role_assignment" and approval["approvers"] == [approver.id]
+    # Nothing is assigned until the named approver approves, on the same approvals endpoints.
+    assert await fetch(realm, "SELECT id FROM role_assignments WHERE role_id = :r", r=role.id) == []
+    subject_token = await realm.token(subject, audience="account")
+    subject_says = await client.post(
+        f"{realm.api}/approvals/{approval['id']}/approve", headers={"Authorization": f"Bearer {subject_token}"}
+    )
+    assert subject_says.status_code == 404
+    approver_token = await realm.token(approver, audience="account")
+    decided = await client.post(
+        f"{realm.api}/approvals/{approval['id']}/approve",
+        json={"comment": "ok"},
+        headers={"Authorization": f"Bearer {approver_token}"},
+    )
+    assert decided.status_code == 200, decided.text
+    made = await fetch(realm, "SELECT approver_id, granted_by FROM role_assignments WHERE role_id = :r", r=role.id)
+    assert made == [(approver.id, realm.admin.id)]
+    types = [
+        t
+        for (t,) in await fetch(
+            realm, "SELECT type FROM audit_events WHERE correlation_id = :a ORDER BY id", a=approval["id"]
+        )
+    ]
+    assert types == ["role.assignment.approved", "role.assigned"]
 
 
 async def test_roles_and_assignments_never_cross_realms(

@@ -230,7 +230,7 @@ async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: Re
     assert '<span class="kpi" data-testid="kpi-value">1</span>' in tile(home, "active-workflows")
     assert '<span class="kpi" data-testid="kpi-value">1</span>' in tile(home, "runs-in-flight")
     assert "<time" in tile(home, "oldest-due")
-    assert '<span class="kpi" data-testid="kpi-value">—</span>' in tile(home, "pending-approvals")  # unknown, never 0
+    assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "pending-approvals")  # counted
     await drain(runner(realm))
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
     assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "runs-in-flight")

@@ -7,6 +7,7 @@ from engine.runs.steps.assign_role import AssignRole
 from engine.runs.steps.base import APPROVAL, EXTERNAL, INTERNAL, WAIT, Outcome, StepContext, StepFailure, StepType
 from engine.runs.steps.call_webhook import CallWebhook
 from engine.runs.steps.groups import AddToGroup, RemoveFromGroup
+from engine.runs.steps.human import Approval, Notify, Wait
 from engine.runs.steps.remove_role import RemoveRole
 from engine.runs.steps.simple import End, RemoveMembership, SuspendUser
 
@@ -19,6 +20,9 @@ STEP_TYPES: dict[str, StepType] = {
         RemoveFromGroup(),
         RemoveMembership(),
         SuspendUser(),
+        Notify(),
+        Approval(),
+        Wait(),
         End(),
         CallWebhook(),
     )

@@ -60,6 +60,7 @@ class AssignRole(StepType):
             )
         except EngineError as exc:
             raise StepFailure.from_engine_error(exc) from exc
+        assert not isinstance(assignment, roles.ApprovalNeeded)  # a run's grant never asks again
         return Outcome(
             result={"assignment_id": assignment.id, "role_id": role.id, "organization_id": organization_id},
             strategy=STRATEGY_UNDO,

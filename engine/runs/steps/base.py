@@ -54,6 +54,7 @@ class StepContext:
     actor: Actor  # the accountable publisher, with the run id as request and correlation id
     authority: Authority  # the publisher's authority, loaded in this transaction
     now: datetime
+    mail_configured: bool = False  # notices are mailed (else recorded as not_configured)
 
     def require_organization(self) -> str:
         if not self.organization_id:

@@ -1,0 +1,145 @@
+"""Approvals and notices (SPEC §5).
+
+Approvals answer any credential of a user of the realm (an account-audience token or an
+account session is enough): each approver sees only what involves them, and the subject of a run
+(or anyone not named) gets 404. Notices are for administrators who read workflows.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, get, post
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+
+from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.auth import CurrentPrincipal, request_id_of
+from cockpit.state import AnyRequest, DbSession, context_of
+from engine.directory.identity import now as utc_now
+from engine.runs import approvals, notices
+
+ACCOUNT = {"audience": "account"}
+
+
+class Decision(Body):
+    comment: str | None = None
+
+
+class Delegation(Body):
+    user_id: str
+
+
+class ApprovalsController(Controller):
+    path = REALM_BASE + "/approvals"
+    tags = ["approvals"]
+
+    @get("/", operation_id="listApprovals", opt={**ACCOUNT, "reads_only": True})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        approval_status: Annotated[str | None, QueryParameter(name="status")] = None,
+        decided_by_me: FromQuery[bool] = False,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        """What involves me: waiting for my decision (``status=pending``), or decided by me."""
+        page = await approvals.list_for_user(
+            db_session,
+            principal.realm.id,
+            principal.id,
+            status=approval_status,
+            decided_by_me=decided_by_me,
+            cursor=cursor,
+            limit=limit,
+        )
+        return page_view(page, approvals.approval_view)
+
+    @get("/{approval_id:str}", operation_id="getApproval", opt={**ACCOUNT, "reads_only": True})
+    async def show(
+        self, approval_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> dict[str, Any]:
+        row = await approvals.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
+        return approvals.approval_view(row)
+
+    @post("/{approval_id:str}/approve", operation_id="approveApproval", status_code=200, opt=ACCOUNT)
+    async def approve(
+        self,
+        request: AnyRequest,
+        approval_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: JSONBody[Decision | None] = None,
+    ) -> dict[str, Any]:
+        """Approve (the first decision wins; 409 once decided, expired or the run stopped waiting)."""
+        row = await approvals.decide(
+            db_session,
+            principal.actor(request_id_of(request)),
+            approval_id,
+            approve=True,
+            comment=data.comment if data else None,
+            now=utc_now(),
+        )
+        return approvals.approval_view(row)
+
+    @post("/{approval_id:str}/reject", operation_id="rejectApproval", status_code=200, opt=ACCOUNT)
+    async def reject(
+        self,
+        request: AnyRequest,
+        approval_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: JSONBody[Decision | None] = None,
+    ) -> dict[str, Any]:
+        """Reject: the run fails permanently (approval_rejected) and undoes what it did."""
+        row = await approvals.decide(
+            db_session,
+            principal.actor(request_id_of(request)),
+            approval_id,
+            approve=False,
+            comment=data.comment if data else None,
+            now=utc_now(),
+        )
+        return approvals.approval_view(row)
+
+    @post("/{approval_id:str}/delegate", operation_id="delegateApproval", status_code=200, opt=ACCOUNT)
+    async def delegate(
+        self,
+        request: AnyRequest,
+        approval_id: FromPath[str],
+        data: JSONBody[Delegation],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> dict[str, Any]:
+        """Hand my decision to another eligible user of the realm (never the subject)."""
+        row = await approvals.delegate(
+            db_session,
+            principal.actor(request_id_of(request)),
+            approval_id,
+            user_id=data.user_id,
+            now=utc_now(),
+            mail_configured=context_of(request.app).settings.mail is not None,
+        )
+        return approvals.approval_view(row)
+
+
+class NoticesController(Controller):
+    path = REALM_BASE + "/notices"
+    tags = ["notices"]
+
+    @get("/", operation_id="listNotices", opt={"permission": "realm.workflows.read", "reads_only": True})
+    async def list(
+        self,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        run_id: FromQuery[str | None] = None,
+        user_id: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        """Notices recorded by runs: to whom, their state (queued, sent, failed, not_configured), tries."""
+        notices.check_filters(run_id, user_id)
+        page = await notices.list_notices(
+            db_session, principal.realm.id, run_id=run_id, user_id=user_id, cursor=cursor, limit=limit
+        )
+        return page_view(page, notices.notice_view)

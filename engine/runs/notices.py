@@ -1,0 +1,222 @@
+"""Notices: one message to one user, recorded in the run's transaction and mailed after it commits.
+
+A ``notify`` step (and every approval request) records a notice with the text already rendered
+from the realm's ``workflow_notice`` template. Mail goes out later, outside any transaction, from
+the worker's sender pass: it claims due notices with ``FOR UPDATE SKIP LOCKED``, pushes their next
+try a little into the future before the transaction ends (so a crash between the claim and the
+send only delays the notice), sends through SMTP, and records the outcome. Delivery is therefore
+at least once and never lost. Without a mail server (``COCKPIT_SMTP_URL`` and
+``COCKPIT_MAIL_FROM``) a notice is recorded ``not_configured`` and shown in the cockpit.
+Notices are mandatory: no preference or suppression list mutes them.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from typing import Any
+
+import aiosmtplib
+from sqlalchemy import Select, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine.directory.notice_templates import render_notice
+from engine.platform.config import MailSettings
+from engine.platform.errors import Issue, ValidationFailed
+from engine.platform.ids import new_id
+from engine.platform.pagination import Page, keyset_page
+from engine.runs.approval_models import WorkflowNotice
+from engine.runs.retry import Clock, delay_ms
+
+log = logging.getLogger("cockpit.notices")
+
+QUEUED, SENT, FAILED, NOT_CONFIGURED = "queued", "sent", "failed", "not_configured"
+MAX_SEND_ATTEMPTS = 8
+SEND_BACKOFF_MS = 30_000
+CLAIM_HOLD = timedelta(minutes=2)  # a claimed notice is tried again after this if its sender died
+SEND_TIMEOUT_S = 20.0
+NOT_CONFIGURED_TEXT = "not sent: no mail server configured"
+
+
+async def record_notice(
+    session: AsyncSession,
+    *,
+    realm_id: str,
+    user_id: str,
+    to_address: str | None,
+    notice: str,
+    workflow_id: str | None,
+    workflow_name: str,
+    run_id: str | None,
+    approval_id: str | None = None,
+    now: datetime,
+    mail_configured: bool,
+    extra_text: str | None = None,
+) -> WorkflowNotice:
+    """Record one notice, rendered now in the realm's wording; sent after this transaction commits."""
+    rendered = await render_notice(session, realm_id, workflow_name, notice, now)
+    body = rendered.body + (f"\n\n{html.escape(extra_text)}" if extra_text else "")
+    row = WorkflowNotice(
+        id=new_id("ntc"),
+        realm_id=realm_id,
+        run_id=run_id,
+        approval_id=approval_id,
+        workflow_id=workflow_id,
+        user_id=user_id,
+        notice=notice,
+        to_address=to_address,
+        subject=rendered.subject[:300],
+        body=body,
+        state=QUEUED if mail_configured else NOT_CONFIGURED,
+        next_attempt_at=now if mail_configured else None,
+        last_error=None if mail_configured else NOT_CONFIGURED_TEXT,
+        created_at=now,
+    )
+    session.add(row)
+    return row
+
+
+def notice_view(row: WorkflowNotice) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "run_id": row.run_id,
+        "approval_id": row.approval_id,
+        "workflow_id": row.workflow_id,
+        "user_id": row.user_id,
+        "notice": row.notice,
+        "to": row.to_address,
+        "subject": row.subject,
+        "state": row.state,
+        "attempts": row.attempts,
+        "created_at": row.created_at,
+        "sent_at": row.sent_at,
+        "next_attempt_at": row.next_attempt_at if row.state == QUEUED else None,
+        "last_error": row.last_error,
+    }
+
+
+async def list_notices(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    run_id: str | None = None,
+    user_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[WorkflowNotice]:
+    query: Select[Any] = select(WorkflowNotice).where(WorkflowNotice.realm_id == realm_id)
+    if run_id:
+        query = query.where(WorkflowNotice.run_id == run_id)
+    if user_id:
+        query = query.where(WorkflowNotice.user_id == user_id)
+    return await keyset_page(session, query, WorkflowNotice.id, cursor=cursor, limit=limit, descending=True)
+
+
+def check_filters(run_id: str | None, user_id: str | None) -> None:
+    issues = []
+    for name, value in (("run_id", run_id), ("user_id", user_id)):
+        if value is not None and (len(value) > 40 or not value.strip()):
+            issues.append(Issue(f"/{name}", "invalid", "must be an id"))
+    if issues:
+        raise ValidationFailed("The filters are not valid.", issues=issues)
+
+
+# --- Sending ----------------------------------------------------------------------------------------
+
+_CLAIM = text(
+    """
+    UPDATE workflow_notices n
+       SET attempts = n.attempts + 1, next_attempt_at = :hold
+     WHERE n.id IN (SELECT id FROM workflow_notices
+                     WHERE state = 'queued' AND next_attempt_at <= :now
+                     ORDER BY next_attempt_at
+                     LIMIT :limit
+                     FOR UPDATE SKIP LOCKED)
+    RETURNING n.id, n.to_address, n.subject, n.body, n.attempts
+    """
+)
+
+
+def build_message(mail: MailSettings, notice_id: str, to_address: str, subject: str, body: str) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = mail.mail_from
+    message["To"] = to_address
+    message["Subject"] = subject
+    message["Date"] = formatdate(localtime=False)
+    message["Message-ID"] = make_msgid(idstring=notice_id)
+    message["X-Cockpit-Notice-Id"] = notice_id
+    message["Auto-Submitted"] = "auto-generated"
+    # The template renders values escaped for HTML; the plain part shows them as written.
+    message.set_content(html.unescape(body))
+    message.add_alternative(
+        "<!doctype html><html><body><p>" + body.replace("\n\n", "</p><p>").replace("\n", "<br>") + "</p></body></html>",
+        subtype="html",
+    )
+    return message
+
+
+async def send_mail(mail: MailSettings, message: EmailMessage) -> None:
+    await aiosmtplib.send(
+        message,
+        hostname=mail.host,
+        port=mail.port,
+        username=mail.username,
+        password=mail.password,
+        use_tls=mail.security == "tls",
+        start_tls=True if mail.security == "starttls" else False,
+        timeout=SEND_TIMEOUT_S,
+    )
+
+
+async def deliver_due_notices(
+    sessions: async_sessionmaker[AsyncSession],
+    mail: MailSettings | None,
+    *,
+    clock: Clock | None = None,
+    limit: int = 20,
+) -> int:
+    """Send the notices that are due; returns how many were sent."""
+    clock = clock or Clock()
+    now = clock.now()
+    async with sessions() as session, session.begin():
+        claimed = (await session.execute(_CLAIM, {"now": now, "hold": now + CLAIM_HOLD, "limit": limit})).all()
+    sent = 0
+    for notice_id, to_address, subject, body, attempts in claimed:
+        state, error, next_at = SENT, None, None
+        if mail is None:
+            state, error = NOT_CONFIGURED, NOT_CONFIGURED_TEXT
+        elif not to_address:
+            state, error = FAILED, "no_recipients: the user has no email address"
+        else:
+            try:
+                await send_mail(mail, build_message(mail, notice_id, to_address, subject, body))
+            except Exception as exc:  # network, refusal, timeout: tried again with backoff
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                log.warning("sending a notice failed", extra={"notice_id": notice_id, "attempt": attempts})
+                if attempts >= MAX_SEND_ATTEMPTS:
+                    state = FAILED
+                else:
+                    state = QUEUED
+                    next_at = clock.now() + timedelta(
+                        milliseconds=delay_ms(SEND_BACKOFF_MS, attempts, rand=clock.random)
+                    )
+        async with sessions() as session, session.begin():
+            await session.execute(
+                text(
+                    "UPDATE workflow_notices SET state = :state, last_error = :error, next_attempt_at = :next_at,"
+                    " sent_at = :sent_at WHERE id = :id"
+                ),
+                {
+                    "state": state,
+                    "error": error,
+                    "next_at": next_at,
+                    "sent_at": clock.now() if state == SENT else None,
+                    "id": notice_id,
+                },
+            )
+        if state == SENT:
+            sent += 1
+    return sent
