@@ -28,6 +28,7 @@ from cockpit.auth import provide_principal, realm_guard
 from cockpit.boundary import boundary_middleware_factory
 from cockpit.middleware import request_id_middleware
 from cockpit.openapi import declare_problem_responses
+from cockpit.pages import formatting
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.home import HomeController, RealmHomeController
@@ -40,6 +41,7 @@ from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
 from cockpit.pages.workflows import WorkflowsPages
 from cockpit.problems import problem_handler
+from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
 from engine.config import PROJECT_ROOT, Settings, get_settings
 from engine.database import resolve_database_url
@@ -119,6 +121,8 @@ def create_app(
     def configure_templates(engine: JinjaTemplateEngine) -> None:
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
+        engine.engine.filters["relative_time"] = formatting.relative
+        engine.engine.filters["exact_time"] = formatting.exact
 
     template_config = TemplateConfig(
         directory=PROJECT_ROOT / "templates",
@@ -150,6 +154,7 @@ def create_app(
             version="1",
             path="/schema",
             description="Durable lifecycle workflows for identity administration.",
+            render_plugins=render_plugins(),
         ),
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024),
         logging_config=None,

@@ -15,7 +15,13 @@ from typing import Any
 from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    PermissionDeniedException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -111,6 +117,10 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
         source = item.get("source")
         source = getattr(source, "value", source)  # Litestar's ParamType enum
         key = str(item.get("key") or "")
+        if source == "path" and raw == repr(key):
+            # Litestar's signature model reports every path parameter it did not get to convert
+            # once the body failed ("'realm'"): not an issue of the request.
+            continue
         if source and source != "body":
             out.append({"path": f"{source}:{key}", "code": "invalid", "message": raw})
             continue
@@ -176,6 +186,14 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
         )
     if isinstance(exc, PermissionDeniedException):
         return Problem(403, "forbidden", exc.detail or "Forbidden."), {}
+    if isinstance(exc, HTTPException) and isinstance(exc.__cause__, SerializationException):
+        # The body is not JSON at all (cut short, a stray comma): nothing could be read from it.
+        return Problem(
+            400,
+            "malformed_json",
+            "The request body is not valid JSON.",
+            [{"path": "", "code": "malformed_json", "message": str(exc.__cause__)}],
+        ), {}
     if isinstance(exc, HTTPException):
         status = exc.status_code
         detail = exc.detail if exc.detail and status < 500 else HTTPStatus(status).phrase

@@ -95,6 +95,39 @@ async def principal_names(session: AsyncSession, realm_id: str, ids: set[str]) -
 
 
 @dataclass(frozen=True)
+class ObjectName:
+    """What a page shows for an id: a name, and the path of its page under the realm (or None)."""
+
+    name: str
+    path: str | None
+
+
+_OBJECT_NAMES_SQL = text(
+    """
+    SELECT id, email AS name, '/users/' || id AS path FROM users WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, name, '/service-principals/' || id
+      FROM service_principals WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, name, '/organizations/' || id FROM organizations WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, name, '/organizations/' || organization_id || '/groups/' || id
+      FROM groups WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, name, '/roles/' || id FROM roles WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, name, '/workflows/' || id FROM workflows WHERE realm_id = :realm AND id = ANY(:ids)
+    UNION ALL SELECT id, destination, NULL FROM webhook_subscriptions WHERE realm_id = :realm AND id = ANY(:ids)
+    """
+)
+
+
+async def object_names(session: AsyncSession, realm_id: str, ids: set[str]) -> dict[str, ObjectName]:
+    """Names of the users, service principals, organizations, groups, roles, workflows and
+    subscriptions among ``ids``, in one query (ids of other realms are never found)."""
+    wanted = sorted(i for i in ids if i)
+    if not wanted:
+        return {}
+    rows = await session.execute(_OBJECT_NAMES_SQL, {"realm": realm_id, "ids": wanted})
+    return {row.id: ObjectName(row.name, row.path) for row in rows}
+
+
+@dataclass(frozen=True)
 class MembershipLine:
     organization_id: str
     organization_name: str

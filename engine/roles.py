@@ -275,12 +275,21 @@ async def update_role(
     return role
 
 
-async def delete_role(session: AsyncSession, actor: Actor, authority: Authority, role_id: str) -> None:
-    """Delete a custom role nobody holds (revoke its assignments and group grants first)."""
+async def delete_role(
+    session: AsyncSession, actor: Actor, authority: Authority, role_id: str, *, force: bool = False
+) -> None:
+    """Delete a custom role nobody holds (revoke its assignments and group grants first).
+
+    A role a published workflow names is refused (409 ``referenced_by_workflows``) unless
+    ``force``: its runs would fail at that step.
+    """
+    from engine.workflows import refuse_if_referenced
+
     role = await get_role(session, actor.realm_id, role_id)
     if role.builtin:
         raise Conflict("Built-in roles cannot be changed.", code="builtin_role")
     _require_role_ceiling(authority, role.permissions, "delete")
+    await refuse_if_referenced(session, actor.realm_id, role.id, "role", force)
     held = await session.scalar(
         select(func.count()).select_from(RoleAssignment).where(RoleAssignment.role_id == role.id)
     )

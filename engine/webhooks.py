@@ -476,13 +476,19 @@ async def update_subscription(
     return subscription
 
 
-async def delete_subscription(session: AsyncSession, actor: Actor, webhook_id: str) -> None:
-    """Soft delete: the state becomes ``deleted`` and stays so. Deleting again changes nothing."""
+async def delete_subscription(session: AsyncSession, actor: Actor, webhook_id: str, *, force: bool = False) -> None:
+    """Soft delete: the state becomes ``deleted`` and stays so. Deleting again changes nothing.
+
+    A subscription a published workflow calls is refused (409 ``referenced_by_workflows``) unless ``force``.
+    """
+    from engine.workflows import refuse_if_referenced
+
     subscription = await session.get(WebhookSubscription, webhook_id, with_for_update=True)
     if subscription is None or subscription.realm_id != actor.realm_id:
         raise NotFound("No such webhook subscription.")
     if subscription.state == "deleted":
         return
+    await refuse_if_referenced(session, actor.realm_id, subscription.id, "subscription", force)
     previous = subscription.state
     subscription.state = "deleted"
     subscription.updated_at = utc_now()

@@ -120,10 +120,20 @@ class RolesController(Controller):
 
     @delete("/{role_id:str}", operation_id="deleteRole", opt={"permission": "realm.roles.write"})
     async def remove(
-        self, request: AnyRequest, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+        self,
+        request: AnyRequest,
+        role_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        force: FromQuery[bool] = False,
     ) -> None:
+        """409 ``referenced_by_workflows`` while a published workflow names the role, unless ``force=true``."""
         await roles.delete_role(
-            db_session, principal.actor(request_id_of(request)), await authority_of(principal, db_session), role_id
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            role_id,
+            force=force,
         )
 
 

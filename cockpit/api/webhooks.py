@@ -107,10 +107,18 @@ class WebhooksController(Controller):
 
     @delete("/{webhook_id:str}", operation_id="deleteWebhook", opt={"permission": "realm.webhooks.write"})
     async def remove(
-        self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        force: FromQuery[bool] = False,
     ) -> None:
-        """Soft delete (state ``deleted``); deleting again answers 204 and changes nothing."""
-        await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id)
+        """Soft delete (state ``deleted``); deleting again answers 204 and changes nothing.
+
+        409 ``referenced_by_workflows`` while a published workflow calls it, unless ``force=true``.
+        """
+        await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id, force=force)
 
     @post(
         "/{webhook_id:str}/rotate-secret",

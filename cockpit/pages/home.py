@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from litestar import Controller, Request, get
-from litestar.datastructures import State
-from litestar.response import Template
+from litestar.datastructures import CacheControlHeader, State
+from litestar.response import File, Template
 
 from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.authz import load_authority
-from engine.overview import REALM_COUNTS, latest_audit_events_with_names, realm_counts, workflow_kpis
+from engine.config import PROJECT_ROOT
+from engine.overview import REALM_COUNTS, ObjectName, latest_audit_events, object_names, realm_counts, workflow_kpis
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -29,6 +30,13 @@ class HomeController(Controller):
         return Template(
             template_name="pages/home.html",
             context={"request": request, "ready": ready, "checks": checks, "labels": STATUS_LABELS},
+        )
+
+    @get("/favicon.ico", name="favicon", cache_control=CacheControlHeader(max_age=86400))
+    async def favicon(self) -> File:
+        """Browsers ask for /favicon.ico on their own; pages link the same icon."""
+        return File(
+            path=PROJECT_ROOT / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline"
         )
 
     @get("/partials/status", name="status-widget")
@@ -59,9 +67,11 @@ class RealmHomeController(Controller):
         ]
         kpis = await workflow_kpis(db_session, realm.id) if authority.holds("realm.workflows.read") else None
         events = None
-        names: dict[str, str] = {}
+        names: dict[str, ObjectName] = {}
         if authority.holds("realm.audit.read"):
-            events, names = await latest_audit_events_with_names(db_session, realm.id, 10)
+            events = await latest_audit_events(db_session, realm.id, 10)
+            ids = {e.actor_id for e in events if e.actor_id} | {e.subject_id for e in events if e.subject_id}
+            names = await object_names(db_session, realm.id, ids)
         ready, checks = await readiness(state, db_session)
         return page(
             request,

@@ -268,10 +268,12 @@ class RolesPages(Controller):
         self, request: AnyRequest, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
         role = await roles.get_role(db_session, principal.realm.id, role_id)
+        form = await request.form()
+        force = form.get("force") == "true"
         try:
             async with db_session.begin_nested():  # an error undoes only this change
                 await roles.delete_role(
-                    db_session, principal.actor(request_id_of(request)), authority_of(principal), role.id
+                    db_session, principal.actor(request_id_of(request)), authority_of(principal), role.id, force=force
                 )
         except EngineError as exc:
             return await self._detail(

@@ -149,7 +149,8 @@ class WebhooksPages(Controller):
                 }
                 return await self._render(request, db_session, principal, revealed=revealed)
             if action == "delete":
-                await webhooks.delete_subscription(db_session, actor, webhook_id)
+                force = (await request.form()).get("force") == "true"
+                await webhooks.delete_subscription(db_session, actor, webhook_id, force=force)
                 flash = "Subscription deleted. Nothing more is sent to it."
             elif action in STATE_ACTIONS:
                 subscription = await webhooks.update_subscription(
@@ -163,5 +164,8 @@ class WebhooksPages(Controller):
         except EngineError as exc:
             if exc.status == 404:
                 raise
-            return await self._render(request, db_session, principal, status_code=exc.status, error=exc.detail)
+            forceable = webhook_id if exc.code == "referenced_by_workflows" else None
+            return await self._render(
+                request, db_session, principal, status_code=exc.status, error=exc.detail, force_delete=forceable
+            )
         return await self._render(request, db_session, principal, flash=flash)
