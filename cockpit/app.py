@@ -35,6 +35,7 @@ from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.roles import RolesPages
 from cockpit.pages.runs import RunsPages
+from cockpit.pages.service_principals import ServicePrincipalsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
@@ -88,6 +89,7 @@ PAGE_CONTROLLERS: list[type] = [
     TemplatesPages,
     PolicyPages,
     TokensPages,
+    ServicePrincipalsPages,
     AuditPages,
 ]
 

@@ -295,3 +295,110 @@ async def test_a_bearer_of_another_realm_cannot_see_names(
     role = await other_realm.role("Theirs", ["realm.users.read"])
     refused = await client.delete(f"{realm.api}/roles/{role.id}", headers=bearer(realm.admin_token))
     assert refused.status_code == 404
+
+
+# --- Onboarding from the cockpit -------------------------------------------------------------------
+
+
+async def test_a_sign_in_link_is_made_on_the_users_page_and_shown_once(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    newcomer = await realm.user("newcomer@example.com")
+    url = f"/realms/{realm.slug}/users/{newcomer.id}"
+    before = await client.get(url, headers=HTML)
+    assert "Make a sign-in link" in before.text and 'data-testid="sign-in-link"' not in before.text
+    made = await client.post(url + "/sign-in-link", data={"_csrf": login.csrf}, headers=HTML)
+    assert made.status_code == 200 and made.headers["cache-control"] == "no-store"
+    link = re.search(r"(/realms/[^/]+/sign-in/link\?token=[^<\s]+)</code>", made.text).group(1)
+    assert (await client.get(url, headers=HTML)).text.count(link.split("=", 1)[1]) == 0  # shown once
+    client.cookies.clear()
+    opened = await client.get(link, headers=HTML)
+    assert opened.status_code == 200 and "Continue" in opened.text
+
+    # The one rule: a helpdesk user cannot make a link for an administrator.
+    helper = await realm.user("helper@example.com")
+    desk = await realm.role("Desk", ["realm.users.read", "realm.users.write"])
+    await realm.assign(helper, desk)
+    helper_login = await signed_in(client, realm, helper)
+    refused = await client.post(
+        f"/realms/{realm.slug}/users/{realm.admin.id}/sign-in-link", data={"_csrf": helper_login.csrf}, headers=HTML
+    )
+    assert refused.status_code == 403 and "sign-in/link?token=" not in refused.text
+
+
+async def test_add_to_organization_and_assign_role_from_the_users_page(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    person = await realm.user("joiner@example.com")
+    org = await realm.organization("Finance")
+    role = await realm.role("Ledger reader", ["realm.users.read"])
+    url = f"/realms/{realm.slug}/users/{person.id}"
+    page = await client.get(url, headers=HTML)
+    assert f'<option value="{org.id}">Finance</option>' in page.text
+    assert f'<option value="{role.id}">Ledger reader</option>' in page.text
+
+    added = await client.post(
+        url + "/memberships",
+        data={"_csrf": login.csrf, "organization_id": org.id},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert added.status_code == 303
+    again = await client.post(url + "/memberships", data={"_csrf": login.csrf, "organization_id": org.id}, headers=HTML)
+    assert again.status_code == 409 and "already a member" in again.text
+    assigned = await client.post(
+        url + "/role-assignments",
+        data={"_csrf": login.csrf, "role_id": role.id, "organization_id": ""},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert assigned.status_code == 303
+    after = await client.get(url, headers=HTML)
+    assert "Ledger reader" in after.text.split('id="assignments-title"', 1)[1]
+    memberships = after.text.split('id="memberships-title"', 1)[1].split("</table>", 1)[0]
+    assert "Finance" in memberships
+    api = await client.get(f"{realm.api}/role-assignments", params={"user_id": person.id}, headers=realm.headers)
+    assert [a["role_id"] for a in api.json()["items"]] == [role.id]
+
+    # The grant ceiling: a role with a permission the caller lacks is refused, nothing assigned.
+    helper = await realm.user("helper2@example.com")
+    desk = await realm.role("Desk 2", ["realm.users.read", "realm.roles.write"])
+    await realm.assign(helper, desk)
+    big = await realm.role("Publisher", ["realm.workflows.publish"])
+    helper_login = await signed_in(client, realm, helper)
+    refused = await client.post(
+        url + "/role-assignments", data={"_csrf": helper_login.csrf, "role_id": big.id}, headers=HTML
+    )
+    assert refused.status_code == 403
+    api = await client.get(f"{realm.api}/role-assignments", params={"user_id": person.id}, headers=realm.headers)
+    assert [a["role_id"] for a in api.json()["items"]] == [role.id]
+
+
+async def test_service_principals_and_their_tokens_from_the_cockpit(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    base = f"/realms/{realm.slug}/service-principals"
+    empty = await client.get(base, headers=HTML)
+    assert empty.status_code == 200 and "No service principals yet." in empty.text
+    created = await client.post(
+        base,
+        data={"_csrf": login.csrf, "name": "HR sync", "description": "Nightly"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert created.status_code == 303
+    sp_url = created.headers["location"].split("?", 1)[0]
+    assert "HR sync" in (await client.get(base, headers=HTML)).text
+
+    minted = await client.post(
+        sp_url + "/tokens", data={"_csrf": login.csrf, "name": "nightly", "expires_in_days": "30"}, headers=HTML
+    )
+    assert minted.status_code == 200 and minted.headers["cache-control"] == "no-store"
+    token = re.search(r'class="secret" id="minted-token">([^<]+)<', minted.text).group(1)
+    used = await client.get(f"{realm.api}/users", headers=bearer(token))
+    assert used.status_code in (200, 403), (token, used.text)  # a real token: it authenticates (what it may do is its roles')
+    listed = await client.get(sp_url, headers=HTML)
+    assert token not in listed.text and listed.text.count('data-testid="sp-token-row"') == 1
+    token_id = re.search(r'action="[^"]+/tokens/(tok_[^/]+)/revoke"', listed.text).group(1)
+    revoked = await client.post(
+        f"{sp_url}/tokens/{token_id}/revoke", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert revoked.status_code == 303
+    assert (await client.get(f"{realm.api}/users", headers=bearer(token))).status_code == 401
