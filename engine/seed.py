@@ -84,6 +84,8 @@ class DemoRealm:
     admin: User
     created: bool
     users: dict[str, User] = field(default_factory=dict)
+    workflow_id: str | None = None
+    run_ids: list[str] = field(default_factory=list)
 
 
 async def seed_demo(session: AsyncSession) -> DemoRealm:
@@ -210,7 +212,67 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
                 subject_id=users[email].id,
                 details={"group_id": group.id, "organization_id": org.id},
             )
-    return DemoRealm(realm=realm, admin=admin, created=True, users=users)
+    demo = DemoRealm(realm=realm, admin=admin, created=True, users=users)
+    demo.workflow_id, demo.run_ids = await _onboarding_workflow(session, demo, organizations, roles, groups)
+    return demo
+
+
+DEMO_WORKFLOW_NAME = "Engineering onboarding"
+# Who joined engineering lately: the demo's first runs are about them.
+_JOINERS = ("margaret@demo.example", "ken@demo.example")
+
+
+async def _onboarding_workflow(
+    session: AsyncSession,
+    demo: DemoRealm,
+    organizations: dict[str, Organization],
+    roles: dict[str, Role],
+    groups: dict[str, Group],
+) -> tuple[str, list[str]]:
+    """One published onboarding workflow, written as an administrator would, and runs of it.
+
+    The runs are only started here; the first start lets the engine carry them to their end,
+    so what the newcomer sees is what the product did.
+    """
+    from engine import runs, workflows
+
+    engineering = organizations["Acme Engineering"]
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {
+                "id": "grant-engineering-access",
+                "type": "assign_role",
+                "role_id": roles["engineering-member"].id,
+                "scope": "organization",
+                "organization_id": engineering.id,
+            },
+            {"id": "join-engineering-team", "type": "add_to_group", "group_id": groups["Engineering"].id},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    actor = Actor(type="user", id=demo.admin.id, realm_id=demo.realm.id)
+    workflow, _ = await workflows.create_workflow(
+        session,
+        actor,
+        name=DEMO_WORKFLOW_NAME,
+        description=(
+            "Welcomes a new engineer: the engineering-member role in Acme Engineering, "
+            "then the Engineering team. Start it by hand for the person who joined."
+        ),
+        definition=definition,
+        has_definition=True,
+        requires_approval=False,
+    )
+    await workflows.publish_revision(session, actor, workflow.id, 1)
+    run_ids = []
+    for email in _JOINERS:
+        run = await runs.start_manual_run(
+            session, actor, workflow.id, subject_id=demo.users[email].id, organization_id=engineering.id
+        )
+        run_ids.append(run.id)
+    return workflow.id, run_ids
 
 
 async def _add_member(session: AsyncSession, actor: Actor, org: Organization, user: User) -> None:

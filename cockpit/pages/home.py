@@ -12,7 +12,13 @@ from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.authz import load_authority
 from engine.config import PROJECT_ROOT
-from engine.overview import REALM_COUNTS, ObjectName, latest_audit_events, object_names, realm_counts, workflow_kpis
+from engine.overview import (
+    REALM_COUNTS,
+    ObjectName,
+    latest_activity,
+    realm_counts,
+    workflow_kpis,
+)
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -69,9 +75,7 @@ class RealmHomeController(Controller):
         events = None
         names: dict[str, ObjectName] = {}
         if authority.holds("realm.audit.read"):
-            events = await latest_audit_events(db_session, realm.id, 10)
-            ids = {e.actor_id for e in events if e.actor_id} | {e.subject_id for e in events if e.subject_id}
-            names = await object_names(db_session, realm.id, ids)
+            events, names = await latest_activity(db_session, realm.id, 10)
         ready, checks = await readiness(state, db_session)
         return page(
             request,

@@ -393,7 +393,10 @@ async def test_service_principals_and_their_tokens_from_the_cockpit(client: Clie
     assert minted.status_code == 200 and minted.headers["cache-control"] == "no-store"
     token = re.search(r'class="secret" id="minted-token">([^<]+)<', minted.text).group(1)
     used = await client.get(f"{realm.api}/users", headers=bearer(token))
-    assert used.status_code in (200, 403), (token, used.text)  # a real token: it authenticates (what it may do is its roles')
+    assert used.status_code in (200, 403), (
+        token,
+        used.text,
+    )  # a real token: it authenticates (what it may do is its roles')
     listed = await client.get(sp_url, headers=HTML)
     assert token not in listed.text and listed.text.count('data-testid="sp-token-row"') == 1
     token_id = re.search(r'action="[^"]+/tokens/(tok_[^/]+)/revoke"', listed.text).group(1)
