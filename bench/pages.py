@@ -6,7 +6,7 @@
     uv run python bench/pages.py --reuse                  # measure a database seeded and kept before
 
 Uses the PostgreSQL server of ``--server`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``),
-creates database ``--database`` (default ``wt15w_bench``; dropped first if it exists), migrates it,
+creates database ``--database`` (default ``cockpit_pages_bench``; dropped first if it exists), migrates it,
 and seeds it:
 
 - through the product's own functions: a realm, its administrator (an admin token and a browser
@@ -380,7 +380,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    parser.add_argument("--database", default="wt15w_bench")
+    parser.add_argument("--database", default="cockpit_pages_bench")
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--attempts", type=int, default=20, help="attempts per run (at most 20)")
     parser.add_argument("--port", type=int, default=8630)

@@ -67,3 +67,22 @@ class TooManyRequests(EngineError):
 def invalid(path: str, message: str, code: str = "invalid") -> ValidationFailed:
     """A one-issue validation failure."""
     return ValidationFailed("The request is not valid.", issues=[Issue(path, code, message)])
+
+
+def error_summary(exc: BaseException, limit: int = 300) -> str:
+    """What an unexpected error says, fit for a run's record: the kind of error and its first line.
+
+    A database error's text goes on with the SQL statement, its parameters and a DETAIL line that
+    can quote row values; none of that belongs in a record that operators and the API show, so
+    only the driver's own first line is kept (the full error goes to the log).
+    """
+    inner = getattr(exc, "orig", None) or exc
+    cause = inner.__cause__
+    if cause is not None and type(cause).__module__.startswith("asyncpg"):
+        inner = cause  # the driver's own error under SQLAlchemy's adapter: its class names the condition
+    text = str(inner).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    if first.startswith("<class '") and "'>: " in first:  # the asyncpg adapter's "<class 'x.Y'>: message"
+        first = first.split("'>: ", 1)[1]
+    name = inner.__class__.__name__
+    return (f"{name}: {first}" if first else name)[:limit]

@@ -24,6 +24,7 @@ from engine.audit import Actor, record_audit
 from engine.authz import load_authority
 from engine.definitions.canonical import input_version
 from engine.definitions.durations import parse_duration
+from engine.errors import error_summary
 from engine.fastpath import FastPath, Staged
 from engine.ids import new_id
 from engine.retry import (
@@ -376,7 +377,7 @@ class Runner:
                 except IntegrityError as exc:
                     # The directory refused the change (a concurrent duplicate, a vanished row):
                     # a permanent conflict, not a reason to retry the transaction forever.
-                    raise StepFailure("conflict", str(exc.orig)[:500], permanent=True) from exc
+                    raise StepFailure("conflict", error_summary(exc), permanent=True) from exc
         except StepFailure as failure:
             await self._record_failure(session, run, attempt, failure, policy)
             return True
@@ -385,7 +386,7 @@ class Runner:
         except Exception as exc:  # infrastructure: transient
             log.warning("step failed unexpectedly", exc_info=exc, extra={"run_id": run.id, "step_id": step["id"]})
             await self._record_failure(
-                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False), policy
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False), policy
             )
             return True
         attempt.state = ATTEMPT_SUCCEEDED
@@ -550,7 +551,7 @@ class Runner:
         except Exception as exc:
             log.warning("compensation failed unexpectedly", exc_info=exc, extra={"run_id": run.id})
             await self._compensation_failed_try(
-                session, run, attempt, StepFailure("error", str(exc)[:500], permanent=False)
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False)
             )
             return True
         attempt.compensation_state = COMP_DONE
