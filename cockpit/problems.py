@@ -145,7 +145,7 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
     return out
 
 
-def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
+def to_problem(exc: Exception, request: Request[Any, Any, Any] | None = None) -> tuple[Problem, dict[str, str]]:
     if isinstance(exc, EngineError):
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooManyRequests) else {}
         if exc.status == 401:
@@ -179,7 +179,15 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
     if isinstance(exc, ProblemError):
         return Problem(exc.status, exc.code, exc.detail, [e.as_dict() for e in exc.errors]), exc.headers
     if isinstance(exc, ValidationException):
-        return Problem(422, "validation_failed", "The request is not valid.", _validation_errors(exc)), {}
+        errors = _validation_errors(exc)
+        if request is not None and any(e["path"].startswith("/") for e in errors):
+            # msgspec stops at the body's first problem: read it again for all of them at once.
+            from cockpit.api.body_issues import all_body_issues
+
+            everything = all_body_issues(request)
+            if everything:
+                errors = [e for e in errors if not e["path"].startswith("/")] + everything
+        return Problem(422, "validation_failed", "The request is not valid.", errors), {}
     if isinstance(exc, NotAuthorizedException):
         return Problem(401, "unauthorized", exc.detail or "Credentials are missing or invalid."), dict(
             exc.headers or {}
@@ -226,7 +234,7 @@ def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirec
 
 
 def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    problem, headers = to_problem(exc)
+    problem, headers = to_problem(exc, request)
     if problem.status >= 500:
         log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
     if wants_html(request):

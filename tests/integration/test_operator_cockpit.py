@@ -405,3 +405,28 @@ async def test_service_principals_and_their_tokens_from_the_cockpit(client: Clie
     )
     assert revoked.status_code == 303
     assert (await client.get(f"{realm.api}/users", headers=bearer(token))).status_code == 401
+
+
+async def test_every_issue_of_a_body_at_once_an_unknown_member_and_a_bad_email(
+    client: Client, realm: RealmHandle
+) -> None:
+    response = await client.post(
+        realm.api + "/users",
+        json={"email": "not-an-email", "display_name": "Ada", "script": "rm -rf /"},
+        headers=realm.headers,
+    )
+    assert response.status_code == 422
+    issues = {(e["path"], e["code"]) for e in response.json()["errors"]}
+    assert issues == {("/script", "unknown_member"), ("/email", "invalid_email")}, response.json()
+    wrong = await client.post(
+        realm.api + "/users", json={"email": 5, "guest": "yes", "extra": 1}, headers=realm.headers
+    )
+    issues = {(e["path"], e["code"]) for e in wrong.json()["errors"]}
+    assert issues == {
+        ("/email", "wrong_type"),
+        ("/guest", "wrong_type"),
+        ("/extra", "unknown_member"),
+        ("/display_name", "required"),
+    }, wrong.json()
+    users = (await client.get(realm.api + "/users", headers=realm.headers)).json()["items"]
+    assert all(u["email"] != "not-an-email" for u in users)  # nothing changed
