@@ -10,8 +10,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.config import Settings, load_settings
-from engine.db import make_engine, make_sessionmaker
+from engine.platform.config import Settings, load_settings
+from engine.platform.db import make_engine, make_sessionmaker
 from testing.databases import clone_database, drop_database, ensure_template, server_maintenance_url
 
 # Property tests explore the same examples on every run, so CI never fails by chance; set

@@ -47,9 +47,9 @@ import psycopg  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.database import embedded_pgdata, libpq_conninfo, start_embedded_server, with_database  # noqa: E402
-from engine.db import make_engine, make_sessionmaker  # noqa: E402
-from engine.migrate import upgrade  # noqa: E402
+from engine.platform.database import embedded_pgdata, libpq_conninfo, start_embedded_server, with_database  # noqa: E402
+from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.platform.migrate import upgrade  # noqa: E402
 from testing.chaos import Directory, WorkerPool, build_directory, leases_by_pid, publish, start_manual_runs  # noqa: E402
 from testing.processes import cockpit_env  # noqa: E402
 

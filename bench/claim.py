@@ -33,12 +33,14 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine import identity, runstore, workflows  # noqa: E402
-from engine.audit import Actor  # noqa: E402
-from engine.config import load_settings  # noqa: E402
-from engine.database import libpq_conninfo, server_url, with_database  # noqa: E402
-from engine.db import make_engine, make_sessionmaker  # noqa: E402
-from engine.migrate import upgrade  # noqa: E402
+from engine.directory import identity  # noqa: E402
+from engine.directory.audit import Actor  # noqa: E402
+from engine.platform.config import load_settings  # noqa: E402
+from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
+from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.platform.migrate import upgrade  # noqa: E402
+from engine.runs import runstore  # noqa: E402
+from engine.workflows import service as workflows  # noqa: E402
 
 BATCH, SHARE, LEASE = 50, 10, timedelta(seconds=60)
 OLD_REPEATS = 3  # the previous query is slow at 1 M: a few timings say enough

@@ -39,12 +39,12 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine import organizations  # noqa: E402
-from engine.authz import load_authority  # noqa: E402
-from engine.config import load_settings  # noqa: E402
-from engine.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
-from engine.db import make_engine, make_sessionmaker  # noqa: E402
-from engine.migrate import upgrade  # noqa: E402
+from engine.directory import organizations  # noqa: E402
+from engine.directory.authz import load_authority  # noqa: E402
+from engine.platform.config import load_settings  # noqa: E402
+from engine.platform.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
+from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.platform.migrate import upgrade  # noqa: E402
 from testing.chaos import (  # noqa: E402
     Directory,
     WorkerPool,

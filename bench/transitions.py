@@ -38,11 +38,11 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import event, text  # noqa: E402
 
 from bench.engine import Options, prepare  # noqa: E402
-from engine.config import load_settings  # noqa: E402
-from engine.database import libpq_conninfo, server_url, with_database  # noqa: E402
-from engine.db import make_engine, make_sessionmaker  # noqa: E402
-from engine.migrate import upgrade  # noqa: E402
-from engine.runner import Runner, RunnerSettings  # noqa: E402
+from engine.platform.config import load_settings  # noqa: E402
+from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
+from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
+from engine.platform.migrate import upgrade  # noqa: E402
+from engine.runs.runner import Runner, RunnerSettings  # noqa: E402
 from testing.chaos import start_manual_runs  # noqa: E402
 
 PASS_LIMIT = 2000  # passes per phase, whatever happens

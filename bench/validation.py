@@ -25,13 +25,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import identity, organizations
-from engine.audit import Actor
-from engine.authz import load_authority
-from engine.db import make_engine, make_sessionmaker
-from engine.definitions.validation import validate_definition
-from engine.ids import new_id
-from engine.models import Role, WebhookSubscription
+from engine.directory import identity, organizations
+from engine.directory.audit import Actor
+from engine.directory.authz import load_authority
+from engine.directory.models import Role, WebhookSubscription
+from engine.platform.db import make_engine, make_sessionmaker
+from engine.platform.ids import new_id
+from engine.workflows.definitions.validation import validate_definition
 from testing.databases import clone_database, drop_database, ensure_template, server_maintenance_url
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from engine import identity
-from engine.audit import Actor
-from engine.config import Settings
-from engine.database import resolve_database_url
-from engine.db import make_engine, make_sessionmaker, transaction
-from engine.errors import EngineError
-from engine.models import Realm, ServicePrincipal
+from engine.directory import identity
+from engine.directory.audit import Actor
+from engine.directory.models import Realm, ServicePrincipal
+from engine.platform.config import Settings
+from engine.platform.database import resolve_database_url
+from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.platform.errors import EngineError
 
 
 class AdminError(Exception):
@@ -63,7 +63,7 @@ def sign_in_link_url(settings: Settings, realm_slug: str, token: str) -> str:
 
 async def _with_db(settings: Settings, work: Any) -> Any:
     url = resolve_database_url(settings)
-    from engine.migrate import upgrade
+    from engine.platform.migrate import upgrade
 
     upgrade(url)
     engine = make_engine(url, pool_size=2)

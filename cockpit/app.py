@@ -44,10 +44,10 @@ from cockpit.pages.workflows import WorkflowsPages
 from cockpit.problems import problem_handler
 from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
-from engine.config import PROJECT_ROOT, Settings, get_settings
-from engine.database import resolve_database_url
-from engine.db import make_sessionmaker
-from engine.migrate import head_revision
+from engine.platform.config import PROJECT_ROOT, Settings, get_settings
+from engine.platform.database import resolve_database_url
+from engine.platform.db import make_sessionmaker
+from engine.platform.migrate import head_revision
 
 HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
 

@@ -29,11 +29,12 @@ from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 
 from cockpit.state import context_of, request_db
-from engine import crypto, identity
-from engine.audit import Actor
-from engine.authz import Authority, load_authority
-from engine.errors import Forbidden, NotFound, Unauthorized
-from engine.models import Realm
+from engine.directory import identity
+from engine.directory.audit import Actor
+from engine.directory.authz import Authority, load_authority
+from engine.directory.models import Realm
+from engine.platform import crypto
+from engine.platform.errors import Forbidden, NotFound, Unauthorized
 
 SESSION_COOKIE = "cockpit_session"
 PRE_SESSION_COOKIE = "cockpit_pre"

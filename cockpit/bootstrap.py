@@ -14,12 +14,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
-from engine import identity
-from engine.config import Settings
-from engine.db import make_engine, make_sessionmaker, transaction
-from engine.errors import EngineError
-from engine.models import Realm
-from engine.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_demo
+from engine.directory import identity
+from engine.directory.models import Realm
+from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_demo
+from engine.platform.config import Settings
+from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.platform.errors import EngineError
+from engine.runs.demo import seed_demo_workflow
 
 
 def first_start(settings: Settings, database_url: str) -> list[str]:
@@ -42,13 +43,15 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
         sessions = make_sessionmaker(engine)
         demo: DemoRealm | None = None
         token = ""
+        run_ids: list[str] = []
         async with transaction(sessions) as session:
             if not await identity.first_start_done(session):
                 demo = await seed_demo(session)
                 if demo.created:
+                    _workflow_id, run_ids = await seed_demo_workflow(session, demo)
                     token = await identity.create_sign_in_link(session, demo.admin)
         if demo is not None and demo.created:
-            if demo.run_ids:
+            if run_ids:
                 # The demo workflow's first runs go to their end through the engine itself, so the
                 # first page a newcomer opens shows finished runs (a worker would do the same soon after).
                 await finish_runs(sessions)
@@ -70,7 +73,7 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
 
 async def finish_runs(sessions: async_sessionmaker[AsyncSession], passes: int = 20) -> None:
     """Advance due runs with the engine's own runner until none is left (at most ``passes`` passes)."""
-    from engine.runner import Runner
+    from engine.runs.runner import Runner
 
     runner = Runner(sessions, f"first-start-{os.getpid()}")
     try:

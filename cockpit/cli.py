@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cockpit.admin_cli import AdminError, record_web_address, shown_url
-from engine.config import ConfigError, Settings, get_settings
-from engine.database import DatabaseUnavailable, libpq_conninfo, redact, resolve_database_url
-from engine.logs import configure_logging
+from engine.platform.config import ConfigError, Settings, get_settings
+from engine.platform.database import DatabaseUnavailable, libpq_conninfo, redact, resolve_database_url
+from engine.platform.logs import configure_logging
 
 log = logging.getLogger("cockpit.cli")
 
@@ -48,7 +48,7 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _migrate(url: str) -> None:
-    from engine.migrate import upgrade
+    from engine.platform.migrate import upgrade
 
     try:
         upgrade(url)
@@ -119,7 +119,7 @@ def _exit_with_parent(parent_pid: int, stop: Callable[[], None]) -> None:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from engine.runtime import run_worker
+    from engine.worker.runtime import run_worker
 
     url = _database(settings)
     if not args.no_migrate:

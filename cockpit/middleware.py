@@ -16,7 +16,7 @@ import time
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.logs import client_request_id_var, request_id_var
+from engine.platform.logs import client_request_id_var, request_id_var
 
 log = logging.getLogger("cockpit.access")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")

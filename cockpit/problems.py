@@ -25,7 +25,7 @@ from litestar.exceptions import (
 from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from engine.errors import EngineError, TooManyRequests
+from engine.platform.errors import EngineError, TooManyRequests
 
 log = logging.getLogger("cockpit.errors")
 

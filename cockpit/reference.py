@@ -14,7 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Request
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, YamlRenderPlugin
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 
 METHODS = ("get", "post", "put", "patch", "delete")
 

@@ -20,8 +20,8 @@ from litestar.di import NamedDependency
 from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from engine.config import Settings
-from engine.database import asyncpg_url
+from engine.platform.config import Settings
+from engine.platform.database import asyncpg_url
 
 REQUEST_DB = "request_db"
 

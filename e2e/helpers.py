@@ -7,7 +7,7 @@ import sys
 from urllib.parse import urlsplit
 
 from e2e.conftest import LiveServer
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 
 
 def cli(live: LiveServer, *args: str) -> str:

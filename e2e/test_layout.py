@@ -20,10 +20,12 @@ from e2e.conftest import LiveServer
 from e2e.helpers import sign_in_url
 from e2e.pages import sign_in_with_link
 from e2e.test_runs import in_database
-from engine import runs, workflows
-from engine.audit import Actor
-from engine.config import PROJECT_ROOT
-from engine.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
+from engine.directory.audit import Actor
+from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
+from engine.platform.config import PROJECT_ROOT
+from engine.runs import service as runs
+from engine.runs.demo import seed_demo_workflow
+from engine.workflows import service as workflows
 
 SCREENS = PROJECT_ROOT / "test-results" / "screens"
 WIDTHS = (1400, 800)
@@ -49,8 +51,8 @@ OVERFLOW = """() => {
 async def _demo(session: Any) -> dict[str, str]:
     """The demo realm, plus a run that failed and one that was cancelled: every state to look at."""
     demo = await seed_demo(session)
+    workflow_id, run_ids = await seed_demo_workflow(session, demo)
     admin = Actor(type="user", id=demo.admin.id, realm_id=demo.realm.id)
-    assert demo.workflow_id is not None
     draft, _ = await workflows.create_workflow(
         session,
         admin,
@@ -61,13 +63,13 @@ async def _demo(session: Any) -> dict[str, str]:
         requires_approval=False,
     )
     cancelled = await runs.start_manual_run(
-        session, admin, demo.workflow_id, subject_id=demo.users["grace@demo.example"].id, organization_id=None
+        session, admin, workflow_id, subject_id=demo.users["grace@demo.example"].id, organization_id=None
     )
     await runs.cancel_run(session, admin, cancelled.id, reason="Started for the wrong person")
     return {
-        "workflow": demo.workflow_id,
+        "workflow": workflow_id,
         "draft": draft.id,
-        "run": demo.run_ids[0],
+        "run": run_ids[0],
         "cancelled": cancelled.id,
         "user": demo.users["margaret@demo.example"].id,
     }

@@ -20,10 +20,12 @@ from playwright.sync_api import Page, Request, Route, expect
 
 from e2e.conftest import LiveServer
 from e2e.pages import RevisionPage, RunsPage, TimelinePage, WorkflowPage, sign_in_with_link
-from engine import identity, runs, workflows
-from engine.audit import Actor
-from engine.config import PROJECT_ROOT
-from engine.db import make_engine, make_sessionmaker, transaction
+from engine.directory import identity
+from engine.directory.audit import Actor
+from engine.platform.config import PROJECT_ROOT
+from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 
 FINISH_TIMEOUT = 60_000
 T = TypeVar("T")

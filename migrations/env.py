@@ -8,10 +8,10 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-import engine.models  # noqa: F401  (registers every table on the metadata)
-from engine.database import psycopg_url
-from engine.migrate import include_object
-from engine.models import metadata
+import engine.tables  # noqa: F401  (registers every table on the metadata)
+from engine.platform.database import psycopg_url
+from engine.platform.migrate import include_object
+from engine.tables import metadata
 
 MIGRATION_LOCK_KEY = 7_316_842_001
 

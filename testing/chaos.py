@@ -21,11 +21,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import identity, organizations, runs, workflows
-from engine.audit import Actor
-from engine.authz import load_authority
-from engine.ids import new_id
-from engine.models import Membership, Role, RoleAssignment
+from engine.directory import identity, organizations
+from engine.directory.audit import Actor
+from engine.directory.authz import load_authority
+from engine.directory.models import Membership, Role, RoleAssignment
+from engine.platform.ids import new_id
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 from testing.processes import start as start_process
 
 WORKER = ["worker", "--no-migrate"]

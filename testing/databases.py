@@ -15,9 +15,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from engine.config import PROJECT_ROOT
-from engine.database import libpq_conninfo, start_embedded_server, with_database
-from engine.migrate import upgrade
+from engine.platform.config import PROJECT_ROOT
+from engine.platform.database import libpq_conninfo, start_embedded_server, with_database
+from engine.platform.migrate import upgrade
 
 TEMPLATE_LOCK = 7_316_842_002
 

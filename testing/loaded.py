@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 
 BURN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 

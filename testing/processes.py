@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 
 
 def free_port() -> int:

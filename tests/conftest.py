@@ -10,7 +10,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.app import create_app
-from engine.config import Settings
+from engine.platform.config import Settings
 from tests.factories import RealmHandle, make_realm
 
 

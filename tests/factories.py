@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.workers import new_worker_id, record_heartbeat
+from engine.worker.heartbeats import new_worker_id, record_heartbeat
 
 
 async def make_worker_heartbeat(session: AsyncSession, *, age_seconds: float = 0.0) -> str:
@@ -29,10 +29,10 @@ from typing import Any  # noqa: E402
 
 from sqlalchemy.ext.asyncio import async_sessionmaker  # noqa: E402
 
-from engine import identity  # noqa: E402
-from engine.audit import Actor  # noqa: E402
-from engine.ids import new_id  # noqa: E402
-from engine.models import Membership, Organization, Role, RoleAssignment, User  # noqa: E402
+from engine.directory import identity  # noqa: E402
+from engine.directory.audit import Actor  # noqa: E402
+from engine.directory.models import Membership, Organization, Role, RoleAssignment, User  # noqa: E402
+from engine.platform.ids import new_id  # noqa: E402
 
 
 @dataclass
@@ -150,7 +150,7 @@ async def make_realm(sessions: async_sessionmaker[AsyncSession], slug: str | Non
 
 import re  # noqa: E402
 
-from engine import crypto  # noqa: E402
+from engine.platform import crypto  # noqa: E402
 
 TEST_SECRET_KEY = "test-secret-key-0123456789abcdef0123456789"  # the operator key of the test settings
 HTML = {"Accept": "text/html"}

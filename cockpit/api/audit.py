@@ -10,7 +10,7 @@ from litestar.params import FromQuery
 from cockpit.api.common import REALM_BASE, page_view
 from cockpit.auth import CurrentPrincipal
 from cockpit.state import DbSession
-from engine import audit_log
+from engine.directory import audit_log
 
 
 class AuditEventsController(Controller):

@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
-from engine.errors import Issue, ValidationFailed
-from engine.pagination import Page
+from engine.platform.errors import Issue, ValidationFailed
+from engine.platform.pagination import Page
 
 REALM_BASE = "/api/v1/realms/{realm:str}"
 EMAIL_PATTERN = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")

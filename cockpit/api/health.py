@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from cockpit.state import context_of
-from engine.workers import READY_HEARTBEAT_SECONDS, newest_heartbeat
+from engine.worker.heartbeats import READY_HEARTBEAT_SECONDS, newest_heartbeat
 
 
 class HealthController(Controller):

@@ -16,7 +16,7 @@ from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
 from cockpit.api.roles import authority_of
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import organizations as orgs
+from engine.directory import organizations as orgs
 
 READ = {"permission": "realm.organizations.read", "org_param": "org_id"}
 MEMBERS_WRITE = {"permission": "org.members.write", "org_param": "org_id"}

@@ -12,8 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import roles
-from engine.authz import Authority, load_authority
+from engine.directory import roles
+from engine.directory.authz import Authority, load_authority
+from engine.workflows.service import refuse_if_referenced
 
 
 class CreateRole(Body):
@@ -128,12 +129,12 @@ class RolesController(Controller):
         force: FromQuery[bool] = False,
     ) -> None:
         """409 ``referenced_by_workflows`` while a published workflow names the role, unless ``force=true``."""
+        await refuse_if_referenced(db_session, principal.realm.id, role_id, "role", force)
         await roles.delete_role(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),
             role_id,
-            force=force,
         )
 
 

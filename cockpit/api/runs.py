@@ -10,7 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import runs
+from engine.runs import service as runs
 
 
 class StartRun(Body):

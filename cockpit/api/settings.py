@@ -11,7 +11,7 @@ from litestar.params import FromPath, JSONBody
 from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import notice_templates, policy
+from engine.directory import notice_templates, policy
 
 
 class PutTemplate(Body):

@@ -13,8 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, tokens
-from engine.authz import load_authority
+from engine.directory import principals as directory
+from engine.directory import tokens
+from engine.directory.authz import load_authority
 
 
 class CreateToken(Body):

@@ -10,8 +10,8 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import directory
-from engine.errors import Issue
+from engine.directory import principals as directory
+from engine.platform.errors import Issue
 
 
 class CreateUser(Body):

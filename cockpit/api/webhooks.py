@@ -16,7 +16,8 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import webhooks
+from engine.directory import webhooks
+from engine.workflows.service import refuse_if_referenced
 
 
 class CreateWebhook(Body):
@@ -118,7 +119,8 @@ class WebhooksController(Controller):
 
         409 ``referenced_by_workflows`` while a published workflow calls it, unless ``force=true``.
         """
-        await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id, force=force)
+        await refuse_if_referenced(db_session, principal.realm.id, webhook_id, "subscription", force)
+        await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id)
 
     @post(
         "/{webhook_id:str}/rotate-secret",

@@ -11,9 +11,9 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine import workflows
-from engine.definitions import CONTRACT_NAMES, contract
-from engine.errors import NotFound
+from engine.platform.errors import NotFound
+from engine.workflows import service as workflows
+from engine.workflows.definitions import CONTRACT_NAMES, contract
 
 UNSET: Any = msgspec.UNSET
 

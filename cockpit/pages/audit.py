@@ -16,8 +16,8 @@ from litestar.response import Template
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
-from engine import audit_log
-from engine.errors import EngineError
+from engine.directory import audit_log
+from engine.platform.errors import EngineError
 
 TABLE_ID = "audit-table"
 

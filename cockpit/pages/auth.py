@@ -43,10 +43,11 @@ from cockpit.auth import (
 )
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import crypto, identity
-from engine.config import Settings
-from engine.errors import Forbidden, TooManyRequests, Unauthorized, ValidationFailed
-from engine.models import BrowserSession, User
+from engine.directory import identity
+from engine.directory.models import BrowserSession, User
+from engine.platform import crypto
+from engine.platform.config import Settings
+from engine.platform.errors import Forbidden, TooManyRequests, Unauthorized, ValidationFailed
 
 PENDING_COOKIE = "cockpit_pending"
 PENDING_TTL = timedelta(minutes=5)

@@ -17,7 +17,7 @@ from litestar import Request
 from litestar.response import Template
 
 from cockpit.auth import Principal, principal_of
-from engine.errors import EngineError
+from engine.platform.errors import EngineError
 
 # The realm's navigation: (key, label, path under the realm, permission needed to open it).
 # A link is shown only to a caller whose authority opens the page: no link leads to a 403.

@@ -10,15 +10,9 @@ from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
-from engine.authz import load_authority
-from engine.config import PROJECT_ROOT
-from engine.overview import (
-    REALM_COUNTS,
-    ObjectName,
-    latest_activity,
-    realm_counts,
-    workflow_kpis,
-)
+from engine.directory.authz import load_authority
+from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity, realm_counts, workflow_kpis
+from engine.platform.config import PROJECT_ROOT
 
 STATUS_LABELS = {
     "database": "Database reachable",

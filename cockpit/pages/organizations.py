@@ -20,10 +20,11 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, identity, roles
-from engine import organizations as orgs
-from engine.errors import EngineError, invalid
-from engine.models import Group, Organization
+from engine.directory import identity, roles
+from engine.directory import organizations as orgs
+from engine.directory import principals as directory
+from engine.directory.models import Group, Organization
+from engine.platform.errors import EngineError, invalid
 
 LIST_TABLE_ID = "orgs-table"
 MEMBERS_ID = "org-members"

@@ -20,11 +20,13 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targets, user_by_email
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, roles
-from engine import organizations as orgs
-from engine.authz import PERMISSIONS, Authority
-from engine.errors import EngineError, invalid
-from engine.models import Role
+from engine.directory import organizations as orgs
+from engine.directory import principals as directory
+from engine.directory import roles
+from engine.directory.authz import PERMISSIONS, Authority
+from engine.directory.models import Role
+from engine.platform.errors import EngineError, invalid
+from engine.workflows.service import refuse_if_referenced
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}
@@ -272,8 +274,9 @@ class RolesPages(Controller):
         force = form.get("force") == "true"
         try:
             async with db_session.begin_nested():  # an error undoes only this change
+                await refuse_if_referenced(db_session, principal.realm.id, role.id, "role", force)
                 await roles.delete_role(
-                    db_session, principal.actor(request_id_of(request)), authority_of(principal), role.id, force=force
+                    db_session, principal.actor(request_id_of(request)), authority_of(principal), role.id
                 )
         except EngineError as exc:
             return await self._detail(

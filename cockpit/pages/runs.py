@@ -32,11 +32,14 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, identity, organizations, runs, workflows
-from engine.errors import EngineError, Issue, NotFound, ValidationFailed
-from engine.identity import now as utc_now
-from engine.models import User
-from engine.states import (
+from engine.directory import identity, organizations
+from engine.directory import principals as directory
+from engine.directory.identity import now as utc_now
+from engine.directory.models import User
+from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.runs import service as runs
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_STARTED,
     ATTEMPT_SUCCEEDED,
@@ -52,7 +55,8 @@ from engine.states import (
     RUNNING,
     WAITING,
 )
-from engine.workflow_models import StepAttempt, Workflow, WorkflowRun
+from engine.workflows import service as workflows
+from engine.workflows.models import Workflow
 
 TABLE_ID = "runs-table"
 TIMELINE_ID = "run-timeline"

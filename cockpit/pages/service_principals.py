@@ -17,9 +17,10 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, tokens
-from engine.errors import EngineError, ValidationFailed
-from engine.models import ServicePrincipal
+from engine.directory import principals as directory
+from engine.directory import tokens
+from engine.directory.models import ServicePrincipal
+from engine.platform.errors import EngineError, Issue, ValidationFailed
 
 READ = {"permission": "realm.users.read"}
 WRITE = {"permission": "realm.users.write"}
@@ -185,8 +186,6 @@ class ServicePrincipalsPages(Controller):
 
 
 def directory_issues(name: str, description: str) -> list[Any]:
-    from engine.errors import Issue
-
     issues = []
     if not name:
         issues.append(Issue("/name", "too_short", "must be at least 1 character(s)"))

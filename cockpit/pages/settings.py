@@ -15,8 +15,8 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import notice_templates, policy
-from engine.errors import EngineError, ValidationFailed
+from engine.directory import notice_templates, policy
+from engine.platform.errors import EngineError, ValidationFailed
 
 NAME = notice_templates.WORKFLOW_NOTICE
 

@@ -16,8 +16,8 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import tokens
-from engine.errors import EngineError
+from engine.directory import tokens
+from engine.platform.errors import EngineError
 
 ACCOUNT = {"audience": "account"}
 

@@ -18,9 +18,10 @@ from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, organizations, overview, roles
-from engine.errors import EngineError, Forbidden
-from engine.models import User
+from engine.directory import organizations, overview, roles
+from engine.directory import principals as directory
+from engine.directory.models import User
+from engine.platform.errors import EngineError, Forbidden
 
 TABLE_ID = "users-table"
 STATUS_ID = "user-status"

@@ -17,9 +17,10 @@ from litestar.response import Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine import webhooks
-from engine.audit import TRIGGER_EVENT_TYPES
-from engine.errors import EngineError
+from engine.directory import webhooks
+from engine.directory.audit import TRIGGER_EVENT_TYPES
+from engine.platform.errors import EngineError
+from engine.workflows.service import refuse_if_referenced
 
 COMPONENT_ID = "webhooks"
 READ = {"permission": "realm.webhooks.read"}
@@ -150,7 +151,8 @@ class WebhooksPages(Controller):
                 return await self._render(request, db_session, principal, revealed=revealed)
             if action == "delete":
                 force = (await request.form()).get("force") == "true"
-                await webhooks.delete_subscription(db_session, actor, webhook_id, force=force)
+                await refuse_if_referenced(db_session, principal.realm.id, webhook_id, "subscription", force)
+                await webhooks.delete_subscription(db_session, actor, webhook_id)
                 flash = "Subscription deleted. Nothing more is sent to it."
             elif action in STATE_ACTIONS:
                 subscription = await webhooks.update_subscription(

@@ -33,12 +33,13 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine import directory, workflows
-from engine.definitions import MAX_DEFINITION_BYTES, pretty_json
-from engine.definitions.diff import line_diff, structured_diff
-from engine.errors import EngineError, Issue, NotFound, ValidationFailed
-from engine.policy import publish_approval_required
-from engine.workflow_models import WORKFLOW_STATES, Workflow, WorkflowRevision
+from engine.directory import principals as directory
+from engine.directory.policy import publish_approval_required
+from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
+from engine.workflows import service as workflows
+from engine.workflows.definitions import MAX_DEFINITION_BYTES, pretty_json
+from engine.workflows.definitions.diff import line_diff, structured_diff
+from engine.workflows.models import WORKFLOW_STATES, Workflow, WorkflowRevision
 
 TABLE_ID = "workflows-table"
 STATE_ID = "workflow-state"

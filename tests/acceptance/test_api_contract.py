@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 from testing.databases import clone_database, drop_database
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 

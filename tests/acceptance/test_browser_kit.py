@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 from testing.browser import chromium_executable
 
 TESTS = """

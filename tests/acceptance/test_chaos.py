@@ -27,12 +27,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import organizations, runstore
-from engine.authz import load_authority
-from engine.db import make_engine, make_sessionmaker
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
-from engine.runstore import LeaseLost
+from engine.directory import organizations
+from engine.directory.authz import load_authority
+from engine.platform.db import make_engine, make_sessionmaker
+from engine.runs import runstore
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import LeaseLost
 from testing.chaos import (
     Directory,
     WorkerPool,

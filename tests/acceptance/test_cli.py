@@ -13,8 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from engine.config import PROJECT_ROOT
-from engine.migrate import head_revision
+from engine.platform.config import PROJECT_ROOT
+from engine.platform.migrate import head_revision
 from testing.processes import cockpit_env, descendants_alive, free_port, wait_http
 
 # Deadlines bound a test that went wrong; never a measure of speed (that is bench/'s job), so they

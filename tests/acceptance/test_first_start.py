@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 from testing.processes import cockpit_env, free_port, wait_http
 
 HTML = {"Accept": "text/html"}

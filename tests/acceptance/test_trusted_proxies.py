@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from engine import identity
+from engine.directory import identity
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from engine import runs, workflows
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 from testing.processes import cockpit_env, start
 from tests.factories import RealmHandle
 

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import queue
-from engine.authz import load_authority
-from engine.identity import now
-from engine.roles import expire_due_assignments
+from engine.directory.authz import load_authority
+from engine.directory.identity import now
+from engine.directory.roles import expire_due_assignments
+from engine.worker import queue
 from tests.factories import RealmHandle
 
 

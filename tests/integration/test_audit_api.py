@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.audit import Actor, record_audit
+from engine.directory.audit import Actor, record_audit
 from tests.factories import RealmHandle
 
 

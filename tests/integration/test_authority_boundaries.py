@@ -7,9 +7,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import identity, workflows
-from engine.ids import new_id
-from engine.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
+from engine.directory import identity
+from engine.directory.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
+from engine.platform.ids import new_id
+from engine.workflows import service as workflows
 from tests.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]

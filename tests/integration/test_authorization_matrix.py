@@ -13,7 +13,7 @@ from litestar import Litestar
 from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 
-from engine.authz import BUILTIN_ROLES, covers
+from engine.directory.authz import BUILTIN_ROLES, covers
 from tests.factories import RealmHandle, bearer
 
 ACCOUNT = "account"  # any credential of a user of the realm (self-service)

@@ -9,8 +9,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import crypto
-from engine.models import User
+from engine.directory.models import User
+from engine.platform import crypto
 from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
 
 
@@ -224,7 +224,7 @@ async def test_audit_page_filters_pages_and_shows_details(
 async def test_audit_page_pages_with_a_next_link(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
     await _sign_in(client, realm, realm.admin)
     async with realm.sessions() as session, session.begin():
-        from engine.audit import record_audit
+        from engine.directory.audit import record_audit
 
         for i in range(55):
             await record_audit(session, realm.actor, "test.event", category="configuration", details={"i": i})

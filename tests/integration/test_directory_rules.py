@@ -12,9 +12,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import identity, organizations
-from engine.authz import load_authority
-from engine.retry import FixedClock
+from engine.directory import identity, organizations
+from engine.directory.authz import load_authority
+from engine.runs.retry import FixedClock
 from tests.factories import HTML, RealmHandle, bearer, form_value
 from tests.integration.test_engine_rules import definition, drain, events, in_group, load, make_runner, member_group
 from tests.integration.test_engine_rules import publish as publish_workflow

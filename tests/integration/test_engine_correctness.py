@@ -10,8 +10,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import runs, runstore, workflows
-from engine.retry import FixedClock
+from engine.runs import runstore
+from engine.runs import service as runs
+from engine.runs.retry import FixedClock
+from engine.workflows import service as workflows
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start
 
@@ -318,11 +320,11 @@ class TestProvenanceComesFromTheEngine:
 
 class TestTriggersAndReferences:
     async def test_an_expiry_about_a_service_principal_starts_no_run(self, realm: RealmHandle) -> None:
-        from engine.directory import create_service_principal
-        from engine.identity import now
-        from engine.ids import new_id
-        from engine.models import RoleAssignment
-        from engine.roles import expire_due_assignments
+        from engine.directory.identity import now
+        from engine.directory.models import RoleAssignment
+        from engine.directory.principals import create_service_principal
+        from engine.directory.roles import expire_due_assignments
+        from engine.platform.ids import new_id
 
         wid = await publish(
             realm,
@@ -362,8 +364,8 @@ class TestTriggersAndReferences:
     async def test_a_deleted_group_fails_group_missing_for_an_organization_scoped_publisher(
         self, realm: RealmHandle
     ) -> None:
-        from engine import organizations
-        from engine.authz import load_authority
+        from engine.directory import organizations
+        from engine.directory.authz import load_authority
 
         org = await realm.organization("Eng")
         publisher = await realm.user("publisher@example.com")
@@ -401,8 +403,8 @@ class TestTriggersAndReferences:
 
 class TestWorkerWiring:
     async def test_the_listener_and_the_periodic_pass_never_act_on_each_others_leases(self, realm: RealmHandle) -> None:
-        from engine.runner import RunnerSettings
-        from engine.runtime import make_runners
+        from engine.runs.runner import RunnerSettings
+        from engine.worker.runtime import make_runners
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
@@ -432,7 +434,7 @@ class TestWorkerWiring:
         assert run.state == "succeeded"
 
     async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(self, realm: RealmHandle) -> None:
-        from engine.runtime import wake_pass
+        from engine.worker.runtime import wake_pass
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
@@ -451,8 +453,8 @@ class TestWorkerWiring:
         import asyncio
         from types import SimpleNamespace
 
-        from engine import queue
-        from engine.runner import Runner
+        from engine.runs.runner import Runner
+        from engine.worker import queue
 
         class HeldRunner(Runner):
             def __init__(self) -> None:

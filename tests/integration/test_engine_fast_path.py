@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from engine import directory, organizations, roles
-from engine.audit import Actor
-from engine.authz import load_authority
-from engine.models import Group, Role, User
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
+from engine.directory import organizations, roles
+from engine.directory import principals as directory
+from engine.directory.audit import Actor
+from engine.directory.authz import load_authority
+from engine.directory.models import Group, Role, User
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
 
@@ -286,7 +287,7 @@ async def _publisher(realm: RealmHandle, *, expires_in: timedelta | None = None)
 
 
 async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any]) -> str:
-    from engine import workflows
+    from engine.workflows import service as workflows
 
     async with realm.sessions() as session, session.begin():
         workflow, _ = await workflows.create_workflow(

@@ -14,11 +14,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import organizations, runs, workflows
-from engine.authz import load_authority
-from engine.retry import CAP_MS, FixedClock
-from engine.runner import Runner, RunnerSettings
-from engine.workflow_models import StepAttempt, WorkflowRun
+from engine.directory import organizations
+from engine.directory.authz import load_authority
+from engine.runs import service as runs
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.retry import CAP_MS, FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.workflows import service as workflows
 from tests.factories import RealmHandle, bearer
 
 Client = AsyncTestClient[Litestar]
@@ -109,7 +111,7 @@ async def member_group(realm: RealmHandle, subject_id: str, name: str = "Team") 
     """An organization the subject belongs to and a group of it; returns (organization id, group id)."""
     org = await realm.organization(f"Org {name}")
     async with realm.sessions() as session:
-        from engine.models import User
+        from engine.directory.models import User
 
         subject = await session.get(User, subject_id)
     assert subject is not None

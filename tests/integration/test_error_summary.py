@@ -7,7 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.errors import error_summary
+from engine.platform.errors import error_summary
 
 SECRET_VALUE = "applicant-home-address-42"
 

@@ -19,9 +19,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import identity
-from engine.ids import new_id
-from engine.models import RoleAssignment, ServicePrincipal, User
+from engine.directory import identity
+from engine.directory.models import RoleAssignment, ServicePrincipal, User
+from engine.platform.ids import new_id
 from tests.factories import RealmHandle, bearer, enrol_totp
 from tests.integration.test_authorization_matrix import ACCOUNT, MATRIX
 

@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.models import Organization, User
+from engine.directory.models import Organization, User
 from tests.factories import RealmHandle, bearer
 
 

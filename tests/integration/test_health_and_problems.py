@@ -8,8 +8,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from cockpit.app import create_app
-from engine.config import Settings
-from engine.migrate import head_revision
+from engine.platform.config import Settings
+from engine.platform.migrate import head_revision
 from tests.factories import make_worker_heartbeat
 
 

@@ -4,9 +4,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool
 
-from engine.database import psycopg_url
-from engine.migrate import current_revision, head_revision, include_object, upgrade
-from engine.models import metadata
+from engine.platform.database import psycopg_url
+from engine.platform.migrate import current_revision, head_revision, include_object, upgrade
+from engine.tables import metadata
 
 
 def test_models_and_migrations_agree(database_url: str) -> None:

@@ -9,9 +9,11 @@ import re
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine import organizations, runs, workflows
-from engine.authz import load_authority
-from engine.models import User
+from engine.directory import organizations
+from engine.directory.authz import load_authority
+from engine.directory.models import User
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 from tests.factories import HTML, RealmHandle, bearer
 from tests.integration.test_run_pages import drain, manual, publish, run_state, signed_in, start, step_block
 

@@ -7,7 +7,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.authz import PERMISSIONS
+from engine.directory.authz import PERMISSIONS
 from tests.factories import RealmHandle, bearer
 
 

@@ -31,12 +31,14 @@ from hypothesis.stateful import (
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine import runs, runstore, workflows
-from engine.db import make_engine, make_sessionmaker
-from engine.errors import Conflict
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
-from engine.states import FINISHED
+from engine.platform.db import make_engine, make_sessionmaker
+from engine.platform.errors import Conflict
+from engine.runs import runstore
+from engine.runs import service as runs
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.states import FINISHED
+from engine.workflows import service as workflows
 from tests.factories import RealmHandle, make_realm
 from tests.integration.test_engine_correctness import refuse_role_changes
 

@@ -10,11 +10,12 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import runs, workflows
-from engine.identity import now as utc_now
-from engine.ids import new_id
-from engine.models import User
-from engine.runner import Runner
+from engine.directory.identity import now as utc_now
+from engine.directory.models import User
+from engine.platform.ids import new_id
+from engine.runs import service as runs
+from engine.runs.runner import Runner
+from engine.workflows import service as workflows
 from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]

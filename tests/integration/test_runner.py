@@ -7,10 +7,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine import runs, workflows
-from engine.retry import FixedClock
-from engine.runner import Runner, RunnerSettings
-from engine.workflow_models import StepAttempt, WorkflowRun
+from engine.runs import service as runs
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner, RunnerSettings
+from engine.workflows import service as workflows
 from tests.factories import RealmHandle
 
 
@@ -138,7 +139,7 @@ async def test_transient_failures_back_off_and_exhaust_then_compensate(realm: Re
 
 async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeypatch: Any) -> None:
     """A transient failure waits the backoff, doubling; attempts exhausted → retries_exhausted → failed."""
-    from engine.steps.groups import AddToGroup
+    from engine.runs.steps.groups import AddToGroup
 
     calls: list[int] = []
 
@@ -150,7 +151,7 @@ async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeyp
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")
     await realm.member(org, subject)
-    from engine import organizations
+    from engine.directory import organizations
 
     authority = await _authority(realm)
     async with realm.sessions() as session, session.begin():
@@ -201,7 +202,7 @@ async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeyp
 
 
 async def _authority(realm: RealmHandle) -> Any:
-    from engine.authz import load_authority
+    from engine.directory.authz import load_authority
 
     async with realm.sessions() as session:
         return await load_authority(session, realm.id, "user", realm.admin.id)
@@ -209,7 +210,7 @@ async def _authority(realm: RealmHandle) -> Any:
 
 async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHandle, other_realm: RealmHandle) -> None:
     """A busy realm's backlog never hides another realm's runs; at most 50 per pass."""
-    from engine import runstore
+    from engine.runs import runstore
 
     end = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
     busy_wid = await publish(realm, end)

@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.retry import FixedClock
+from engine.runs.retry import FixedClock
 from tests.factories import RealmHandle, bearer
 from tests.integration.test_runner import drain, load, publish, runner
 
@@ -156,7 +156,7 @@ class TestCancellation:
         clock = FixedClock(datetime.now(UTC))
         r = runner(realm, clock)
         # Advance only past the grant, one transition at a time: pending -> running -> grant.
-        from engine import runstore
+        from engine.runs import runstore
 
         async with realm.sessions() as session, session.begin():
             await runstore.claim_due_runs(
@@ -232,7 +232,7 @@ class TestRunTimeCeiling:
         ).json()["id"]
         clock = FixedClock(datetime.now(UTC))
         r = runner(realm, clock)
-        from engine import runstore
+        from engine.runs import runstore
 
         async with realm.sessions() as session, session.begin():
             await runstore.claim_due_runs(

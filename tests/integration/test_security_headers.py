@@ -7,7 +7,7 @@ import re
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine.config import PROJECT_ROOT
+from engine.platform.config import PROJECT_ROOT
 from tests.factories import HTML, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]

@@ -9,11 +9,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.bootstrap import first_start
-from engine import identity
-from engine.authz import check_assignment, load_authority
-from engine.config import Settings
-from engine.db import make_engine, make_sessionmaker
-from engine.seed import DEMO_ADMIN_EMAIL, seed_demo
+from engine.directory import identity
+from engine.directory.authz import check_assignment, load_authority
+from engine.directory.seed import DEMO_ADMIN_EMAIL, seed_demo
+from engine.platform.config import Settings
+from engine.platform.db import make_engine, make_sessionmaker
 
 Sessions = async_sessionmaker[AsyncSession]
 

@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.app import create_app
-from engine.config import Settings, load_settings
+from engine.platform.config import Settings, load_settings
 from tests.factories import HTML, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"

@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import notice_templates, policy
+from engine.directory import notice_templates, policy
 from tests.factories import RealmHandle
 
 

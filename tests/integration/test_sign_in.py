@@ -15,9 +15,9 @@ from sqlalchemy import text
 
 from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth import safe_next
-from engine import identity
-from engine.config import Settings
-from engine.db import make_engine, make_sessionmaker
+from engine.directory import identity
+from engine.platform.config import Settings
+from engine.platform.db import make_engine, make_sessionmaker
 from tests.factories import HTML, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"

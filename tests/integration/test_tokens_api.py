@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import crypto
+from engine.platform import crypto
 from tests.factories import RealmHandle, bearer, browser_session
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine import organizations, runs, workflows
+from engine.directory import organizations
+from engine.runs import service as runs
+from engine.workflows import service as workflows
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, publish, runner
 

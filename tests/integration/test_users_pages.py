@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.models import User
+from engine.directory.models import User
 from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]

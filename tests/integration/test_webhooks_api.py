@@ -6,9 +6,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine import crypto, webhooks
-from engine.identity import now
-from engine.models import WebhookSubscription
+from engine.directory import webhooks
+from engine.directory.identity import now
+from engine.directory.models import WebhookSubscription
+from engine.platform import crypto
 from tests.factories import RealmHandle
 
 KEY = "test-secret-key-0123456789abcdef0123456789"  # the settings fixture's operator key

@@ -16,11 +16,11 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.pages.workflows import line_of, parse_text, pointer_lines, side_by_side
-from engine import workflows
-from engine.audit import Actor
-from engine.definitions import line_diff, pretty_json
-from engine.models import RealmPolicy, User
-from engine.workflow_models import Workflow
+from engine.directory.audit import Actor
+from engine.directory.models import RealmPolicy, User
+from engine.workflows import service as workflows
+from engine.workflows.definitions import line_diff, pretty_json
+from engine.workflows.models import Workflow
 from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.authz import PERMISSIONS, Authority, Grant, check_assignment, covers, is_valid_pattern, require
-from engine.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
+from engine.directory.authz import PERMISSIONS, Authority, Grant, check_assignment, covers, is_valid_pattern, require
+from engine.platform.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
 
 ORG_A = "org_" + "a" * 26
 ORG_B = "org_" + "b" * 26
@@ -126,7 +126,7 @@ def test_the_approver_could_assign_the_role_themselves() -> None:
 
 
 def test_the_rule_compares_every_scope_not_only_the_realm() -> None:
-    from engine.authz import authority_gaps, may_act_on
+    from engine.directory.authz import authority_gaps, may_act_on
 
     user_admin = authority("usr_actor", (["realm.users.write", "realm.users.read"], None))
     org_admin = authority("usr_target", (["org.*"], ORG_A))
@@ -141,7 +141,7 @@ def test_the_rule_compares_every_scope_not_only_the_realm() -> None:
 
 
 def test_the_rule_expands_wildcards_both_ways() -> None:
-    from engine.authz import PERMISSIONS, authority_gaps, may_act_on
+    from engine.directory.authz import PERMISSIONS, authority_gaps, may_act_on
 
     every_org_permission = [p for p in PERMISSIONS if p.startswith("org.")]
     assert may_act_on(authority("a", (every_org_permission, ORG_A)), authority("t", (["org.*"], ORG_A)))
@@ -154,7 +154,7 @@ def test_the_rule_expands_wildcards_both_ways() -> None:
 
 
 def test_the_grant_ceiling_is_the_same_rule_with_the_role_as_target() -> None:
-    from engine.authz import require_grant_ceiling
+    from engine.directory.authz import require_grant_ceiling
 
     who = authority("a", (["org.groups.write"], ORG_A))
     require_grant_ceiling(who, "helper", ["org.groups.write"], ORG_A, "revoke")

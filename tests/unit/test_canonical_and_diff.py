@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.definitions import (
+from engine.workflows.definitions import (
     canonical_json,
     definition_hash,
     input_version,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, load_or_create_secret_key, load_settings
+from engine.platform.config import ConfigError, load_or_create_secret_key, load_settings
 
 
 def test_defaults_without_any_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_bad_values_are_refused_with_the_variable_named(
 def test_trusted_proxies_default_to_none_and_refuse_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
     from ipaddress import ip_network
 
-    from engine.config import ConfigError, load_settings, parse_trusted_proxies
+    from engine.platform.config import ConfigError, load_settings, parse_trusted_proxies
 
     monkeypatch.delenv("COCKPIT_TRUSTED_PROXIES", raising=False)
     assert load_settings().trusted_proxies == ()
@@ -88,6 +88,6 @@ def test_forwarded_for_is_read_from_the_right_past_trusted_proxies(
     peer: str, forwarded: str, proxies: tuple[str, ...], client: str
 ) -> None:
     from cockpit.boundary import forwarded_client
-    from engine.config import parse_trusted_proxies
+    from engine.platform.config import parse_trusted_proxies
 
     assert forwarded_client(peer, forwarded, parse_trusted_proxies(",".join(proxies))) == client

@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.definitions import (
+from engine.platform.errors import Issue
+from engine.workflows.definitions import (
     BOUNDS,
     ISSUE_CODES,
     StaticReferences,
@@ -22,7 +23,6 @@ from engine.definitions import (
     structured_diff,
     validate_definition,
 )
-from engine.errors import Issue
 
 SETTINGS = settings(
     max_examples=200,
@@ -373,7 +373,7 @@ def test_diffs_describe_any_two_valid_definitions(old: dict[str, Any], new: dict
 
 def reporting_issues(raw: Any) -> list[Any]:
     """The schema layer as it reports, without the compiled short cut."""
-    from engine.definitions import validation
+    from engine.workflows.definitions import validation
 
     return [e for e in validation._validator().iter_errors(raw)]
 
@@ -381,7 +381,7 @@ def reporting_issues(raw: Any) -> list[Any]:
 @SETTINGS
 @given(st.one_of(mutated(), definitions))
 def test_the_compiled_check_never_accepts_what_the_reporting_validator_refuses(raw: dict[str, Any]) -> None:
-    from engine.definitions import validation
+    from engine.workflows.definitions import validation
 
     if validation._plainly_valid(raw):
         assert reporting_issues(raw) == []
@@ -390,14 +390,14 @@ def test_the_compiled_check_never_accepts_what_the_reporting_validator_refuses(r
 @SETTINGS
 @given(definitions)
 def test_the_compiled_check_accepts_the_valid_definitions(raw: dict[str, Any]) -> None:
-    from engine.definitions import validation
+    from engine.workflows.definitions import validation
 
     assert reporting_issues(raw) == []
     assert validation._plainly_valid(raw)
 
 
 def test_whole_floats_are_left_to_the_reporting_validator() -> None:
-    from engine.definitions import validation
+    from engine.workflows.definitions import validation
 
     definition = {
         "schema_version": 1,

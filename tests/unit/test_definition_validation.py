@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from engine.definitions import (
+from engine.platform.errors import Issue
+from engine.workflows.definitions import (
     BOUNDS,
     CONTRACT_NAMES,
     ISSUE_CODES,
@@ -29,7 +30,6 @@ from engine.definitions import (
     required_authority,
     validate_definition,
 )
-from engine.errors import Issue
 
 
 def rid(prefix: str, n: int = 0) -> str:

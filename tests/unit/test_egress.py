@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.webhooks import (
+from engine.directory.webhooks import (
     check_destination,
     classify_address,
     destination_issues,

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine import states
-from engine.authz import Authority, Grant, check_assignment, require
-from engine.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
-from engine.retry import CAP_MS, JITTER, FixedClock, delay_ms
+from engine.directory.authz import Authority, Grant, check_assignment, require
+from engine.platform.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
+from engine.runs import states
+from engine.runs.retry import CAP_MS, JITTER, FixedClock, delay_ms
 
 ORG_A = "org_" + "a" * 26
 ORG_B = "org_" + "b" * 26

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from engine.config import ConfigError
-from engine.database import asyncpg_url, libpq_conninfo, normalize_url, psycopg_url, redact, with_database
-from engine.ids import has_prefix, new_id
-from engine.workers import new_worker_id
+from engine.platform.config import ConfigError
+from engine.platform.database import asyncpg_url, libpq_conninfo, normalize_url, psycopg_url, redact, with_database
+from engine.platform.ids import has_prefix, new_id
+from engine.worker.heartbeats import new_worker_id
 
 
 def test_ids_are_prefixed_and_sort_by_creation_time() -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from engine.retry import CAP_MS, delay_ms
+from engine.runs.retry import CAP_MS, delay_ms
 
 
 def test_backoff_doubles_from_the_policy() -> None:

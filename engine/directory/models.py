@@ -1,0 +1,336 @@
+"""Tables of the directory (SQLModel): realms, principals, organizations, groups, roles, tokens,
+sign-in, webhook subscriptions, templates, the audit trail and the outbox.
+
+Every table of the product is registered by ``engine/tables.py``; Alembic revisions under
+``migrations/`` must match them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Index,
+    String,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlmodel import Field, SQLModel
+
+from engine.platform.tables import epoch_column, jsonb_column, tz_column, utcnow
+
+# --- Directory (SPEC §2) -------------------------------------------------------------------------
+#
+# Every realm-scoped table carries ``realm_id`` and every query filters on it: no row crosses
+# realms. Timestamps are timezone-aware. Ids are prefixed and sortable (engine/platform/ids.py).
+
+
+class Realm(SQLModel, table=True):
+    __tablename__ = "realms"
+
+    id: str = Field(primary_key=True, max_length=40)
+    slug: str = Field(max_length=63, unique=True)
+    name: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Moves (triggers, migration 0007) on every change to the realm's roles and groups: cached
+    # authority and role or group definitions are fresh while it stays put.
+    authz_epoch: int = Field(default=0, sa_column=epoch_column())
+
+
+class RealmPolicy(SQLModel, table=True):
+    """Realm policy; ``extensions`` holds ``workflow_publish_approval`` (default false)."""
+
+    __tablename__ = "realm_policies"
+
+    realm_id: str = Field(primary_key=True, foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    extensions: dict[str, Any] = Field(sa_column=jsonb_column(default="'{}'::jsonb"))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    updated_by: str | None = Field(default=None, max_length=40)
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+    __table_args__ = (
+        Index("uq_users_realm_id_email", "realm_id", text("lower(email)"), unique=True),
+        CheckConstraint("status IN ('active', 'suspended')", name="status"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    email: str = Field(max_length=254)
+    display_name: str = Field(max_length=200)
+    status: str = Field(default="active", max_length=20)
+    guest: bool = Field(default=False)
+    password_hash: str | None = Field(default=None, max_length=200)
+    totp_secret_enc: str | None = Field(default=None, max_length=500)
+    totp_enabled_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    totp_last_step: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Moves (triggers, migration 0007) on every change to this user's status, assignments, groups
+    # and memberships: the user's cached authority is fresh while it and the realm's stay put.
+    authz_epoch: int = Field(default=0, sa_column=epoch_column())
+
+
+class ServicePrincipal(SQLModel, table=True):
+    __tablename__ = "service_principals"
+    __table_args__ = (UniqueConstraint("realm_id", "name"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    name: str = Field(max_length=200)
+    description: str = Field(default="", max_length=500)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class Organization(SQLModel, table=True):
+    __tablename__ = "organizations"
+    __table_args__ = (
+        UniqueConstraint("realm_id", "name"),
+        CheckConstraint("state IN ('active', 'inactive')", name="state"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    name: str = Field(max_length=200)
+    state: str = Field(default="active", max_length=20)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class Membership(SQLModel, table=True):
+    __tablename__ = "memberships"
+    __table_args__ = (UniqueConstraint("organization_id", "user_id"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    organization_id: str = Field(foreign_key="organizations.id", max_length=40, ondelete="CASCADE")
+    user_id: str = Field(foreign_key="users.id", max_length=40, index=True, ondelete="CASCADE")
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class Role(SQLModel, table=True):
+    __tablename__ = "roles"
+    __table_args__ = (
+        UniqueConstraint("realm_id", "name"),
+        CheckConstraint("boundary IN ('realm', 'organization')", name="boundary"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    name: str = Field(max_length=100)
+    description: str = Field(default="", max_length=500)
+    permissions: list[str] = Field(sa_column=Column(ARRAY(String(100)), nullable=False))
+    boundary: str = Field(default="realm", max_length=20)
+    requires_approval: bool = Field(default=False)
+    builtin: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class RoleAssignment(SQLModel, table=True):
+    """A role held by a user or a service principal, realm-wide or in one organization."""
+
+    __tablename__ = "role_assignments"
+    __table_args__ = (
+        CheckConstraint("(user_id IS NULL) <> (service_principal_id IS NULL)", name="one_principal"),
+        Index("ix_role_assignments_expires_at", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    role_id: str = Field(foreign_key="roles.id", max_length=40, index=True, ondelete="CASCADE")
+    user_id: str | None = Field(default=None, foreign_key="users.id", max_length=40, index=True, ondelete="CASCADE")
+    service_principal_id: str | None = Field(
+        default=None, foreign_key="service_principals.id", max_length=40, index=True, ondelete="CASCADE"
+    )
+    organization_id: str | None = Field(default=None, foreign_key="organizations.id", max_length=40, ondelete="CASCADE")
+    expires_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    granted_by: str | None = Field(default=None, max_length=40)
+    approver_id: str | None = Field(default=None, max_length=40)
+    source_run_id: str | None = Field(default=None, max_length=40)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class Group(SQLModel, table=True):
+    __tablename__ = "groups"
+    __table_args__ = (UniqueConstraint("organization_id", "name"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    organization_id: str = Field(foreign_key="organizations.id", max_length=40, ondelete="CASCADE")
+    parent_id: str | None = Field(default=None, foreign_key="groups.id", max_length=40, ondelete="RESTRICT")
+    name: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class GroupRole(SQLModel, table=True):
+    __tablename__ = "group_roles"
+
+    group_id: str = Field(primary_key=True, foreign_key="groups.id", max_length=40, ondelete="CASCADE")
+    role_id: str = Field(primary_key=True, foreign_key="roles.id", max_length=40, ondelete="CASCADE")
+
+
+class GroupMember(SQLModel, table=True):
+    __tablename__ = "group_members"
+
+    group_id: str = Field(primary_key=True, foreign_key="groups.id", max_length=40, ondelete="CASCADE")
+    user_id: str = Field(primary_key=True, foreign_key="users.id", max_length=40, index=True, ondelete="CASCADE")
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    added_by: str | None = Field(default=None, max_length=40)
+    source_run_id: str | None = Field(default=None, max_length=40)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class WebhookSubscription(SQLModel, table=True):
+    """Secrets are encrypted with the operator key; a rotated secret stays valid for 24 h."""
+
+    __tablename__ = "webhook_subscriptions"
+    __table_args__ = (CheckConstraint("state IN ('active', 'paused', 'disabled', 'deleted')", name="state"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    destination: str = Field(max_length=2000)
+    secret_enc: str = Field(max_length=500)
+    previous_secret_enc: str | None = Field(default=None, max_length=500)
+    previous_secret_expires_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    state: str = Field(default="active", max_length=20)
+    allow_private_network: bool = Field(default=False)
+    event_types: list[str] | None = Field(default=None, sa_column=Column(ARRAY(String(100)), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+class Template(SQLModel, table=True):
+    """A realm's override of a server template (``workflow_notice``)."""
+
+    __tablename__ = "templates"
+    __table_args__ = (UniqueConstraint("realm_id", "name"),)
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    name: str = Field(max_length=100)
+    subject: str = Field(max_length=300)
+    body: str = Field(max_length=10_000)
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    updated_by: str | None = Field(default=None, max_length=40)
+
+
+class AuditEvent(SQLModel, table=True):
+    """Append-only: what happened, who did it, to what, under which request."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_realm_id_id", "realm_id", "id"),
+        Index("ix_audit_events_realm_id_type_id", "realm_id", "type", "id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    occurred_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    actor_type: str = Field(max_length=30)
+    actor_id: str | None = Field(default=None, max_length=40)
+    category: str = Field(max_length=30)
+    type: str = Field(max_length=100)
+    subject_type: str | None = Field(default=None, max_length=40)
+    subject_id: str | None = Field(default=None, max_length=40)
+    request_id: str | None = Field(default=None, max_length=100)
+    correlation_id: str | None = Field(default=None, max_length=100)
+    details: dict[str, Any] = Field(sa_column=jsonb_column(default="'{}'::jsonb"))
+
+
+class OutboxEvent(SQLModel, table=True):
+    """Domain events written in the transaction of the change; dispatched later."""
+
+    __tablename__ = "outbox_events"
+    __table_args__ = (
+        Index("ix_outbox_events_pending", "id", postgresql_where=text("dispatched_at IS NULL")),
+        Index("ix_outbox_events_realm_id_id", "realm_id", "id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    type: str = Field(max_length=100)
+    event_version: int = Field(default=1)
+    subject_id: str | None = Field(default=None, max_length=40)
+    organization_id: str | None = Field(default=None, max_length=40)
+    payload: dict[str, Any] = Field(sa_column=jsonb_column(default="'{}'::jsonb"))
+    correlation_id: str | None = Field(default=None, max_length=100)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    dispatched_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+
+
+class BrowserSession(SQLModel, table=True):
+    """A signed-in browser. Only the SHA-256 of the cookie value is stored."""
+
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True, max_length=40)
+    token_hash: str = Field(max_length=64, unique=True)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    user_id: str = Field(foreign_key="users.id", max_length=40, index=True, ondelete="CASCADE")
+    mfa: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    last_seen_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    expires_at: datetime = Field(sa_column=tz_column())
+    revoked_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    client_address: str | None = Field(default=None, max_length=100)
+    user_agent: str | None = Field(default=None, max_length=300)
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token (``pat_…``). Only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        CheckConstraint("(user_id IS NULL) <> (service_principal_id IS NULL)", name="one_principal"),
+        CheckConstraint("audience IN ('admin', 'account')", name="audience"),
+    )
+
+    id: str = Field(primary_key=True, max_length=40)
+    token_hash: str = Field(max_length=64, unique=True)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, index=True, ondelete="CASCADE")
+    user_id: str | None = Field(default=None, foreign_key="users.id", max_length=40, index=True, ondelete="CASCADE")
+    service_principal_id: str | None = Field(
+        default=None, foreign_key="service_principals.id", max_length=40, index=True, ondelete="CASCADE"
+    )
+    name: str = Field(default="", max_length=200)
+    audience: str = Field(max_length=20)
+    created_by: str | None = Field(default=None, max_length=40)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    expires_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    last_used_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+
+
+class SignInLink(SQLModel, table=True):
+    """A one-time sign-in link (15 minutes, counts as MFA). Only its SHA-256 is stored."""
+
+    __tablename__ = "sign_in_links"
+
+    id: str = Field(primary_key=True, max_length=40)
+    token_hash: str = Field(max_length=64, unique=True)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    user_id: str = Field(foreign_key="users.id", max_length=40, ondelete="CASCADE")
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    expires_at: datetime = Field(sa_column=tz_column())
+    used_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
+
+
+class SignInFailure(SQLModel, table=True):
+    """Failed sign-ins, for throttling per account and per client address."""
+
+    __tablename__ = "sign_in_failures"
+    __table_args__ = (
+        Index("ix_sign_in_failures_realm_id_email_at", "realm_id", "email", "occurred_at"),
+        Index("ix_sign_in_failures_client_address_at", "client_address", "occurred_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
+    email: str = Field(max_length=254)
+    client_address: str = Field(max_length=100)
+    occurred_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))

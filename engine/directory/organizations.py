@@ -1,0 +1,601 @@
+"""Organizations, their memberships and their groups.
+
+Adding and removing a member write the outbox events ``organization.membership.added`` and
+``.removed`` (they can start workflows). Groups belong to one organization, may have a parent
+in the same organization, and grant roles: a member of a group holds the roles of the group
+and of its ancestors. Putting someone in a group is therefore a grant, and passes the grant
+ceiling for every role it gives them; so does taking them out, like revoking an assignment.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from engine.directory.audit import Actor, emit_event, record_audit
+from engine.directory.authz import Authority, require_authority_over
+from engine.directory.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
+from engine.directory.roles import like, raise_issues, require_ceiling, text_issues
+from engine.platform.errors import Conflict, Issue, NotFound
+from engine.platform.ids import new_id
+from engine.platform.names import normalize
+from engine.platform.pagination import Page, keyset_page
+
+ORGANIZATION_STATES = ("active", "inactive")
+NAME_MAX = 200
+
+
+class Unchanged(enum.Enum):
+    """Marks an optional argument that was not given (``None`` is a value: no parent)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED = Unchanged.UNCHANGED
+
+
+# --- Organizations --------------------------------------------------------------------------------
+
+
+def organization_view(org: Organization) -> dict[str, Any]:
+    return {"id": org.id, "name": org.name, "state": org.state, "created_at": org.created_at}
+
+
+async def get_organization(session: AsyncSession, realm_id: str, org_id: str) -> Organization:
+    org = await session.get(Organization, org_id)
+    if org is None or org.realm_id != realm_id:
+        raise NotFound("No such organization.")
+    return org
+
+
+async def _org_name_taken(session: AsyncSession, realm_id: str, name: str, other_than: str | None = None) -> bool:
+    query = (
+        select(func.count())
+        .select_from(Organization)
+        .where(Organization.realm_id == realm_id, Organization.name == name)
+    )
+    if other_than:
+        query = query.where(Organization.id != other_than)
+    return bool(await session.scalar(query))
+
+
+def _state_issues(path: str, state: str | None) -> list[Issue]:
+    if state is not None and state not in ORGANIZATION_STATES:
+        return [Issue(path, "invalid", "state is active or inactive")]
+    return []
+
+
+async def create_organization(session: AsyncSession, actor: Actor, *, name: str) -> Organization:
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True))
+    name = normalize(name)
+    if await _org_name_taken(session, actor.realm_id, name):
+        raise Conflict("An organization with this name already exists in the realm.")
+    org = Organization(id=new_id("org"), realm_id=actor.realm_id, name=name)
+    session.add(org)
+    await session.flush()
+    await record_audit(
+        session, actor, "organization.created", subject_type="organization", subject_id=org.id, details={"name": name}
+    )
+    return org
+
+
+async def list_organizations(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    q: str | None = None,
+    state: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[Organization]:
+    query = select(Organization).where(Organization.realm_id == realm_id)
+    if q:
+        query = query.where(col(Organization.name).ilike(like(q)))
+    if state:
+        raise_issues(_state_issues("query:state", state))
+        query = query.where(Organization.state == state)
+    return await keyset_page(session, query, Organization.id, cursor=cursor, limit=limit)
+
+
+async def update_organization(
+    session: AsyncSession, actor: Actor, org_id: str, *, name: str | None = None, state: str | None = None
+) -> Organization:
+    raise_issues(text_issues("/name", name, maximum=NAME_MAX, name=True) + _state_issues("/state", state))
+    org = await get_organization(session, actor.realm_id, org_id)
+    changed: dict[str, Any] = {}
+    if name is not None and normalize(name) != org.name:
+        if await _org_name_taken(session, actor.realm_id, normalize(name), other_than=org.id):
+            raise Conflict("An organization with this name already exists in the realm.")
+        org.name = normalize(name)
+        changed["name"] = org.name
+    if state is not None and state != org.state:
+        org.state = state
+        changed["state"] = state
+    if changed:
+        await session.flush()
+        await record_audit(
+            session, actor, "organization.updated", subject_type="organization", subject_id=org.id, details=changed
+        )
+    return org
+
+
+# --- Memberships ----------------------------------------------------------------------------------
+
+
+def membership_view(membership: Membership, user: User | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": membership.id,
+        "organization_id": membership.organization_id,
+        "user_id": membership.user_id,
+        "created_at": membership.created_at,
+    }
+    if user is not None:
+        out |= {"email": user.email, "display_name": user.display_name, "status": user.status}
+    return out
+
+
+async def _user_in_realm(session: AsyncSession, realm_id: str, user_id: str) -> User:
+    user = await session.get(User, user_id)
+    if user is None or user.realm_id != realm_id:
+        raise NotFound("No such user.")
+    return user
+
+
+async def _membership(session: AsyncSession, org_id: str, user_id: str) -> Membership | None:
+    result = await session.execute(
+        select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
+    )
+    return result.scalar_one_or_none()
+
+
+async def add_member(
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+) -> Membership:
+    """Make a user a member; with the caller's ``authority``, the caller must hold all the user holds."""
+    org = await get_organization(session, actor.realm_id, org_id)
+    user = await _user_in_realm(session, actor.realm_id, user_id)
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their memberships")
+    if await _membership(session, org.id, user.id):
+        raise Conflict("The user is already a member of this organization.", code="already_a_member")
+    membership = Membership(id=new_id("mem"), realm_id=actor.realm_id, organization_id=org.id, user_id=user.id)
+    session.add(membership)
+    await session.flush()
+    payload = {"membership_id": membership.id, "organization_id": org.id, "user_id": user.id}
+    await emit_event(
+        session, actor, "organization.membership.added", subject_id=user.id, organization_id=org.id, payload=payload
+    )
+    await record_audit(
+        session, actor, "organization.membership.added", subject_type="user", subject_id=user.id, details=payload
+    )
+    return membership
+
+
+async def list_members(
+    session: AsyncSession, realm_id: str, org_id: str, *, cursor: str | None = None, limit: int | None = None
+) -> Page[tuple[Membership, User]]:
+    org = await get_organization(session, realm_id, org_id)
+    query = (
+        select(Membership, User)
+        .join(User, User.id == Membership.user_id)
+        .where(Membership.realm_id == realm_id, Membership.organization_id == org.id)
+    )
+    return await keyset_page(session, query, Membership.id, cursor=cursor, limit=limit)
+
+
+async def remove_member(
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+) -> None:
+    """Remove a membership, and with it the user's places in the organization's groups.
+
+    Leaving a group takes away the roles it grants, so with the caller's ``authority`` the
+    removal needs the ceiling for those roles too, exactly as removing from one group does.
+    """
+    org = await get_organization(session, actor.realm_id, org_id)
+    membership = await _membership(session, org.id, user_id)
+    if membership is None or membership.realm_id != actor.realm_id:
+        raise NotFound("The user is not a member of this organization.")
+    if authority is not None:
+        joined = await session.execute(
+            select(Group)
+            .join(GroupMember, GroupMember.group_id == Group.id)
+            .where(GroupMember.user_id == user_id, Group.organization_id == org.id)
+        )
+        for group in joined.scalars().all():
+            await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their memberships")
+    left = await session.execute(
+        delete(GroupMember)
+        .where(
+            GroupMember.user_id == user_id,
+            col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org.id)),
+        )
+        .returning(GroupMember.group_id)
+    )
+    for group_id in left.scalars().all():
+        await record_audit(
+            session,
+            actor,
+            "group.member_removed",
+            subject_type="user",
+            subject_id=user_id,
+            details={"group_id": group_id, "organization_id": org.id, "reason": "membership_removed"},
+        )
+    await session.delete(membership)
+    await session.flush()
+    payload = {"membership_id": membership.id, "organization_id": org.id, "user_id": user_id}
+    await emit_event(
+        session, actor, "organization.membership.removed", subject_id=user_id, organization_id=org.id, payload=payload
+    )
+    await record_audit(
+        session, actor, "organization.membership.removed", subject_type="user", subject_id=user_id, details=payload
+    )
+
+
+async def is_member(session: AsyncSession, org_id: str, user_id: str) -> bool:
+    return await _membership(session, org_id, user_id) is not None
+
+
+# --- Groups ---------------------------------------------------------------------------------------
+
+
+def group_view(group: Group, role_ids: Sequence[str]) -> dict[str, Any]:
+    return {
+        "id": group.id,
+        "organization_id": group.organization_id,
+        "name": group.name,
+        "parent_id": group.parent_id,
+        "role_ids": list(role_ids),
+        "created_at": group.created_at,
+    }
+
+
+def group_member_view(member: GroupMember, user: User | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "group_id": member.group_id,
+        "user_id": member.user_id,
+        "added_by": member.added_by,
+        "source_run_id": member.source_run_id,
+        "created_at": member.created_at,
+    }
+    if user is not None:
+        out |= {"email": user.email, "display_name": user.display_name, "status": user.status}
+    return out
+
+
+async def get_group(session: AsyncSession, realm_id: str, org_id: str, group_id: str) -> Group:
+    group = await session.get(Group, group_id)
+    if group is None or group.realm_id != realm_id or group.organization_id != org_id:
+        raise NotFound("No such group in this organization.")
+    return group
+
+
+async def group_role_ids(session: AsyncSession, group_ids: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {gid: [] for gid in group_ids}
+    if group_ids:
+        rows = await session.execute(
+            select(GroupRole.group_id, GroupRole.role_id)
+            .where(col(GroupRole.group_id).in_(list(group_ids)))
+            .order_by(GroupRole.role_id)
+        )
+        for gid, rid in rows:
+            out[gid].append(rid)
+    return out
+
+
+_ANCESTORS_SQL = text(
+    """
+    WITH RECURSIVE chain(id, parent_id, depth) AS (
+        SELECT id, parent_id, 0 FROM groups WHERE id = :start
+        UNION ALL
+        SELECT g.id, g.parent_id, c.depth + 1 FROM groups g JOIN chain c ON g.id = c.parent_id
+         WHERE c.depth < 1000
+    )
+    SELECT id FROM chain ORDER BY depth
+    """
+)
+
+
+async def lineage(session: AsyncSession, group_id: str) -> list[str]:
+    """The group and its ancestors, nearest first."""
+    return list((await session.execute(_ANCESTORS_SQL, {"start": group_id})).scalars().all())
+
+
+async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Role]:
+    if not group_ids:
+        return []
+    result = await session.execute(
+        select(Role)
+        .join(GroupRole, GroupRole.role_id == Role.id)
+        .where(col(GroupRole.group_id).in_(list(group_ids)))
+        .distinct()
+    )
+    return list(result.scalars().all())
+
+
+async def _roles_by_id(session: AsyncSession, role_ids: Sequence[str]) -> list[Role]:
+    if not role_ids:
+        return []
+    result = await session.execute(select(Role).where(col(Role.id).in_(list(role_ids))))
+    return list(result.scalars().all())
+
+
+async def inherited_roles(session: AsyncSession, group: Group) -> list[Role]:
+    """Every role a member of ``group`` holds through it (its own and its ancestors')."""
+    return await _roles_of(session, await lineage(session, group.id))
+
+
+async def check_group_grant(session: AsyncSession, authority: Authority, group: Group, verb: str = "grant") -> None:
+    """The grant ceiling for every role that membership of ``group`` gives (ancestors included)."""
+    for role in await inherited_roles(session, group):
+        require_ceiling(authority, role, group.organization_id, verb)
+
+
+async def _group_name_taken(session: AsyncSession, org_id: str, name: str, other_than: str | None = None) -> bool:
+    query = select(func.count()).select_from(Group).where(Group.organization_id == org_id, Group.name == name)
+    if other_than:
+        query = query.where(Group.id != other_than)
+    return bool(await session.scalar(query))
+
+
+async def _resolve_parent(
+    session: AsyncSession, realm_id: str, org_id: str, parent_id: str | None, issues: list[Issue]
+) -> Group | None:
+    if not parent_id:
+        return None
+    parent = await session.get(Group, parent_id)
+    if parent is None or parent.realm_id != realm_id or parent.organization_id != org_id:
+        issues.append(Issue("/parent_id", "not_in_organization", "must be a group of the same organization"))
+        return None
+    return parent
+
+
+async def _resolve_roles(
+    session: AsyncSession, realm_id: str, role_ids: Sequence[str] | None, issues: list[Issue]
+) -> list[Role]:
+    if not role_ids:
+        return []
+    found = {
+        role.id: role
+        for role in (
+            await session.execute(select(Role).where(Role.realm_id == realm_id, col(Role.id).in_(list(role_ids))))
+        ).scalars()
+    }
+    roles: list[Role] = []
+    for index, role_id in enumerate(role_ids):
+        role = found.get(role_id)
+        if role is None:
+            issues.append(Issue(f"/role_ids/{index}", "not_found", "is not a role of this realm"))
+        elif role not in roles:
+            roles.append(role)
+    return roles
+
+
+async def _set_roles(session: AsyncSession, group: Group, roles: Sequence[Role]) -> None:
+    await session.execute(delete(GroupRole).where(GroupRole.group_id == group.id))
+    for role in roles:
+        session.add(GroupRole(group_id=group.id, role_id=role.id))
+    await session.flush()
+
+
+async def create_group(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    org_id: str,
+    *,
+    name: str,
+    parent_id: str | None = None,
+    role_ids: Sequence[str] | None = None,
+) -> tuple[Group, list[str]]:
+    """A group of the organization; granting roles through it needs the ceiling for each role."""
+    org = await get_organization(session, actor.realm_id, org_id)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
+    parent = await _resolve_parent(session, actor.realm_id, org.id, parent_id, issues)
+    roles = await _resolve_roles(session, actor.realm_id, role_ids, issues)
+    raise_issues(issues)
+    for role in roles:
+        require_ceiling(authority, role, org.id, "grant")
+    name = normalize(name)
+    if await _group_name_taken(session, org.id, name):
+        raise Conflict("A group with this name already exists in the organization.")
+    group = Group(
+        id=new_id("grp"),
+        realm_id=actor.realm_id,
+        organization_id=org.id,
+        parent_id=parent.id if parent else None,
+        name=name,
+    )
+    session.add(group)
+    await session.flush()
+    await _set_roles(session, group, roles)
+    role_list = [r.id for r in roles]
+    await record_audit(
+        session,
+        actor,
+        "group.created",
+        subject_type="group",
+        subject_id=group.id,
+        details={"organization_id": org.id, "name": name, "parent_id": group.parent_id, "role_ids": role_list},
+    )
+    return group, role_list
+
+
+async def update_group(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    org_id: str,
+    group_id: str,
+    *,
+    name: str | None = None,
+    parent_id: str | Unchanged | None = UNCHANGED,
+    role_ids: Sequence[str] | None = None,
+) -> tuple[Group, list[str]]:
+    """Rename, move (no cycles) or change the roles a group grants.
+
+    A new role, or a new parent whose roles the members would inherit, passes the ceiling.
+    """
+    group = await get_group(session, actor.realm_id, org_id, group_id)
+    issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
+    parent: Group | None = None
+    if not isinstance(parent_id, Unchanged) and parent_id:
+        parent = await _resolve_parent(session, actor.realm_id, org_id, parent_id, issues)
+        if parent is not None and group.id in await lineage(session, parent.id):
+            issues.append(Issue("/parent_id", "cycle", "a group cannot sit under itself or one of its descendants"))
+    roles = await _resolve_roles(session, actor.realm_id, role_ids, issues) if role_ids is not None else None
+    raise_issues(issues)
+    # Every check comes before any write: a refused change changes nothing.
+    current_roles = (await group_role_ids(session, [group.id]))[group.id]
+    new_name = normalize(name) if name is not None and normalize(name) != group.name else None
+    if new_name and await _group_name_taken(session, group.organization_id, new_name, other_than=group.id):
+        raise Conflict("A group with this name already exists in the organization.")
+    roles_change = roles is not None and sorted(r.id for r in roles) != sorted(current_roles)
+    if roles is not None and roles_change:
+        kept = {r.id for r in roles}
+        for role in roles:
+            if role.id not in current_roles:
+                require_ceiling(authority, role, group.organization_id, "grant")
+        for role in await _roles_by_id(session, [r for r in current_roles if r not in kept]):
+            require_ceiling(authority, role, group.organization_id, "revoke")
+    new_parent_id = parent.id if parent else None
+    moves = not isinstance(parent_id, Unchanged) and new_parent_id != group.parent_id
+    if moves:
+        # Members gain the roles above the new parent and lose those above the old one.
+        if parent is not None:
+            for role in await inherited_roles(session, parent):
+                require_ceiling(authority, role, group.organization_id, "grant")
+        if group.parent_id is not None:
+            for role in await _roles_of(session, await lineage(session, group.parent_id)):
+                require_ceiling(authority, role, group.organization_id, "revoke")
+    changed: dict[str, Any] = {}
+    if roles is not None and roles_change:
+        await _set_roles(session, group, roles)
+        changed["role_ids"] = [r.id for r in roles]
+    if moves:
+        group.parent_id = new_parent_id
+        changed["parent_id"] = new_parent_id
+    if new_name:
+        group.name = new_name
+        changed["name"] = new_name
+    if changed:
+        await session.flush()
+        await record_audit(
+            session,
+            actor,
+            "group.updated",
+            subject_type="group",
+            subject_id=group.id,
+            details={"organization_id": group.organization_id} | changed,
+        )
+    return group, (await group_role_ids(session, [group.id]))[group.id]
+
+
+async def list_groups(
+    session: AsyncSession, realm_id: str, org_id: str, *, cursor: str | None = None, limit: int | None = None
+) -> Page[Group]:
+    org = await get_organization(session, realm_id, org_id)
+    query = select(Group).where(Group.realm_id == realm_id, Group.organization_id == org.id)
+    return await keyset_page(session, query, Group.id, cursor=cursor, limit=limit)
+
+
+async def add_group_member(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    org_id: str,
+    group_id: str,
+    user_id: str,
+    *,
+    source_run_id: str | None = None,
+) -> GroupMember:
+    group = await get_group(session, actor.realm_id, org_id, group_id)
+    user = await _user_in_realm(session, actor.realm_id, user_id)
+    if not await is_member(session, group.organization_id, user.id):
+        raise Conflict("Only members of the organization can join its groups.", code="not_a_member")
+    if await session.get(GroupMember, (group.id, user.id)) is not None:
+        raise Conflict("The user is already in this group.", code="already_a_member")
+    await check_group_grant(session, authority, group, "grant")
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their groups")
+    member = GroupMember(
+        group_id=group.id, user_id=user.id, realm_id=actor.realm_id, added_by=actor.id, source_run_id=source_run_id
+    )
+    session.add(member)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "group.member_added",
+        subject_type="user",
+        subject_id=user.id,
+        details={"group_id": group.id, "organization_id": group.organization_id},
+    )
+    return member
+
+
+async def list_group_members(
+    session: AsyncSession,
+    realm_id: str,
+    org_id: str,
+    group_id: str,
+    *,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[tuple[User, GroupMember]]:
+    """Members ordered by user id (the cursor is a user id)."""
+    group = await get_group(session, realm_id, org_id, group_id)
+    query = (
+        select(User, GroupMember)
+        .join(GroupMember, GroupMember.user_id == User.id)
+        .where(GroupMember.realm_id == realm_id, GroupMember.group_id == group.id)
+    )
+    return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
+
+
+async def remove_group_member(
+    session: AsyncSession, actor: Actor, authority: Authority, org_id: str, group_id: str, user_id: str
+) -> None:
+    group = await get_group(session, actor.realm_id, org_id, group_id)
+    member = await session.get(GroupMember, (group.id, user_id))
+    if member is None or member.realm_id != actor.realm_id:
+        raise NotFound("The user is not in this group.")
+    await check_group_grant(session, authority, group, "revoke")
+    await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their groups")
+    await session.delete(member)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "group.member_removed",
+        subject_type="user",
+        subject_id=user_id,
+        details={"group_id": group.id, "organization_id": group.organization_id},
+    )
+
+
+async def all_groups(session: AsyncSession, realm_id: str, org_id: str) -> list[Group]:
+    """Every group of one organization by name (for pickers)."""
+    result = await session.execute(
+        select(Group)
+        .where(Group.realm_id == realm_id, Group.organization_id == org_id)
+        .order_by(Group.name)
+        .limit(1000)
+    )
+    return list(result.scalars().all())
+
+
+async def organization_names(session: AsyncSession, realm_id: str, ids: Sequence[str | None]) -> dict[str, str]:
+    """Names of the organizations among ``ids`` (to show scopes by name)."""
+    wanted = list({i for i in ids if i})
+    if not wanted:
+        return {}
+    rows = await session.execute(
+        select(Organization.id, Organization.name).where(
+            Organization.realm_id == realm_id, col(Organization.id).in_(wanted)
+        )
+    )
+    return {oid: name for oid, name in rows}

@@ -1,0 +1,234 @@
+"""Directory services: users and service principals.
+
+Every change writes its audit event (and, for the SPEC §2 event types, its outbox event) in
+the transaction of the change. The JSON API and the cockpit pages both call these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from engine.directory.audit import Actor, emit_event, record_audit
+from engine.directory.authz import Authority, require_authority_over
+from engine.directory.identity import create_user, issue_sign_in_link, now
+from engine.directory.models import BrowserSession, ServicePrincipal, SignInLink, User
+from engine.platform import crypto, names
+from engine.platform.errors import Conflict, NotFound, ValidationFailed, invalid
+from engine.platform.ids import new_id
+from engine.platform.pagination import Page, keyset_page
+
+__all__ = ["create_user"]
+
+USER_STATUSES = ("active", "suspended")
+
+
+def user_view(user: User) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "email": user.email,
+        "display_name": user.display_name,
+        "status": user.status,
+        "guest": user.guest,
+        "mfa_enrolled": user.totp_enabled_at is not None,
+        "created_at": user.created_at,
+        "updated_at": user.updated_at,
+    }
+
+
+async def get_user(session: AsyncSession, realm_id: str, user_id: str) -> User:
+    user = await session.get(User, user_id)
+    if user is None or user.realm_id != realm_id:
+        raise NotFound("No such user.")
+    return user
+
+
+async def users_by_id(session: AsyncSession, realm_id: str, ids: Iterable[str | None]) -> dict[str, User]:
+    """The users of the realm among ``ids`` (other ids, such as service principals', are left out), in one query."""
+    wanted = sorted({i for i in ids if i and i.startswith("usr_")})
+    if not wanted:
+        return {}
+    found = await session.execute(select(User).where(User.realm_id == realm_id, col(User.id).in_(wanted)))
+    return {user.id: user for user in found.scalars()}
+
+
+async def list_users(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    q: str | None = None,
+    status: str | None = None,
+    guest: bool | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[User]:
+    query = select(User).where(User.realm_id == realm_id)
+    if q:
+        pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(or_(User.email.ilike(pattern), User.display_name.ilike(pattern)))  # type: ignore[attr-defined]
+    if status:
+        if status not in USER_STATUSES:
+            raise invalid("query:status", "status is active or suspended")
+        query = query.where(User.status == status)
+    if guest is not None:
+        query = query.where(User.guest == guest)
+    return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
+
+
+async def require_outranks(
+    session: AsyncSession, actor: Actor, authority: Authority | None, user: User, what: str = "change this user"
+) -> None:
+    """Changing someone needs every permission they hold, in every scope (engine.directory.authz's one rule).
+
+    Otherwise a holder of realm.users.write could take over an administrator's account (or an
+    organization administrator's), or a holder of realm.users.suspend lock every administrator out.
+    """
+    await require_authority_over(session, actor.realm_id, authority, "user", user.id, what=what)
+
+
+async def update_user(
+    session: AsyncSession,
+    actor: Actor,
+    user_id: str,
+    *,
+    display_name: str | None,
+    guest: bool | None,
+    password: str | None,
+    authority: Authority | None = None,
+) -> User:
+    user = await get_user(session, actor.realm_id, user_id)
+    if display_name is not None:
+        hidden = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
+        if hidden:
+            raise ValidationFailed("The request is not valid.", issues=hidden)
+        display_name = names.normalize(display_name)
+    if user.id != actor.id and (display_name, guest, password) != (None, None, None):
+        await require_outranks(session, actor, authority, user, "change their profile or password")
+    changed: list[str] = []
+    if display_name is not None and display_name != user.display_name:
+        user.display_name = display_name
+        changed.append("display_name")
+    if guest is not None and guest != user.guest:
+        user.guest = guest
+        changed.append("guest")
+    if password is not None:
+        user.password_hash = crypto.hash_password(password)
+        changed.append("password")
+    if changed:
+        user.updated_at = now()
+        await session.flush()
+        await record_audit(
+            session, actor, "user.updated", subject_type="user", subject_id=user.id, details={"changed": changed}
+        )
+    return user
+
+
+async def set_user_status(
+    session: AsyncSession, actor: Actor, user_id: str, status: str, *, authority: Authority | None = None
+) -> User:
+    """Suspend or reactivate; a suspended user's sessions and tokens stop working at once.
+
+    With ``authority`` (the caller's), suspending or reactivating someone needs every
+    permission they hold.
+    """
+    user = await get_user(session, actor.realm_id, user_id)
+    await require_outranks(session, actor, authority, user, "change their status")
+    if user.status == status:
+        raise Conflict(f"The user is already {status}.")
+    if status == "suspended" and actor.id == user.id:
+        raise Conflict("You cannot suspend yourself.")
+    user.status = status
+    user.updated_at = now()
+    await session.flush()
+    event = "user.suspended" if status == "suspended" else "user.reactivated"
+    await emit_event(session, actor, event, subject_id=user.id, payload={"user_id": user.id})
+    await record_audit(session, actor, event, subject_type="user", subject_id=user.id)
+    return user
+
+
+async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None) -> User:
+    """Remove a user's second factor (a lost phone): they enrol again at their next MFA sign-in.
+
+    Their browser sessions end too, so a session that relied on the old factor stops at once, and
+    their unused sign-in links stop working.
+    Resetting someone's factor needs every permission they hold (the one rule).
+    """
+    user = await get_user(session, actor.realm_id, user_id)
+    await require_outranks(session, actor, authority, user, "reset their second factor")
+    if user.totp_enabled_at is None and user.totp_secret_enc is None:
+        raise Conflict("The user has no second factor to reset.", code="mfa_not_enrolled")
+    user.totp_secret_enc = None
+    user.totp_enabled_at = None
+    user.totp_last_step = None
+    user.updated_at = now()
+    await session.execute(
+        update(BrowserSession)
+        .where(BrowserSession.user_id == user.id, col(BrowserSession.revoked_at).is_(None))
+        .values(revoked_at=now())
+    )
+    # A sign-in link counts as a second factor: one made before the reset no longer opens a session.
+    await session.execute(
+        update(SignInLink).where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None)).values(used_at=now())
+    )
+    await session.flush()
+    await record_audit(
+        session, actor, "user.mfa_reset", category="authentication", subject_type="user", subject_id=user.id
+    )
+    return user
+
+
+async def create_sign_in_link(
+    session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None
+) -> tuple[str, SignInLink]:
+    """A one-time sign-in link for a user of the realm, made by an administrator (automation
+    signs a browser in without a person). The same ceiling as changing that user applies: the
+    actor holds everything the user holds, in every scope. The token is returned this once."""
+    user = await get_user(session, actor.realm_id, user_id)
+    if user.id != actor.id:
+        await require_outranks(session, actor, authority, user, "sign in as them")
+    if user.status != "active":
+        raise Conflict("The user is suspended: a sign-in link would not work.", code="user_suspended")
+    return await issue_sign_in_link(session, user, actor=actor)
+
+
+def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
+    return {"id": sp.id, "name": sp.name, "description": sp.description, "created_at": sp.created_at}
+
+
+async def create_service_principal(
+    session: AsyncSession, actor: Actor, *, name: str, description: str
+) -> ServicePrincipal:
+    issues = names.hidden_character_issues("/name", name) or names.mixed_script_issues("/name", name)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    name = names.normalize(name)
+    exists = await session.scalar(
+        select(func.count())
+        .select_from(ServicePrincipal)
+        .where(ServicePrincipal.realm_id == actor.realm_id, ServicePrincipal.name == name)
+    )
+    if exists:
+        raise Conflict("A service principal with this name already exists.")
+    sp = ServicePrincipal(id=new_id("spn"), realm_id=actor.realm_id, name=name, description=description)
+    session.add(sp)
+    await session.flush()
+    await record_audit(session, actor, "service_principal.created", subject_type="service_principal", subject_id=sp.id)
+    return sp
+
+
+async def get_service_principal(session: AsyncSession, realm_id: str, sp_id: str) -> ServicePrincipal:
+    sp = await session.get(ServicePrincipal, sp_id)
+    if sp is None or sp.realm_id != realm_id:
+        raise NotFound("No such service principal.")
+    return sp
+
+
+async def list_service_principals(
+    session: AsyncSession, realm_id: str, *, cursor: str | None, limit: int | None
+) -> Page[ServicePrincipal]:
+    query = select(ServicePrincipal).where(ServicePrincipal.realm_id == realm_id)
+    return await keyset_page(session, query, ServicePrincipal.id, cursor=cursor, limit=limit)

@@ -1,0 +1,598 @@
+"""Roles, role assignments and their expiry; the permission catalog as the API shows it.
+
+Every grant passes the grant ceiling (engine/directory/authz.py): nobody creates, changes, assigns or
+revokes a role holding a permission they do not hold themselves in that scope. A role bound to
+the realm takes effect realm-wide, so its ceiling is checked at realm scope; an
+organization-bound role is checked in its organization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from engine.directory.audit import Actor, emit_event, record_audit
+from engine.directory.authz import (
+    PERMISSIONS,
+    Authority,
+    authority_gaps,
+    check_assignment,
+    is_valid_pattern,
+    load_authority,
+    require_authority_over,
+    require_grant_ceiling,
+    role_authority,
+)
+from engine.directory.identity import now as current_time
+from engine.directory.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
+from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
+from engine.platform.ids import new_id
+from engine.platform.names import fold, hidden_character_issues, mixed_script_issues, normalize
+from engine.platform.pagination import Page, keyset_page
+
+ROLE_BOUNDARIES = ("realm", "organization")
+EXPIRY_BATCH = 500
+ROLE_NAME_MAX = 100
+DESCRIPTION_MAX = 500
+
+
+# --- Input checks shared by the directory services ------------------------------------------------
+
+
+def text_issues(path: str, value: str | None, *, maximum: int, minimum: int = 1, name: bool = False) -> list[Issue]:
+    """A one-line text of ``minimum``–``maximum`` characters (``None`` means not given).
+
+    A ``name`` also refuses invisible and bidirectional-control characters and Latin mixed
+    with Cyrillic or Greek (engine/platform/names.py).
+    """
+    if value is None:
+        return []
+    if name and (lookalike := hidden_character_issues(path, value) or mixed_script_issues(path, value)):
+        return lookalike
+    if len(value.strip()) < minimum:
+        return [Issue(path, "too_short", f"must be at least {minimum} character(s)")]
+    if len(value) > maximum:
+        return [Issue(path, "too_long", f"must be at most {maximum} characters")]
+    if "\n" in value or "\r" in value:
+        return [Issue(path, "invalid", "must not contain line breaks")]
+    return []
+
+
+def raise_issues(issues: list[Issue]) -> None:
+    """One 422 listing every issue, or nothing."""
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+
+
+def like(q: str) -> str:
+    """A case-insensitive ``contains`` pattern for ``q`` with LIKE's wildcards escaped."""
+    return "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+# --- The catalog ----------------------------------------------------------------------------------
+
+
+def permission_catalog() -> list[dict[str, str]]:
+    return [
+        {"name": name, "level": level, "description": description} for name, (level, description) in PERMISSIONS.items()
+    ]
+
+
+# --- Roles ----------------------------------------------------------------------------------------
+
+
+def role_view(role: Role) -> dict[str, Any]:
+    return {
+        "id": role.id,
+        "name": role.name,
+        "description": role.description,
+        "permissions": list(role.permissions),
+        "boundary": role.boundary,
+        "requires_approval": role.requires_approval,
+        "builtin": role.builtin,
+        "created_at": role.created_at,
+    }
+
+
+def grant_scope(role: Role, organization_id: str | None) -> str | None:
+    """Where a grant of ``role`` takes effect: its organization when organization-bound, else the realm."""
+    return organization_id if role.boundary == "organization" else None
+
+
+def require_ceiling(authority: Authority, role: Role, organization_id: str | None, verb: str = "assign") -> None:
+    """The grant ceiling for one role in one scope (403 grant_ceiling_exceeded naming what is missing)."""
+    require_grant_ceiling(authority, role.name, role.permissions, grant_scope(role, organization_id), verb)
+
+
+def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issue]]:
+    issues: list[Issue] = []
+    if not permissions:
+        issues.append(Issue("/permissions", "too_short", "a role has at least one permission"))
+    for index, pattern in enumerate(permissions):
+        if not is_valid_pattern(pattern):
+            issues.append(
+                Issue(
+                    f"/permissions/{index}",
+                    "unknown_permission",
+                    f"{pattern!r} is not a permission of the catalog nor a wildcard covering one",
+                )
+            )
+    unique = list(dict.fromkeys(permissions))
+    return unique, issues
+
+
+def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb: str) -> None:
+    missing = authority_gaps(authority, role_authority(permissions, None))
+    if missing:
+        raise GrantCeilingExceeded(
+            f"You cannot {verb} a role holding permissions you do not hold realm-wide: " + ", ".join(missing)
+        )
+
+
+async def _name_taken(session: AsyncSession, realm_id: str, name: str, *, other_than: str | None = None) -> bool:
+    """Is another role of the realm called the same, once normalized and case-folded?"""
+    query = select(Role.id, Role.name).where(Role.realm_id == realm_id)
+    if other_than:
+        query = query.where(Role.id != other_than)
+    wanted = fold(name)
+    return any(fold(existing) == wanted for _id, existing in await session.execute(query))
+
+
+async def get_role(session: AsyncSession, realm_id: str, role_id: str) -> Role:
+    role = await session.get(Role, role_id)
+    if role is None or role.realm_id != realm_id:
+        raise NotFound("No such role.")
+    return role
+
+
+async def list_roles(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    q: str | None = None,
+    boundary: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[Role]:
+    query = select(Role).where(Role.realm_id == realm_id)
+    if q:
+        query = query.where(col(Role.name).ilike(like(q)))
+    if boundary:
+        if boundary not in ROLE_BOUNDARIES:
+            raise ValidationFailed(
+                "The request is not valid.", issues=[Issue("query:boundary", "invalid", "realm or organization")]
+            )
+        query = query.where(Role.boundary == boundary)
+    return await keyset_page(session, query, Role.id, cursor=cursor, limit=limit)
+
+
+async def all_roles(session: AsyncSession, realm_id: str) -> list[Role]:
+    """Every role of the realm by name (for pickers: realms hold a handful of roles)."""
+    result = await session.execute(select(Role).where(Role.realm_id == realm_id).order_by(Role.name).limit(1000))
+    return list(result.scalars().all())
+
+
+async def create_role(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    *,
+    name: str,
+    permissions: Sequence[str],
+    boundary: str,
+    requires_approval: bool = False,
+    description: str = "",
+) -> Role:
+    """A custom role; its creator must hold every permission put in it (realm-wide)."""
+    unique, issues = _permission_issues(permissions)
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True) + issues
+    issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
+    if boundary not in ROLE_BOUNDARIES:
+        issues.append(Issue("/boundary", "invalid", "boundary is realm or organization"))
+    raise_issues(issues)
+    _require_role_ceiling(authority, unique, "create")
+    name = normalize(name)
+    if await _name_taken(session, actor.realm_id, name):
+        raise Conflict("A role with this name already exists in the realm.")
+    role = Role(
+        id=new_id("rol"),
+        realm_id=actor.realm_id,
+        name=name,
+        description=description.strip(),
+        permissions=unique,
+        boundary=boundary,
+        requires_approval=requires_approval,
+    )
+    session.add(role)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "role.created",
+        category="authorization",
+        subject_type="role",
+        subject_id=role.id,
+        details={"name": name, "permissions": unique, "boundary": boundary, "requires_approval": requires_approval},
+    )
+    return role
+
+
+async def update_role(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    role_id: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permissions: Sequence[str] | None = None,
+    requires_approval: bool | None = None,
+) -> Role:
+    """Change a custom role. Built-in roles never change; the boundary is fixed at creation."""
+    role = await get_role(session, actor.realm_id, role_id)
+    issues = text_issues("/name", name, maximum=ROLE_NAME_MAX, name=True)
+    issues += text_issues("/description", description, minimum=0, maximum=DESCRIPTION_MAX)
+    unique: list[str] | None = None
+    if permissions is not None:
+        unique, permission_issues = _permission_issues(permissions)
+        issues += permission_issues
+    raise_issues(issues)
+    if role.builtin:
+        raise Conflict("Built-in roles cannot be changed.", code="builtin_role")
+    # Whoever changes a role must be able to hold it before and after the change.
+    _require_role_ceiling(authority, list(role.permissions) + (unique or []), "change")
+    changed: list[str] = []
+    if name is not None and normalize(name) != role.name:
+        if await _name_taken(session, actor.realm_id, normalize(name), other_than=role.id):
+            raise Conflict("A role with this name already exists in the realm.")
+        role.name = normalize(name)
+        changed.append("name")
+    if description is not None and description.strip() != role.description:
+        role.description = description.strip()
+        changed.append("description")
+    if unique is not None and unique != list(role.permissions):
+        role.permissions = unique
+        changed.append("permissions")
+    if requires_approval is not None and requires_approval != role.requires_approval:
+        role.requires_approval = requires_approval
+        changed.append("requires_approval")
+    if changed:
+        await session.flush()
+        await record_audit(
+            session,
+            actor,
+            "role.updated",
+            category="authorization",
+            subject_type="role",
+            subject_id=role.id,
+            details={"changed": changed, "permissions": list(role.permissions)},
+        )
+    return role
+
+
+async def delete_role(session: AsyncSession, actor: Actor, authority: Authority, role_id: str) -> None:
+    """Delete a custom role nobody holds (revoke its assignments and group grants first).
+
+    The callers first refuse a role a published workflow names (``workflows.refuse_if_referenced``).
+    """
+    role = await get_role(session, actor.realm_id, role_id)
+    if role.builtin:
+        raise Conflict("Built-in roles cannot be changed.", code="builtin_role")
+    _require_role_ceiling(authority, role.permissions, "delete")
+    held = await session.scalar(
+        select(func.count()).select_from(RoleAssignment).where(RoleAssignment.role_id == role.id)
+    )
+    granted = await session.scalar(select(func.count()).select_from(GroupRole).where(GroupRole.role_id == role.id))
+    if held or granted:
+        raise Conflict(
+            f"The role is in use ({held or 0} assignment(s), {granted or 0} group(s)); remove those first.",
+            code="role_in_use",
+        )
+    await session.delete(role)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "role.deleted",
+        category="authorization",
+        subject_type="role",
+        subject_id=role.id,
+        details={"name": role.name},
+    )
+
+
+# --- Role assignments -----------------------------------------------------------------------------
+
+
+def assignment_view(assignment: RoleAssignment) -> dict[str, Any]:
+    return {
+        "id": assignment.id,
+        "role_id": assignment.role_id,
+        "user_id": assignment.user_id,
+        "service_principal_id": assignment.service_principal_id,
+        "organization_id": assignment.organization_id,
+        "expires_at": assignment.expires_at,
+        "granted_by": assignment.granted_by,
+        "approver_id": assignment.approver_id,
+        "source_run_id": assignment.source_run_id,
+        "created_at": assignment.created_at,
+    }
+
+
+async def get_assignment(session: AsyncSession, realm_id: str, assignment_id: str) -> RoleAssignment:
+    assignment = await session.get(RoleAssignment, assignment_id)
+    if assignment is None or assignment.realm_id != realm_id:
+        raise NotFound("No such role assignment.")
+    return assignment
+
+
+async def list_assignments(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    user_id: str | None = None,
+    service_principal_id: str | None = None,
+    role_id: str | None = None,
+    organization_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[RoleAssignment]:
+    query = select(RoleAssignment).where(RoleAssignment.realm_id == realm_id)
+    if user_id:
+        query = query.where(RoleAssignment.user_id == user_id)
+    if service_principal_id:
+        query = query.where(RoleAssignment.service_principal_id == service_principal_id)
+    if role_id:
+        query = query.where(RoleAssignment.role_id == role_id)
+    if organization_id:
+        query = query.where(RoleAssignment.organization_id == organization_id)
+    return await keyset_page(session, query, RoleAssignment.id, cursor=cursor, limit=limit)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+async def create_assignment(
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    *,
+    role_id: str,
+    user_id: str | None = None,
+    service_principal_id: str | None = None,
+    organization_id: str | None = None,
+    expires_at: datetime | None = None,
+    approver_id: str | None = None,
+    source_run_id: str | None = None,
+) -> RoleAssignment:
+    """Assign a role to a user or a service principal, realm-wide or in one organization.
+
+    The granter's ``authority`` must cover the role in that scope; a role that requires approval
+    needs an independent approver (an active user, neither granter nor subject, who could
+    assign the role). A naive ``expires_at`` is read as UTC.
+    """
+    issues: list[Issue] = []
+    if user_id and service_principal_id:
+        issues.append(
+            Issue("/service_principal_id", "exclusive", "give either user_id or service_principal_id, not both")
+        )
+    elif not user_id and not service_principal_id:
+        issues.append(Issue("/user_id", "required", "give user_id or service_principal_id"))
+    if expires_at is not None:
+        try:
+            expires_at = _aware(expires_at).astimezone(UTC)
+        except OverflowError:
+            issues.append(Issue("/expires_at", "out_of_range", "must fall within the years 1 to 9999 in UTC"))
+            expires_at = None
+        else:
+            if expires_at <= current_time():
+                issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
+    role = await session.get(Role, role_id)
+    if role is not None and role.realm_id != actor.realm_id:
+        role = None
+    if role is not None:
+        if role.boundary == "organization" and not organization_id:
+            issues.append(Issue("/organization_id", "required", f"{role.name} is bound to an organization: name one"))
+        if role.boundary == "realm" and organization_id:
+            issues.append(
+                Issue("/organization_id", "not_allowed", f"{role.name} is a realm role: it takes no organization")
+            )
+    raise_issues(issues)
+    if role is None:
+        raise NotFound("No such role.")
+    subject_id: str
+    subject_type: str
+    if user_id:
+        user = await session.get(User, user_id)
+        if user is None or user.realm_id != actor.realm_id:
+            raise NotFound("No such user.")
+        subject_id, subject_type = user.id, "user"
+    else:
+        assert service_principal_id is not None
+        sp = await session.get(ServicePrincipal, service_principal_id)
+        if sp is None or sp.realm_id != actor.realm_id:
+            raise NotFound("No such service principal.")
+        subject_id, subject_type = sp.id, "service_principal"
+    if organization_id:
+        org = await session.get(Organization, organization_id)
+        if org is None or org.realm_id != actor.realm_id:
+            raise NotFound("No such organization.")
+    approver_authority: Authority | None = None
+    if approver_id:
+        approver = await session.get(User, approver_id)
+        if approver is None or approver.realm_id != actor.realm_id or approver.status != "active":
+            raise Forbidden("The approver must be an active user of the realm.")
+        approver_authority = await load_authority(session, actor.realm_id, "user", approver.id)
+    scope = grant_scope(role, organization_id)
+    check_assignment(
+        authority,
+        role_name=role.name,
+        role_permissions=role.permissions,
+        requires_approval=role.requires_approval,
+        organization_id=scope,
+        subject_id=subject_id,
+        approver=approver_authority,
+    )
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
+    )
+    subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
+    duplicate = await session.scalar(
+        select(func.count())
+        .select_from(RoleAssignment)
+        .where(
+            RoleAssignment.realm_id == actor.realm_id,
+            RoleAssignment.role_id == role.id,
+            subject_column == subject_id,
+            col(RoleAssignment.organization_id).is_(None)
+            if organization_id is None
+            else RoleAssignment.organization_id == organization_id,
+            or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > current_time()),
+        )
+    )
+    if duplicate:
+        raise Conflict(f"The {subject_type.replace('_', ' ')} already holds {role.name} in that scope.")
+    assignment = RoleAssignment(
+        id=new_id("ras"),
+        realm_id=actor.realm_id,
+        role_id=role.id,
+        user_id=user_id or None,
+        service_principal_id=service_principal_id or None,
+        organization_id=organization_id or None,
+        expires_at=expires_at,
+        granted_by=actor.id,
+        approver_id=approver_id or None,
+        source_run_id=source_run_id,
+    )
+    session.add(assignment)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "role.assigned",
+        category="authorization",
+        subject_type=subject_type,
+        subject_id=subject_id,
+        details={
+            "assignment_id": assignment.id,
+            "role_id": role.id,
+            "role": role.name,
+            "organization_id": assignment.organization_id,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+            "approver_id": assignment.approver_id,
+        },
+    )
+    return assignment
+
+
+async def revoke_assignment(
+    session: AsyncSession, actor: Actor, authority: Authority, assignment_id: str
+) -> RoleAssignment:
+    """Remove an assignment; the caller needs the ceiling for that role in that scope too."""
+    assignment = await get_assignment(session, actor.realm_id, assignment_id)
+    role = await get_role(session, actor.realm_id, assignment.role_id)
+    require_ceiling(authority, role, assignment.organization_id, "revoke")
+    subject_type = "user" if assignment.user_id else "service_principal"
+    subject_id = assignment.user_id or assignment.service_principal_id
+    assert subject_id is not None
+    await require_authority_over(
+        session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
+    )
+    await session.delete(assignment)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "role.revoked",
+        category="authorization",
+        subject_type="user" if assignment.user_id else "service_principal",
+        subject_id=assignment.user_id or assignment.service_principal_id,
+        details={
+            "assignment_id": assignment.id,
+            "role_id": role.id,
+            "role": role.name,
+            "organization_id": assignment.organization_id,
+        },
+    )
+    return assignment
+
+
+async def expire_due_assignments(session: AsyncSession, now: datetime, *, limit: int = EXPIRY_BATCH) -> int:
+    """Delete up to ``limit`` assignments whose ``expires_at`` has passed; returns how many.
+
+    Each one writes, in this transaction, the outbox event ``role.assignment.expired`` and an
+    audit event by the system. Rows are claimed with ``FOR UPDATE SKIP LOCKED``, so two workers
+    running this at once never expire the same assignment twice.
+    """
+    result = await session.execute(
+        select(RoleAssignment, Role.name)
+        .join(Role, Role.id == RoleAssignment.role_id)
+        .where(col(RoleAssignment.expires_at).is_not(None), col(RoleAssignment.expires_at) <= now)
+        .order_by(RoleAssignment.expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=RoleAssignment)
+    )
+    rows = result.all()
+    if not rows:
+        return 0
+    await session.execute(delete(RoleAssignment).where(col(RoleAssignment.id).in_([a.id for a, _ in rows])))
+    for assignment, role_name in rows:
+        actor = Actor.system(assignment.realm_id)
+        subject_id = assignment.user_id or assignment.service_principal_id
+        payload = {
+            "assignment_id": assignment.id,
+            "role_id": assignment.role_id,
+            "user_id": assignment.user_id,
+            "service_principal_id": assignment.service_principal_id,
+            "organization_id": assignment.organization_id,
+            "expires_at": assignment.expires_at.isoformat() if assignment.expires_at else None,
+        }
+        await emit_event(
+            session,
+            actor,
+            "role.assignment.expired",
+            subject_id=subject_id,
+            organization_id=assignment.organization_id,
+            payload=payload,
+        )
+        await record_audit(
+            session,
+            actor,
+            "role.assignment.expired",
+            category="authorization",
+            subject_type="user" if assignment.user_id else "service_principal",
+            subject_id=subject_id,
+            details=payload | {"role": role_name},
+        )
+    return len(rows)
+
+
+# --- Names for pages ------------------------------------------------------------------------------
+
+
+async def principal_labels(session: AsyncSession, realm_id: str, ids: Iterable[str | None]) -> dict[str, str]:
+    """Email of each user and name of each service principal among ``ids`` (missing ones left out)."""
+    wanted = {i for i in ids if i}
+    users = [i for i in wanted if i.startswith("usr_")]
+    sps = [i for i in wanted if i.startswith("spn_")]
+    out: dict[str, str] = {}
+    if users:
+        rows = await session.execute(
+            select(User.id, User.email).where(User.realm_id == realm_id, col(User.id).in_(users))
+        )
+        out |= {uid: email for uid, email in rows}
+    if sps:
+        rows = await session.execute(
+            select(ServicePrincipal.id, ServicePrincipal.name).where(
+                ServicePrincipal.realm_id == realm_id,
+                col(ServicePrincipal.id).in_(sps),
+            )
+        )
+        out |= {sid: name for sid, name in rows}
+    return out

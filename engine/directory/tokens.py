@@ -1,0 +1,205 @@
+"""API tokens people mint for themselves, and tokens for service principals.
+
+Who may mint what (SPEC §3):
+
+- a token never mints a token: only a browser session may, so a leaked token cannot breed;
+- an admin-audience token comes only from a session with a verified second factor;
+- any signed-in user may mint an account-audience token for themselves;
+- an administrator holding ``realm.tokens.write`` mints admin tokens for service principals.
+
+A token is shown once; only its SHA-256 is stored (``engine.directory.identity.mint_token``). People
+revoke their own tokens; holders of ``realm.tokens.write`` revoke any token of the realm.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine.directory import identity
+from engine.directory.audit import Actor, record_audit
+from engine.directory.authz import Authority, require_authority_over
+from engine.directory.identity import now as utc_now
+from engine.directory.models import ApiToken, ServicePrincipal, User
+from engine.platform.errors import Forbidden, Issue, NotFound, ValidationFailed
+from engine.platform.pagination import Page, keyset_page
+
+AUDIENCES = ("admin", "account")
+DEFAULT_LIFETIME_DAYS = 90
+MAX_LIFETIME_DAYS = 365
+
+
+def token_view(row: ApiToken) -> dict[str, Any]:
+    """What a list shows: never the token or its hash."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "audience": row.audience,
+        "owner": {
+            "type": "user" if row.user_id else "service_principal",
+            "id": row.user_id or row.service_principal_id,
+        },
+        "created_at": row.created_at,
+        "expires_at": row.expires_at,
+        "last_used_at": row.last_used_at,
+        "revoked": row.revoked_at is not None,
+        "revoked_at": row.revoked_at,
+    }
+
+
+def minted_view(token: str, row: ApiToken) -> dict[str, Any]:
+    """The answer to a mint: the token, this once."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "audience": row.audience,
+        "created_at": row.created_at,
+        "expires_at": row.expires_at,
+        "token": token,
+    }
+
+
+def request_issues(name: str | None, audience: str | None, expires_in_days: int | None) -> list[Issue]:
+    issues: list[Issue] = []
+    if name is not None:
+        stripped = name.strip()
+        if not stripped:
+            issues.append(Issue("/name", "too_short", "must be at least 1 character(s)"))
+        elif len(name) > 200:
+            issues.append(Issue("/name", "too_long", "must be at most 200 characters"))
+        elif "\n" in name or "\r" in name:
+            issues.append(Issue("/name", "invalid", "must not contain line breaks"))
+    if audience is not None and audience not in AUDIENCES:
+        issues.append(Issue("/audience", "invalid", "audience is admin or account"))
+    if expires_in_days is not None and not 1 <= expires_in_days <= MAX_LIFETIME_DAYS:
+        issues.append(Issue("/expires_in_days", "out_of_range", f"must be between 1 and {MAX_LIFETIME_DAYS}"))
+    return issues
+
+
+def _lifetime(expires_in_days: int | None) -> timedelta:
+    return timedelta(days=expires_in_days or DEFAULT_LIFETIME_DAYS)
+
+
+async def mint_own_token(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    name: str,
+    audience: str,
+    expires_in_days: int | None,
+    credential: str,
+    mfa: bool,
+) -> tuple[str, ApiToken]:
+    """A token for the calling user. ``credential`` is how they came (``session`` or ``token``)
+    and ``mfa`` whether that session verified a second factor.
+    """
+    if credential != "session":
+        raise Forbidden("A token cannot mint tokens; sign in to the cockpit to create one.")
+    issues = request_issues(name, audience, expires_in_days)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    if audience == "admin" and not mfa:
+        raise Forbidden("Admin tokens are minted only from a session with a second factor.", code="mfa_required")
+    if actor.type != "user" or actor.id is None:
+        raise Forbidden("Only users mint tokens for themselves.")
+    user = await session.get(User, actor.id)
+    if user is None or user.realm_id != actor.realm_id:
+        raise NotFound("No such user.")
+    return await identity.mint_token(
+        session, actor, audience=audience, user=user, name=name.strip(), expires_in=_lifetime(expires_in_days)
+    )
+
+
+async def mint_service_principal_token(
+    session: AsyncSession,
+    actor: Actor,
+    sp_id: str,
+    *,
+    name: str,
+    expires_in_days: int | None,
+    authority: Authority | None = None,
+) -> tuple[str, ApiToken]:
+    """An admin-audience token for a service principal of the realm.
+
+    A token acts with everything its principal holds, so with the caller's ``authority`` the
+    caller must hold all of it (the one rule): nobody mints their way above themselves.
+    """
+    issues = request_issues(name, None, expires_in_days)
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    principal = await session.get(ServicePrincipal, sp_id)
+    if principal is None or principal.realm_id != actor.realm_id:
+        raise NotFound("No such service principal.")
+    await require_authority_over(
+        session, actor.realm_id, authority, "service_principal", principal.id, what="mint a token for it"
+    )
+    return await identity.mint_token(
+        session,
+        actor,
+        audience="admin",
+        service_principal=principal,
+        name=name.strip(),
+        expires_in=_lifetime(expires_in_days),
+    )
+
+
+async def list_tokens(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    user_id: str | None = None,
+    service_principal_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[ApiToken]:
+    """Tokens of one user or one service principal, oldest first, revoked ones included."""
+    query = select(ApiToken).where(ApiToken.realm_id == realm_id)
+    if user_id is not None:
+        query = query.where(ApiToken.user_id == user_id)
+    if service_principal_id is not None:
+        query = query.where(ApiToken.service_principal_id == service_principal_id)
+    return await keyset_page(session, query, ApiToken.id, cursor=cursor, limit=limit)
+
+
+async def revoke(
+    session: AsyncSession,
+    actor: Actor,
+    token_id: str,
+    *,
+    may_revoke_any: bool,
+    authority: Authority | None = None,
+) -> ApiToken:
+    """Revoke a token of the caller (or any token of the realm when ``may_revoke_any``).
+
+    Someone else's token answers 404 to a caller who may not revoke it, so token ids do not
+    leak. Revoking someone else's token needs every permission its owner holds (``authority``,
+    the one rule). Revoking a revoked token changes nothing.
+    """
+    row = await session.get(ApiToken, token_id, with_for_update=True)
+    if row is None or row.realm_id != actor.realm_id:
+        raise NotFound("No such token.")
+    own = actor.type == "user" and row.user_id == actor.id
+    if not may_revoke_any and not own:
+        raise NotFound("No such token.")
+    if not own:
+        owner_type = "user" if row.user_id else "service_principal"
+        owner_id = row.user_id or row.service_principal_id
+        assert owner_id is not None
+        await require_authority_over(session, actor.realm_id, authority, owner_type, owner_id, what="revoke its tokens")
+    if row.revoked_at is not None:
+        return row
+    row.revoked_at = utc_now()
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "token.revoked",
+        category="authentication",
+        subject_type="user" if row.user_id else "service_principal",
+        subject_id=row.user_id or row.service_principal_id,
+        details={"token_id": row.id, "audience": row.audience, "name": row.name},
+    )
+    return row

@@ -1,0 +1,614 @@
+"""The durable runner: claims due runs and advances each by at most 25 transitions.
+
+One transition is one database transaction. For an internal step that transaction holds the
+lease check, the accountable publisher's authority re-check, the effect, the succeeded attempt,
+the run's advance and the audit events — so a crash rolls all of it back, a step that runs again
+after a crash never repeats an effect, and a worker that lost its lease cannot commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+
+from engine.directory.audit import Actor, record_audit
+from engine.directory.authz import load_authority
+from engine.platform.errors import error_summary
+from engine.platform.ids import new_id
+from engine.runs import runstore
+from engine.runs.fastpath import FastPath, Staged
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.retry import (
+    COMPENSATION_BACKOFF_MS,
+    COMPENSATION_MAX_ATTEMPTS,
+    Clock,
+    RetryPolicy,
+    delay_ms,
+    policy_for,
+)
+from engine.runs.runstore import LeaseLost
+from engine.runs.states import (
+    ATTEMPT_FAILED,
+    ATTEMPT_SUCCEEDED,
+    CANCELLED,
+    COMP_DONE,
+    COMP_FAILED,
+    COMP_PENDING,
+    COMPENSATED,
+    COMPENSATING,
+    COMPENSATION_FAILED,
+    FAILED,
+    FINISHED,
+    FORWARD,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    TransitionRefused,
+)
+from engine.runs.steps import STEP_TYPES, StepContext, StepFailure
+from engine.workflows.definitions.canonical import input_version
+from engine.workflows.models import Workflow, WorkflowRevision
+
+log = logging.getLogger("cockpit.engine")
+
+MAX_TRANSITIONS = 25
+CATEGORY = "workflow"
+
+# What one round did to a run (Runner._advance_together).
+_MOVED, _FINISHED, _IDLE, _LOST, _ALONE = "moved", "finished", "idle", "lost", "alone"
+
+
+@dataclass
+class RunnerSettings:
+    lease: timedelta = timedelta(seconds=60)
+    batch_size: int = 50
+    tenant_share: int = 10
+    # Runs whose transitions commit together (group commit; 1: each run commits alone).
+    group_commit: int = 50
+    # Internal steps that can only succeed in one statement each (engine/runs/fastpath.py); off, every
+    # transition takes the ordinary path.
+    fast_path: bool = True
+
+
+def run_actor(run: WorkflowRun) -> Actor:
+    """The accountable publisher, with the run id as request and correlation id."""
+    return Actor(type="user", id=run.publisher_id, realm_id=run.realm_id, request_id=run.id, correlation_id=run.id)
+
+
+class _PassConnection:
+    """The connection a pass's fast transactions share: opened on first use, dropped after a failure."""
+
+    def __init__(self, bind: AsyncEngine | None) -> None:
+        self.bind = bind
+        self.connection: AsyncConnection | None = None
+        self.driver: Any = None
+
+    async def raw(self) -> Any:
+        """The asyncpg connection (None when the fast path is off)."""
+        if self.bind is None:
+            return None
+        if self.connection is None:
+            self.connection = await self.bind.connect()
+            self.driver = (await self.connection.get_raw_connection()).driver_connection
+        return self.driver
+
+    async def drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                if self.driver.is_closed():
+                    await connection.invalidate()  # the server went away: never hand it out again
+                await connection.close()
+
+    async def __aenter__(self) -> _PassConnection:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.drop()
+
+
+class Runner:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        worker_id: str,
+        *,
+        settings: RunnerSettings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.worker_id = worker_id
+        self.settings = settings or RunnerSettings()
+        self.clock = clock or Clock()
+        self._last_realm: str | None = None
+        self.fast = FastPath(worker_id, self.clock)
+
+    # --- passes ----------------------------------------------------------------------------------
+
+    async def run_pass(self) -> int:
+        """Claim due runs and advance each; returns the transitions made."""
+        async with self.sessions() as session, session.begin():
+            claimed = await runstore.claim_due_runs(
+                session,
+                self.worker_id,
+                now=self.clock.now(),
+                lease=self.settings.lease,
+                batch_size=self.settings.batch_size,
+                tenant_share=self.settings.tenant_share,
+                after_realm=self._last_realm,
+            )
+        if claimed:
+            self._last_realm = claimed[-1].realm_id  # the next pass starts with the realm after it
+        return await self._advance_together([item.run_id for item in claimed])
+
+    async def _advance_together(self, run_ids: list[str]) -> int:
+        """Advance the claimed runs in rounds: one transition of every run still going per round.
+
+        The runs of a round commit together in groups of ``group_commit`` (engine/runs/fastpath.py), each
+        internal step in one statement. A run the fast path cannot take, and every run of a group whose
+        transaction failed, makes its transition alone, the ordinary way: a failure in one run never
+        loses or repeats another's work. Each run still makes at most 25 transitions and then hands
+        its lease back; one that has nothing to do now hands it back at once.
+        """
+        done = dict.fromkeys(run_ids, 0)
+        going = list(run_ids)
+        group = max(1, min(self.settings.group_commit, runstore.MAX_BATCH))
+        async with _PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
+            while going:
+                going = await self._round(conn, going, group, done)
+        return sum(done.values())
+
+    async def _round(self, conn: _PassConnection, going: list[str], group: int, done: dict[str, int]) -> list[str]:
+        """One transition of every run still going; the runs that go on."""
+        outcomes: dict[str, str] = {}
+        for start in range(0, len(going), group):
+            outcomes |= await self._fast_round(conn, going[start : start + group])
+        for run_id in going:
+            if outcomes[run_id] == _ALONE:
+                outcomes[run_id] = await self._transition_alone(run_id)
+            if outcomes[run_id] in (_MOVED, _FINISHED):
+                done[run_id] += 1
+        # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
+        spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
+        stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
+        going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
+        if stopped:
+            try:
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_leases(session, stopped, self.worker_id)
+            except Exception:
+                # The leases expire by themselves; the other runs of the pass go on.
+                log.warning("could not hand back leases", exc_info=True, extra={"runs": len(stopped)})
+        return going
+
+    async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:
+        """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
+        outcomes = dict.fromkeys(run_ids, _ALONE)
+        now = self.clock.now()
+        staged = Staged()
+        try:
+            raw = await conn.raw()
+            if raw is None:
+                return outcomes
+            async with raw.transaction():
+                locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                # Runs whose subject's authority another run of this transaction reads or changes
+                # (a publisher, or a subject of two runs) go the ordinary way.
+                subjects = Counter(row["subject_id"] for row in locked.values())
+                publishers = {row["publisher_id"] for row in locked.values()}
+                publishers |= {subject for subject, count in subjects.items() if count > 1}
+                for run_id in run_ids:
+                    row = locked.get(run_id)
+                    if row is None:
+                        log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+                        outcomes[run_id] = _LOST
+                        continue
+                    finished = await self.fast.transition(raw, staged, row, now, publishers)
+                    if finished is not None:
+                        outcomes[run_id] = _FINISHED if finished else _MOVED
+        except Exception:
+            # Nothing of the group committed: each of its runs makes its transition alone.
+            log.warning("a group commit failed; its runs go one per transaction", exc_info=True)
+            await conn.drop()
+            return dict.fromkeys(run_ids, _ALONE)
+        staged.committed()
+        return outcomes
+
+    async def _transition_alone(self, run_id: str) -> str:
+        """The ordinary transition in its own transaction; one run's trouble never strands the rest."""
+        try:
+            progressed, finished = await self._transition(run_id)
+        except LeaseLost:
+            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+            return _LOST
+        except Exception:
+            log.exception("advancing a run failed; its lease is handed back", extra={"run_id": run_id})
+            try:
+                async with self.sessions() as session, session.begin():
+                    await runstore.release_lease(session, run_id, self.worker_id)
+            except Exception:
+                log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
+            return _LOST
+        if not progressed:
+            return _IDLE
+        return _FINISHED if finished else _MOVED
+
+    async def advance(self, run_id: str) -> int:
+        """At most 25 transitions, then hand the lease back so other runs get their turn."""
+        done = 0
+        try:
+            while done < MAX_TRANSITIONS:
+                progressed, finished = await self._transition(run_id)
+                if not progressed:
+                    break
+                done += 1
+                if finished:
+                    return done  # a finished run holds no lease any more
+        except LeaseLost:
+            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
+            return done
+        async with self.sessions() as session, session.begin():
+            await runstore.release_lease(session, run_id, self.worker_id)
+        return done
+
+    async def release_all(self) -> int:
+        async with self.sessions() as session, session.begin():
+            return await runstore.release_all_leases(session, self.worker_id)
+
+    # --- one transition --------------------------------------------------------------------------
+
+    async def transition(self, run_id: str) -> bool:
+        """Make one step of progress in one transaction; False when the run has nothing to do now."""
+        progressed, _ = await self._transition(run_id)
+        return progressed
+
+    async def _transition(self, run_id: str) -> tuple[bool, bool]:
+        """(progress made, run finished)."""
+        now = self.clock.now()
+        async with self.sessions() as session, session.begin():
+            run = await runstore.lock_leased_run(session, run_id, self.worker_id, now=now, lease=self.settings.lease)
+            progressed = await self._dispatch(session, run, now)
+        return progressed, run.state in FINISHED
+
+    async def _dispatch(self, session: AsyncSession, run: WorkflowRun, now: datetime) -> bool:
+        if run.state in FINISHED or run.due_at is None or run.due_at > now:
+            return False
+        revision = await session.get(WorkflowRevision, run.revision_id)
+        if revision is None:
+            if run.state == COMPENSATING:
+                return await self._compensate(session, run, None)
+            await self._fail_run(session, run, "definition_unavailable", "The run's revision no longer exists.")
+            return True
+        if run.state in FORWARD and run.cancel_requested_at is None:
+            workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
+            if workflow_state == "disabled":
+                return False  # paused while its workflow is disabled; compensation and cancellation go on
+        if run.cancel_requested_at is not None and run.state != COMPENSATING:
+            await self._start_compensating(
+                session, run, "cancelled", run.cancel_reason or "Cancelled.", reason="cancelled"
+            )
+            return True
+        if run.state == PENDING:
+            # Starting and the first step share one transaction (one commit less per run).
+            await runstore.move_run(session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now)
+        if run.state == RUNNING:
+            return await self._run_step(session, run, revision)
+        if run.state == COMPENSATING:
+            return await self._compensate(session, run, revision)
+        return False
+
+    async def _run_step(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
+        now = self.clock.now()
+        definition = revision.definition
+        steps: list[dict[str, Any]] = definition.get("steps", [])
+        if run.step_index >= len(steps):
+            await self._succeed_run(session, run)
+            return True
+        step = steps[run.step_index]
+        step_type = STEP_TYPES.get(step.get("type", ""))
+        attempts = await runstore.attempts_of_step(session, run.id, step["id"])
+        if any(a.state == ATTEMPT_SUCCEEDED for a in attempts):
+            # Already applied (by an earlier transaction that committed): skip, never apply again.
+            if step.get("type") == "end" or run.step_index + 1 >= len(steps):
+                await self._succeed_run(session, run, step_index=run.step_index + 1)
+                return True
+            await runstore.move_run(
+                session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
+            )
+            return True
+        if step_type is None:
+            await self._fail_run(session, run, "definition_unavailable", f"No step type {step.get('type')!r} here.")
+            return True
+        policy = policy_for(definition, step)
+        number = len(attempts) + 1
+        attempt = StepAttempt(
+            id=new_id("wsa"),
+            run_id=run.id,
+            realm_id=run.realm_id,
+            step_id=step["id"],
+            step_index=run.step_index,
+            step_type=step_type.name,
+            number=number,
+            idempotency_key=f"{run.id}.{step['id']}",
+            # The resolved input: the step as published, for this subject, in this organization.
+            input={
+                "step": step,
+                "subject_id": run.subject_id,
+                "organization_id": step.get("organization_id") or run.organization_id,
+            },
+            input_version=input_version(revision.number, revision.hash, run.input_version),
+            max_attempts=policy.max_attempts if step_type.retried else 1,
+            backoff_ms=policy.backoff_ms if step_type.retried else 0,
+            started_at=now,
+        )
+        actor = run_actor(run)
+        ctx = StepContext(
+            session=session,
+            run=run,
+            step=step,
+            step_index=run.step_index,
+            organization_id=step.get("organization_id") or run.organization_id,
+            actor=actor,
+            authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
+            now=now,
+        )
+        try:
+            async with session.begin_nested():
+                await self._recheck_authority(session, ctx, step)
+                try:
+                    outcome = await step_type.perform(ctx)
+                except IntegrityError as exc:
+                    # The directory refused the change (a concurrent duplicate, a vanished row):
+                    # a permanent conflict, not a reason to retry the transaction forever.
+                    raise StepFailure("conflict", error_summary(exc), permanent=True) from exc
+        except StepFailure as failure:
+            await self._record_failure(session, run, attempt, failure, policy)
+            return True
+        except (TransitionRefused, IntegrityError):
+            raise
+        except Exception as exc:  # infrastructure: transient
+            log.warning("step failed unexpectedly", exc_info=exc, extra={"run_id": run.id, "step_id": step["id"]})
+            await self._record_failure(
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False), policy
+            )
+            return True
+        attempt.state = ATTEMPT_SUCCEEDED
+        attempt.result = outcome.result
+        attempt.compensation_strategy = outcome.strategy
+        attempt.compensation_state = outcome.compensation_state
+        attempt.finished_at = self.clock.now()
+        await runstore.record_attempt(session, attempt)
+        await record_audit(
+            session,
+            actor,
+            "workflow.step.succeeded",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": step["id"], "attempt": number, "idempotency_key": attempt.idempotency_key},
+        )
+        if outcome.ends_run or run.step_index + 1 >= len(steps):
+            await self._succeed_run(session, run, step_index=run.step_index + 1)
+        else:
+            await runstore.move_run(
+                session, run, RUNNING, worker_id=self.worker_id, due_at=now, now=now, step_index=run.step_index + 1
+            )
+        return True
+
+    async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
+        """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
+        from engine.directory.models import User
+        from engine.workflows.service import requirement_issue
+
+        publisher = await session.get(User, ctx.run.publisher_id)
+        if publisher is None or publisher.status != "active":
+            raise StepFailure(
+                "publisher_lacks_authority", "The accountable publisher's account is not active.", permanent=True
+            )
+        if not ctx.authority.holds("realm.workflows.publish"):
+            raise StepFailure(
+                "publisher_lacks_authority",
+                "The accountable publisher no longer holds realm.workflows.publish.",
+                permanent=True,
+            )
+        from engine.workflows.definitions.validation import required_authority
+
+        for requirement in required_authority(step):
+            issue = await requirement_issue(
+                session, ctx.run.realm_id, ctx.authority, requirement, ctx.organization_id, ""
+            )
+            if issue is not None:
+                # A reference that vanished is not an authority problem: report it as what it is.
+                category = issue.code if issue.code in ("not_found", "group_missing") else "publisher_lacks_authority"
+                raise StepFailure(category, issue.message, permanent=True)
+
+    async def _record_failure(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure, policy: RetryPolicy
+    ) -> None:
+        now = self.clock.now()
+        attempt.state = ATTEMPT_FAILED
+        attempt.error_category = failure.category
+        attempt.error_message = failure.message[:2000]
+        attempt.finished_at = now
+        await runstore.record_attempt(session, attempt)
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.step.failed",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
+        )
+        if failure.permanent:
+            await self._start_compensating(session, run, failure.category, failure.message)
+        elif attempt.number >= attempt.max_attempts:
+            await self._start_compensating(session, run, "retries_exhausted", failure.message)
+        else:
+            wait = delay_ms(attempt.backoff_ms, attempt.number, rand=self.clock.random)
+            await runstore.move_run(
+                session,
+                run,
+                RUNNING,
+                worker_id=self.worker_id,
+                due_at=now + timedelta(milliseconds=wait),
+                now=now,
+                error_category=failure.category,
+                last_error=failure.message[:2000],
+            )
+
+    async def _start_compensating(
+        self, session: AsyncSession, run: WorkflowRun, category: str, message: str, *, reason: str | None = None
+    ) -> None:
+        now = self.clock.now()
+        await runstore.move_run(
+            session,
+            run,
+            COMPENSATING,
+            worker_id=self.worker_id,
+            due_at=now,
+            now=now,
+            error_category=category,
+            last_error=message[:2000],
+        )
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.run.failed",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"reason": reason or category, "error_category": category, "phase": "compensating"},
+        )
+
+    async def _fail_run(self, session: AsyncSession, run: WorkflowRun, category: str, message: str) -> None:
+        await self._start_compensating(session, run, category, message)
+
+    async def _succeed_run(self, session: AsyncSession, run: WorkflowRun, **values: Any) -> None:
+        now = self.clock.now()
+        await runstore.move_run(session, run, SUCCEEDED, worker_id=self.worker_id, due_at=None, now=now, **values)
+        await record_audit(
+            session,
+            run_actor(run),
+            "workflow.run.succeeded",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+        )
+
+    # --- compensation ----------------------------------------------------------------------------
+
+    async def _compensate(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision | None) -> bool:
+        now = self.clock.now()
+        summary = await runstore.compensation_summary(session, run.id)
+        if summary.get(COMP_FAILED):
+            await self._finish_compensation(session, run, summary)
+            return True
+        attempt = await runstore.next_compensation(session, run.id)
+        if attempt is None:
+            await self._finish_compensation(session, run, summary)
+            return True
+        step_type = STEP_TYPES.get(attempt.step_type)
+        actor = run_actor(run)
+        ctx = StepContext(
+            session=session,
+            run=run,
+            step=attempt.input.get("step", attempt.input),
+            step_index=attempt.step_index,
+            organization_id=attempt.input.get("organization_id") or run.organization_id,
+            actor=actor,
+            authority=await load_authority(session, run.realm_id, "user", run.publisher_id, now=now),
+            now=now,
+        )
+        attempt.compensation_attempts += 1
+        try:
+            if step_type is None:
+                raise StepFailure("definition_unavailable", f"No step type {attempt.step_type!r} here.", permanent=True)
+            async with session.begin_nested():
+                result = await step_type.undo(ctx, attempt)
+        except StepFailure as failure:
+            await self._compensation_failed_try(session, run, attempt, failure)
+            return True
+        except (TransitionRefused, IntegrityError):
+            raise
+        except Exception as exc:
+            log.warning("compensation failed unexpectedly", exc_info=exc, extra={"run_id": run.id})
+            await self._compensation_failed_try(
+                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False)
+            )
+            return True
+        attempt.compensation_state = COMP_DONE
+        attempt.compensation_result = result
+        attempt.compensated_at = now
+        await session.flush()
+        await record_audit(
+            session,
+            actor,
+            "workflow.step.compensated",
+            category=CATEGORY,
+            subject_type="workflow_run",
+            subject_id=run.id,
+            details={"step_id": attempt.step_id, "attempt": attempt.number, "result": result},
+        )
+        await runstore.set_due(session, run, worker_id=self.worker_id, due_at=now, now=now)
+        return True
+
+    async def _compensation_failed_try(
+        self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, failure: StepFailure
+    ) -> None:
+        now = self.clock.now()
+        attempt.compensation_error = f"{failure.category}: {failure.message}"[:2000]
+        if failure.permanent or attempt.compensation_attempts >= COMPENSATION_MAX_ATTEMPTS:
+            attempt.compensation_state = COMP_FAILED
+            await session.flush()
+            await record_audit(
+                session,
+                run_actor(run),
+                "workflow.step.compensation_failed",
+                category=CATEGORY,
+                subject_type="workflow_run",
+                subject_id=run.id,
+                details={
+                    "step_id": attempt.step_id,
+                    "error_category": failure.category,
+                    "tries": attempt.compensation_attempts,
+                },
+            )
+            await runstore.set_due(session, run, worker_id=self.worker_id, due_at=now, now=now)
+            return
+        await session.flush()
+        wait = delay_ms(COMPENSATION_BACKOFF_MS, attempt.compensation_attempts, rand=self.clock.random)
+        await runstore.set_due(
+            session, run, worker_id=self.worker_id, due_at=now + timedelta(milliseconds=wait), now=now
+        )
+
+    async def _finish_compensation(self, session: AsyncSession, run: WorkflowRun, summary: dict[str, int]) -> None:
+        now = self.clock.now()
+        actor = run_actor(run)
+        if summary.get(COMP_FAILED):
+            final, event = COMPENSATION_FAILED, "workflow.run.compensation_failed"
+        elif run.cancel_requested_at is not None:
+            final, event = CANCELLED, "workflow.run.cancelled"
+        elif summary.get(COMP_DONE):
+            final, event = COMPENSATED, "workflow.run.compensated"
+        else:
+            final, event = FAILED, "workflow.run.failed"
+        await runstore.move_run(session, run, final, worker_id=self.worker_id, due_at=None, now=now)
+        details: dict[str, Any] = {"error_category": run.error_category}
+        if final == FAILED:
+            details["phase"] = "finished"
+            details["reason"] = run.error_category
+        await record_audit(
+            session, actor, event, category=CATEGORY, subject_type="workflow_run", subject_id=run.id, details=details
+        )
+
+
+__all__ = ["COMP_PENDING", "MAX_TRANSITIONS", "Runner", "RunnerSettings"]

@@ -1,0 +1,561 @@
+"""Starting runs (manual and event triggers), cancelling them, and reading them.
+
+Seed 000 "Authority and accountability" (manual runs), "Execution and idempotency"
+(cancellation, loop protection) and the run half of "Audit events" are the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from engine.directory.audit import Actor, record_audit
+from engine.directory.authz import load_authority, require_authority_over
+from engine.directory.identity import now as utc_now
+from engine.directory.models import Organization, OutboxEvent, User
+from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
+from engine.platform.ids import new_id
+from engine.platform.pagination import Page, keyset_page
+from engine.runs import runstore
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.states import FINISHED, PENDING, RUN_STATES
+from engine.workflows.models import Workflow, WorkflowRevision
+from engine.workflows.service import delegation_issues, get_workflow
+
+MAX_DEPTH = 3
+CATEGORY = "workflow"
+
+
+# --- Views ----------------------------------------------------------------------------------------
+
+
+def attempt_view(attempt: StepAttempt) -> dict[str, Any]:
+    return {
+        "id": attempt.id,
+        "step_id": attempt.step_id,
+        "step_index": attempt.step_index,
+        "step_type": attempt.step_type,
+        "number": attempt.number,
+        "state": attempt.state,
+        "idempotency_key": attempt.idempotency_key,
+        "input": attempt.input,
+        "input_version": attempt.input_version,
+        "error_category": attempt.error_category,
+        "error_message": attempt.error_message,
+        "max_attempts": attempt.max_attempts,
+        "backoff_ms": attempt.backoff_ms,
+        "result": attempt.result,
+        "compensation_strategy": attempt.compensation_strategy,
+        "compensation_state": attempt.compensation_state,
+        "started_at": attempt.started_at,
+        "finished_at": attempt.finished_at,
+    }
+
+
+def compensation_view(attempt: StepAttempt) -> dict[str, Any]:
+    return {
+        "attempt_id": attempt.id,
+        "step_id": attempt.step_id,
+        "strategy": attempt.compensation_strategy,
+        "state": attempt.compensation_state,
+        "attempts": attempt.compensation_attempts,
+        "result": attempt.compensation_result,
+        "error": attempt.compensation_error,
+        "compensated_at": attempt.compensated_at,
+    }
+
+
+def run_view(run: WorkflowRun, attempts: list[StepAttempt] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": run.id,
+        "workflow_id": run.workflow_id,
+        "revision": run.revision,
+        "subject_id": run.subject_id,
+        "organization_id": run.organization_id,
+        "state": run.state,
+        "step_index": run.step_index,
+        "error_category": run.error_category,
+        "last_error": run.last_error,
+        "trigger": {"type": run.trigger_type, "key": run.trigger_key},
+        "input": run.input,
+        "input_version": run.input_version,
+        "publisher_id": run.publisher_id,
+        "starter_id": run.starter_id,
+        "depth": run.depth,
+        "parent_run_id": run.parent_run_id,
+        "correlation_id": run.correlation_id,
+        "due_at": run.due_at,
+        "cancel_requested_at": run.cancel_requested_at,
+        "cancel_requested_by": run.cancel_requested_by,
+        "cancel_reason": run.cancel_reason,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "finished_at": run.finished_at,
+    }
+    if attempts is not None:
+        out["attempts"] = [attempt_view(a) for a in attempts]
+        out["compensations"] = [
+            compensation_view(a) for a in attempts if a.state == "succeeded" and a.compensation_strategy != "none"
+        ]
+        out["approvals"] = list(run.context.get("approvals") or [])
+    return out
+
+
+# --- Starting -------------------------------------------------------------------------------------
+
+
+@dataclass
+class StartRequest:
+    workflow: Workflow
+    revision: WorkflowRevision
+    subject_id: str
+    organization_id: str | None
+    trigger_type: str
+    trigger_key: str
+    input: dict[str, Any]
+    input_version: int
+    publisher_id: str
+    starter_id: str | None = None
+    depth: int = 0
+    parent_run_id: str | None = None
+    correlation_id: str | None = None
+
+
+async def start_run(session: AsyncSession, request: StartRequest) -> WorkflowRun | None:
+    """Insert a pending run, due now; None when this trigger already started it (idempotent)."""
+    moment = utc_now()
+    run_id = new_id("wrn")
+    values = {
+        "id": run_id,
+        "realm_id": request.workflow.realm_id,
+        "workflow_id": request.workflow.id,
+        "revision": request.revision.number,
+        "revision_id": request.revision.id,
+        "subject_id": request.subject_id,
+        "organization_id": request.organization_id,
+        "trigger_type": request.trigger_type,
+        "trigger_key": request.trigger_key,
+        "input": request.input,
+        "input_version": request.input_version,
+        "publisher_id": request.publisher_id,
+        "starter_id": request.starter_id,
+        "depth": request.depth,
+        "parent_run_id": request.parent_run_id,
+        "correlation_id": request.correlation_id,
+        "state": PENDING,
+        "step_index": 0,
+        "context": {},
+        "due_at": moment,
+        "created_at": moment,
+        "updated_at": moment,
+    }
+    inserted = await session.execute(
+        insert(WorkflowRun).values(**values).on_conflict_do_nothing().returning(WorkflowRun.id)
+    )
+    if inserted.scalar_one_or_none() is None:
+        return None
+    run = await session.get(WorkflowRun, run_id)
+    assert run is not None
+    actor = Actor(type="user", id=request.publisher_id, realm_id=run.realm_id, request_id=run.id, correlation_id=run.id)
+    await record_audit(
+        session,
+        actor,
+        "workflow.run.started",
+        category=CATEGORY,
+        subject_type="workflow_run",
+        subject_id=run.id,
+        details={
+            "workflow_id": run.workflow_id,
+            "revision": run.revision,
+            "subject_id": run.subject_id,
+            "trigger": run.trigger_type,
+            "trigger_key": run.trigger_key,
+            "starter_id": run.starter_id,
+            "depth": run.depth,
+        },
+    )
+    await runstore.notify_due(session)
+    return run
+
+
+async def _published(session: AsyncSession, workflow: Workflow) -> WorkflowRevision:
+    if workflow.published_revision is None:
+        raise Conflict("The workflow has no published revision.")
+    revision = (
+        await session.execute(
+            select(WorkflowRevision).where(
+                WorkflowRevision.workflow_id == workflow.id, WorkflowRevision.number == workflow.published_revision
+            )
+        )
+    ).scalar_one()
+    return revision
+
+
+async def start_manual_run(
+    session: AsyncSession, actor: Actor, workflow_id: str, *, subject_id: str, organization_id: str | None
+) -> WorkflowRun:
+    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves."""
+    if actor.type != "user" or actor.id is None:
+        raise Forbidden("Only users start runs by hand.")
+    workflow = await get_workflow(session, actor.realm_id, workflow_id)
+    issues: list[Issue] = []
+    subject = await session.get(User, subject_id)
+    if subject is None or subject.realm_id != actor.realm_id:
+        issues.append(Issue("/subject_id", "not_found", "There is no such user in this realm."))
+    if organization_id is not None:
+        org = await session.get(Organization, organization_id)
+        if org is None or org.realm_id != actor.realm_id:
+            issues.append(Issue("/organization_id", "not_found", "There is no such organization in this realm."))
+        elif org.state != "active":
+            issues.append(Issue("/organization_id", "inactive", "The organization is inactive."))
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    if subject_id == actor.id:
+        raise Forbidden("Nobody starts a run about themselves.", code="self_action")
+    if workflow.state != "active":
+        raise Conflict(f"The workflow is {workflow.state}; only an active workflow starts runs.")
+    revision = await _published(session, workflow)
+    if not any(t.get("type") == "manual" for t in revision.definition.get("triggers", [])):
+        raise Conflict("The published revision has no manual trigger.")
+    authority = await load_authority(session, actor.realm_id, "user", actor.id)
+    if not authority.holds("realm.workflows.run"):
+        raise Forbidden("Starting a run needs realm.workflows.run.")
+    problems = await delegation_issues(session, actor.realm_id, authority, revision.definition)
+    if organization_id is not None and not problems:
+        # Steps without a pinned organization act in the one given: check there exactly.
+        problems = await _org_issues(session, actor.realm_id, authority, revision.definition, organization_id)
+    if problems:
+        raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
+    # The run acts with its publisher's authority: its starter must still hold all the subject holds.
+    await require_authority_over(session, actor.realm_id, authority, "user", subject_id, what="start a run about them")
+    run = await start_run(
+        session,
+        StartRequest(
+            workflow=workflow,
+            revision=revision,
+            subject_id=subject_id,
+            organization_id=organization_id,
+            trigger_type="manual",
+            trigger_key=new_id("wrn"),
+            input={"subject_id": subject_id, "organization_id": organization_id},
+            input_version=int(revision.definition.get("schema_version", 1)),
+            publisher_id=revision.published_by or actor.id,
+            starter_id=actor.id,
+            correlation_id=actor.request_id,
+        ),
+    )
+    assert run is not None
+    return run
+
+
+async def _org_issues(
+    session: AsyncSession, realm_id: str, authority: Any, definition: dict[str, Any], organization_id: str
+) -> list[Issue]:
+    from engine.workflows.definitions.validation import required_authority
+    from engine.workflows.service import requirement_issue
+
+    issues: list[Issue] = []
+    for index, step in enumerate(definition.get("steps", [])):
+        org = step.get("organization_id") or organization_id
+        for requirement in required_authority(step):
+            issue = await requirement_issue(
+                session, realm_id, authority, requirement, org, f"/definition/steps/{index}"
+            )
+            if issue is not None:
+                issues.append(issue)
+                break
+    return issues
+
+
+# --- Event triggers -------------------------------------------------------------------------------
+
+
+def _matches(trigger: dict[str, Any], event: OutboxEvent) -> bool:
+    if trigger.get("type") != "event" or event.type not in (trigger.get("event_types") or []):
+        return False
+    pinned = trigger.get("organization_id")
+    return pinned is None or pinned == event.organization_id
+
+
+async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
+    """Start runs for pending outbox events, in this one transaction (an error rolls back the batch).
+
+    Loop protection: an event caused by a run of a workflow never triggers that same workflow, and
+    a run caused by another workflow's run is one level deeper; deeper than 3 is not started. Both
+    are audited ``workflow.trigger.suppressed`` (reason WORKFLOW_LOOP).
+    """
+    events = (
+        (
+            await session.execute(
+                select(OutboxEvent)
+                .where(OutboxEvent.dispatched_at.is_(None))  # type: ignore[union-attr]
+                .order_by(OutboxEvent.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not events:
+        return 0
+    realms = {e.realm_id for e in events}
+    workflows = (
+        await session.execute(
+            select(Workflow, WorkflowRevision)
+            .join(
+                WorkflowRevision,
+                (WorkflowRevision.workflow_id == Workflow.id)
+                & (WorkflowRevision.number == Workflow.published_revision),
+            )
+            .where(Workflow.realm_id.in_(realms), Workflow.state == "active")  # type: ignore[attr-defined]
+        )
+    ).all()
+    moment = utc_now()
+    for event in events:
+        parent: WorkflowRun | None = None
+        if event.correlation_id and event.correlation_id.startswith("wrn_"):
+            # Correlation ids are made by the engine only (request ids are never the caller's), so a
+            # run id here means a run caused the event; a run of another realm never counts.
+            parent = await session.get(WorkflowRun, event.correlation_id)
+            if parent is not None and parent.realm_id != event.realm_id:
+                parent = None
+        # Steps act on users only: an event about a service principal (or anything else) starts nothing.
+        subject = event.subject_id if event.subject_id and event.subject_id.startswith("usr_") else None
+        for workflow, revision in workflows:
+            if workflow.realm_id != event.realm_id or subject is None:
+                continue
+            if not any(_matches(t, event) for t in revision.definition.get("triggers", [])):
+                continue
+            depth = parent.depth + 1 if parent is not None else 0
+            if parent is not None and (parent.workflow_id == workflow.id or depth > MAX_DEPTH):
+                await record_audit(
+                    session,
+                    Actor.system(event.realm_id, request_id=event.correlation_id),
+                    "workflow.trigger.suppressed",
+                    category=CATEGORY,
+                    subject_type="workflow",
+                    subject_id=workflow.id,
+                    details={
+                        "reason": "WORKFLOW_LOOP",
+                        "event_id": event.id,
+                        "event_type": event.type,
+                        "parent_run_id": parent.id,
+                        "depth": depth,
+                    },
+                )
+                continue
+            await start_run(
+                session,
+                StartRequest(
+                    workflow=workflow,
+                    revision=revision,
+                    subject_id=subject,
+                    organization_id=event.organization_id,
+                    trigger_type="event",
+                    trigger_key=event.id,
+                    input={
+                        "event_id": event.id,
+                        "event_type": event.type,
+                        "subject_id": event.subject_id,
+                        "organization_id": event.organization_id,
+                    },
+                    input_version=event.event_version,
+                    publisher_id=revision.published_by or workflow.created_by or "",
+                    depth=depth,
+                    parent_run_id=parent.id if parent else None,
+                    correlation_id=event.correlation_id or event.id,
+                ),
+            )
+        event.dispatched_at = moment
+    await session.flush()
+    return len(events)
+
+
+# --- Cancellation ---------------------------------------------------------------------------------
+
+
+async def cancel_run(session: AsyncSession, actor: Actor, run_id: str, *, reason: str | None) -> WorkflowRun:
+    """Ask a run to stop; it compensates like a failure (409 when finished, compensating, or asked already)."""
+    if reason is not None and len(reason) > 500:
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/reason", "too_long", "at most 500 characters")]
+        )
+    run = await get_run(session, actor.realm_id, run_id)
+    if run.state in FINISHED:
+        raise Conflict(f"The run has finished ({run.state}).")
+    if run.state == "compensating":
+        raise Conflict("The run is compensating already.")
+    if run.cancel_requested_at is not None:
+        raise Conflict("A cancellation was requested already.")
+    updated = await runstore.request_cancel(
+        session, run.id, actor.realm_id, by=actor.id or "", reason=reason, now=utc_now()
+    )
+    if updated is None:
+        raise Conflict("The run can no longer be cancelled.")
+    await record_audit(
+        session,
+        actor,
+        "workflow.run.cancel_requested",
+        category=CATEGORY,
+        subject_type="workflow_run",
+        subject_id=run.id,
+        details={"reason": reason},
+    )
+    await runstore.notify_due(session)
+    return updated
+
+
+# --- Reading --------------------------------------------------------------------------------------
+
+
+async def get_run(session: AsyncSession, realm_id: str, run_id: str) -> WorkflowRun:
+    run = await session.get(WorkflowRun, run_id, populate_existing=True)
+    if run is None or run.realm_id != realm_id:
+        raise NotFound("No such run.")
+    return run
+
+
+async def run_attempts(session: AsyncSession, run_id: str) -> list[StepAttempt]:
+    rows = await session.execute(
+        select(StepAttempt).where(StepAttempt.run_id == run_id).order_by(StepAttempt.step_index, StepAttempt.number)  # type: ignore[arg-type]
+    )
+    return list(rows.scalars())
+
+
+def _runs_query(realm_id: str, *, workflow_id: str | None, state: str | None, subject_id: str | None) -> Select[Any]:
+    """The runs of a realm with the list's filters (served by the ``(realm_id, …, id)`` indexes)."""
+    query = select(WorkflowRun).where(WorkflowRun.realm_id == realm_id)
+    if workflow_id:
+        query = query.where(WorkflowRun.workflow_id == workflow_id)
+    if state:
+        if state not in RUN_STATES:
+            raise ValidationFailed(
+                "The request is not valid.",
+                issues=[Issue("query:state", "invalid", "state is one of " + ", ".join(RUN_STATES))],
+            )
+        query = query.where(WorkflowRun.state == state)
+    if subject_id:
+        query = query.where(WorkflowRun.subject_id == subject_id)
+    return query
+
+
+async def list_runs(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    workflow_id: str | None = None,
+    state: str | None = None,
+    subject_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[WorkflowRun]:
+    """Newest first, keyset pages."""
+    query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+    return await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """A run as the cockpit lists it: with its workflow's name, its subject's email and its current step."""
+
+    run: WorkflowRun
+    workflow_name: str
+    subject: str
+    current_step: str | None
+
+
+async def list_run_lines(
+    session: AsyncSession,
+    realm_id: str,
+    *,
+    workflow_id: str | None = None,
+    state: str | None = None,
+    subject_id: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Page[RunLine]:
+    """One page of :func:`list_runs` with what a list shows beside each run, in two queries.
+
+    The runs come with their workflow's name and their subject's email; the steps of the
+    revisions they are pinned to are read once per revision (a page of runs names a few), not
+    once per run: a definition is a TOASTed document, and reading it for every row of the page
+    cost more than the rest of the query.
+    """
+    query = (
+        _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id)
+        .add_columns(
+            func.coalesce(Workflow.name, WorkflowRun.workflow_id),
+            func.coalesce(User.email, WorkflowRun.subject_id),
+        )
+        .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
+        .outerjoin(User, (User.id == WorkflowRun.subject_id) & (User.realm_id == WorkflowRun.realm_id))
+    )
+    page = await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
+    revision_ids = sorted({run.revision_id for run, _name, _subject in page.items})
+    steps: dict[str, list[dict[str, Any]]] = {}
+    if revision_ids:
+        rows = await session.execute(
+            select(WorkflowRevision.id, WorkflowRevision.definition["steps"]).where(
+                WorkflowRevision.realm_id == realm_id,
+                col(WorkflowRevision.id).in_(revision_ids),
+            )
+        )
+        steps = {rid: _steps_of(found) for rid, found in rows}
+    lines = []
+    for run, name, subject in page.items:
+        definition = steps.get(run.revision_id, [])
+        current = str(definition[run.step_index].get("id")) if 0 <= run.step_index < len(definition) else None
+        lines.append(RunLine(run, name, subject, current))
+    return Page(items=lines, next_cursor=page.next_cursor)
+
+
+def _steps_of(steps: Any) -> list[dict[str, Any]]:
+    """The steps of a definition that are objects, in order (what the pages show)."""
+    return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A run with its workflow and the steps of the revision it is pinned to."""
+
+    run: WorkflowRun
+    workflow: Workflow
+    steps: list[dict[str, Any]]
+
+
+async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> RunContext:
+    """The run, its workflow and its revision's steps in one query (404 for either missing)."""
+    row = (
+        await session.execute(
+            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"])
+            .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
+            .outerjoin(
+                WorkflowRevision,
+                (WorkflowRevision.workflow_id == WorkflowRun.workflow_id)
+                & (WorkflowRevision.realm_id == WorkflowRun.realm_id)
+                & (WorkflowRevision.number == WorkflowRun.revision),
+            )
+            .where(WorkflowRun.id == run_id, WorkflowRun.realm_id == realm_id)
+            .execution_options(populate_existing=True)
+        )
+    ).first()
+    if row is None:
+        raise NotFound("No such run.")
+    run, workflow, steps = row
+    if workflow is None:
+        raise NotFound("No such workflow.")
+    return RunContext(run=run, workflow=workflow, steps=_steps_of(steps))
+
+
+def next_attempt_at(run: WorkflowRun) -> datetime | None:
+    """When a run waiting for a retry (or a compensation retry) goes on."""
+    if run.state in FINISHED or run.due_at is None:
+        return None
+    return run.due_at if run.due_at > utc_now() else None

@@ -1,0 +1,195 @@
+"""The worker process: Procrastinate worker plus the engine's own housekeeping.
+
+Stops cleanly on SIGINT or SIGTERM: Procrastinate stops fetching jobs and waits for the ones
+running, then the worker marks itself stopped (and hands back what it holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import asyncpg
+from procrastinate import PsycopgConnector
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from engine.platform.config import Settings
+from engine.platform.database import asyncpg_connect_args, libpq_conninfo
+from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import NOTIFY_CHANNEL
+from engine.runs.service import dispatch_outbox
+from engine.worker import queue
+from engine.worker.heartbeats import new_worker_id, record_heartbeat, record_stopped
+
+log = logging.getLogger("cockpit.worker")
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """Stop when the process that started us is gone (no orphans after a hard kill of `up`)."""
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            log.warning("parent process gone; stopping", extra={"parent_pid": parent_pid})
+            stop.set()
+            return
+        await asyncio.sleep(1)
+
+
+async def _beat(sessions: async_sessionmaker[AsyncSession], worker_id: str, interval_s: int) -> None:
+    """This worker's own heartbeat (the periodic task beats for whichever worker runs it)."""
+    while True:
+        await asyncio.sleep(max(1, interval_s))
+        try:
+            async with transaction(sessions) as session:
+                await record_heartbeat(session, worker_id)
+        except Exception:
+            log.warning("heartbeat failed", exc_info=True)
+
+
+LISTEN_OWNER_SUFFIX = ".listen"
+MAX_WAKE_PASSES = 100
+
+
+def make_runners(
+    sessions: async_sessionmaker[AsyncSession], worker_id: str, settings: RunnerSettings
+) -> tuple[Runner, Runner]:
+    """The periodic task's runner and the LISTEN loop's runner of one worker process.
+
+    They run passes concurrently, so each leases under its own owner (``<worker id>`` and
+    ``<worker id>.listen``): one can never renew, advance or hand back a run the other holds.
+    """
+    return (
+        Runner(sessions, worker_id, settings=settings),
+        Runner(sessions, worker_id + LISTEN_OWNER_SUFFIX, settings=settings),
+    )
+
+
+async def wake_pass(
+    runner: Runner,
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    dispatch: Callable[[AsyncSession], Awaitable[int]] = dispatch_outbox,
+) -> int:
+    """What a notification triggers: dispatch the outbox, then run passes until one makes no progress.
+
+    A failing dispatch is logged and the run pass still happens (the periodic dispatch retries).
+    """
+    try:
+        async with transaction(sessions) as session:
+            await dispatch(session)
+    except Exception:
+        log.warning("outbox dispatch after a notification failed; running the pass anyway", exc_info=True)
+    transitions = 0
+    for _ in range(MAX_WAKE_PASSES):
+        made = await runner.run_pass()
+        transitions += made
+        if not made:
+            break
+    return transitions
+
+
+async def _listen(
+    database_url: str, runner: Runner, sessions: async_sessionmaker[AsyncSession], stop: asyncio.Event
+) -> None:
+    """React at once when a run becomes due or an event is written (NOTIFY at commit).
+
+    The periodic ``workflows.run`` and ``outbox.dispatch`` tasks remain the safety net.
+    """
+    wake = asyncio.Event()
+
+    def on_notify(*_args: object) -> None:
+        wake.set()
+
+    while not stop.is_set():
+        try:
+            conn = await asyncpg.connect(**asyncpg_connect_args(database_url))
+        except Exception:
+            log.warning("cannot listen for due runs; retrying", exc_info=True)
+            await asyncio.sleep(2)
+            continue
+        try:
+            await conn.add_listener(NOTIFY_CHANNEL, on_notify)
+            await conn.add_listener("cockpit_outbox", on_notify)
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=5)
+                except TimeoutError:
+                    if conn.is_closed():
+                        break
+                    continue
+                wake.clear()
+                try:
+                    await wake_pass(runner, sessions)
+                except Exception:
+                    log.warning("pass after a notification failed", exc_info=True)
+        finally:
+            if not conn.is_closed():
+                await conn.close()
+
+
+async def run_worker(settings: Settings, database_url: str, *, parent_pid: int | None = None) -> None:
+    worker_id = new_worker_id()
+    db = make_engine(database_url, pool_size=5)
+    sessions = make_sessionmaker(db)
+    runner, listen_runner = make_runners(
+        sessions,
+        worker_id,
+        RunnerSettings(
+            lease=timedelta(seconds=settings.workers.lease_duration_s),
+            batch_size=settings.workers.batch_size,
+            tenant_share=settings.workers.tenant_batch_share,
+            group_commit=settings.workers.group_commit,
+            fast_path=settings.workers.fast_path,
+        ),
+    )
+    runtime = queue.WorkerRuntime(worker_id=worker_id, sessions=sessions, settings=settings, runner=runner)
+    connector = PsycopgConnector(conninfo=libpq_conninfo(database_url), min_size=1, max_size=10)
+    async with transaction(sessions) as session:
+        await record_heartbeat(session, worker_id)
+    log.info("worker started", extra={"worker_id": worker_id})
+    stop = asyncio.Event()
+    watchers: list[asyncio.Task[None]] = []
+    try:
+        with queue.app.replace_connector(connector) as app:
+            async with app.open_async():
+                worker_task = asyncio.create_task(
+                    app.run_worker_async(
+                        name=worker_id,
+                        concurrency=settings.workers.concurrency,
+                        wait=True,
+                        install_signal_handlers=True,
+                        delete_jobs="successful",
+                        shutdown_graceful_timeout=15,
+                        additional_context={"runtime": runtime},
+                    )
+                )
+                if parent_pid:
+                    watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
+                watchers.append(asyncio.create_task(_listen(database_url, listen_runner, sessions, stop)))
+                watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
+                stopper = asyncio.create_task(stop.wait())
+                done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if stopper in done and not worker_task.done():
+                    os.kill(os.getpid(), 15)  # the worker's own handler shuts it down gracefully
+                    await worker_task
+                stopper.cancel()
+                worker_task.result()
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+        try:
+            released = await runner.release_all() + await listen_runner.release_all()
+            if released:
+                log.info("leases handed back", extra={"worker_id": worker_id, "runs": released})
+        except Exception:
+            log.warning("could not hand back leases", exc_info=True)
+        try:
+            async with transaction(sessions) as session:
+                await record_stopped(session, worker_id)
+        except Exception:  # the database may be the reason we stop
+            log.warning("could not mark worker stopped", exc_info=True)
+        await db.dispose()
+        log.info("worker stopped", extra={"worker_id": worker_id})
