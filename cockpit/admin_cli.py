@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -25,9 +26,34 @@ class AdminError(Exception):
     pass
 
 
+WEB_ADDRESS_FILE = "web-address"
+
+
+def shown_url(host: str, port: int) -> str:
+    """The address people open: ``localhost`` for a wildcard or loopback listener."""
+    shown = "localhost" if host in {"127.0.0.1", "0.0.0.0", "::"} else host  # noqa: S104
+    return f"http://{shown}:{port}"
+
+
+def record_web_address(settings: Settings, host: str, port: int) -> None:
+    """Remember where the web server of this home listens, for the links other commands print."""
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+        (settings.home / WEB_ADDRESS_FILE).write_text(shown_url(host, port) + "\n")
+    except OSError:
+        pass  # a read-only home only costs the remembered address
+
+
 def public_base_url(settings: Settings) -> str:
-    host = "localhost" if settings.host in {"127.0.0.1", "0.0.0.0", "::"} else settings.host  # noqa: S104
-    return f"http://{host}:{settings.port}"
+    """Where links point: ``COCKPIT_PORT`` when given, else where this home's server last listened."""
+    if "COCKPIT_PORT" not in os.environ and "COCKPIT_HOST" not in os.environ:
+        try:
+            recorded = (settings.home / WEB_ADDRESS_FILE).read_text().strip()
+        except OSError:
+            recorded = ""
+        if recorded.startswith("http://"):
+            return recorded
+    return shown_url(settings.host, settings.port)
 
 
 def sign_in_link_url(settings: Settings, realm_slug: str, token: str) -> str:

@@ -33,6 +33,7 @@ from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
+from cockpit.pages import formatting
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages
@@ -41,12 +42,14 @@ from cockpit.pages.organizations import OrganizationsPages
 from cockpit.pages.pickers import PickerPages
 from cockpit.pages.roles import RolesPages
 from cockpit.pages.runs import RunsPages
+from cockpit.pages.service_principals import ServicePrincipalsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
 from cockpit.pages.workflows import WorkflowsPages
 from cockpit.problems import problem_handler
+from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
 from engine.platform.config import PROJECT_ROOT, Settings, get_settings
 from engine.platform.database import resolve_database_url
@@ -101,6 +104,7 @@ PAGE_CONTROLLERS: list[type] = [
     TemplatesPages,
     PolicyPages,
     TokensPages,
+    ServicePrincipalsPages,
     AuditPages,
 ]
 
@@ -135,6 +139,8 @@ def create_app(
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
         engine.engine.globals["ids_in"] = ids_in
+        engine.engine.filters["relative_time"] = formatting.relative
+        engine.engine.filters["exact_time"] = formatting.exact
 
     template_config = TemplateConfig(
         directory=PROJECT_ROOT / "templates",
@@ -168,6 +174,7 @@ def create_app(
             version="1",
             path="/schema",
             description="Durable lifecycle workflows for identity administration.",
+            render_plugins=render_plugins(),
         ),
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024),
         logging_config=None,

@@ -158,6 +158,10 @@ async def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal:
         )
 
 
+def _is_page_read(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    return connection.scope.get("method") == "GET" and not connection.scope.get("path", "").startswith("/api/")
+
+
 async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
     opt = handler.opt
     slug = connection.path_params.get("realm")
@@ -182,6 +186,10 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
         raise Forbidden("This needs an admin-audience credential.")
     await _check_csrf(connection, principal)
     permission = opt.get("permission")
+    if not permission and principal.audience == "admin" and _is_page_read(connection):
+        # A page shows only the navigation and controls its caller may use: it needs the authority.
+        session = await request_db(connection).session()
+        principal.authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
     if permission:
         session = await request_db(connection).session()
         authority = await load_authority(session, principal.realm.id, principal.type, principal.id)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from cockpit.admin_cli import AdminError
+from cockpit.admin_cli import AdminError, record_web_address, shown_url
 from engine.platform.config import ConfigError, Settings, get_settings
 from engine.platform.database import DatabaseUnavailable, libpq_conninfo, redact, resolve_database_url
 from engine.platform.logs import configure_logging
@@ -102,6 +102,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if parent:
         _exit_with_parent(int(parent), lambda: setattr(server, "should_exit", True))
     log.info("web server listening", extra={"url": f"http://{host}:{port}/"})
+    record_web_address(settings, host, port)
     server.run()
     return 0 if server.started or server.should_exit else 1
 
@@ -156,8 +157,7 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         from cockpit.bootstrap import first_start
 
         messages = first_start(settings, url)
-        shown_host = "localhost" if host in {"127.0.0.1", "0.0.0.0", "::"} else host  # noqa: S104
-        public = f"http://{shown_host}:{port}/"
+        public = shown_url(host, port) + "/"
         print(f"Lifecycle Cockpit is starting at {public}", flush=True)
         for line in messages:
             print(line, flush=True)

@@ -15,7 +15,13 @@ from typing import Any
 from urllib.parse import quote
 
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException, ValidationException
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    PermissionDeniedException,
+    SerializationException,
+    ValidationException,
+)
 from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -111,6 +117,10 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
         source = item.get("source")
         source = getattr(source, "value", source)  # Litestar's ParamType enum
         key = str(item.get("key") or "")
+        if source == "path" and raw == repr(key):
+            # Litestar's signature model reports every path parameter it did not get to convert
+            # once the body failed ("'realm'"): not an issue of the request.
+            continue
         if source and source != "body":
             out.append({"path": f"{source}:{key}", "code": "invalid", "message": raw})
             continue
@@ -135,7 +145,7 @@ def _validation_errors(exc: ValidationException) -> list[dict[str, str]]:
     return out
 
 
-def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
+def to_problem(exc: Exception, request: Request[Any, Any, Any] | None = None) -> tuple[Problem, dict[str, str]]:
     if isinstance(exc, EngineError):
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, TooManyRequests) else {}
         if exc.status == 401:
@@ -169,13 +179,29 @@ def to_problem(exc: Exception) -> tuple[Problem, dict[str, str]]:
     if isinstance(exc, ProblemError):
         return Problem(exc.status, exc.code, exc.detail, [e.as_dict() for e in exc.errors]), exc.headers
     if isinstance(exc, ValidationException):
-        return Problem(422, "validation_failed", "The request is not valid.", _validation_errors(exc)), {}
+        errors = _validation_errors(exc)
+        if request is not None and any(e["path"].startswith("/") for e in errors):
+            # msgspec stops at the body's first problem: read it again for all of them at once.
+            from cockpit.api.body_issues import all_body_issues
+
+            everything = all_body_issues(request)
+            if everything:
+                errors = [e for e in errors if not e["path"].startswith("/")] + everything
+        return Problem(422, "validation_failed", "The request is not valid.", errors), {}
     if isinstance(exc, NotAuthorizedException):
         return Problem(401, "unauthorized", exc.detail or "Credentials are missing or invalid."), dict(
             exc.headers or {}
         )
     if isinstance(exc, PermissionDeniedException):
         return Problem(403, "forbidden", exc.detail or "Forbidden."), {}
+    if isinstance(exc, HTTPException) and isinstance(exc.__cause__, SerializationException):
+        # The body is not JSON at all (cut short, a stray comma): nothing could be read from it.
+        return Problem(
+            400,
+            "malformed_json",
+            "The request body is not valid JSON.",
+            [{"path": "", "code": "malformed_json", "message": str(exc.__cause__)}],
+        ), {}
     if isinstance(exc, HTTPException):
         status = exc.status_code
         detail = exc.detail if exc.detail and status < 500 else HTTPStatus(status).phrase
@@ -208,7 +234,7 @@ def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirec
 
 
 def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    problem, headers = to_problem(exc)
+    problem, headers = to_problem(exc, request)
     if problem.status >= 500:
         log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
     if wants_html(request):

@@ -15,7 +15,15 @@ EMAIL_PATTERN = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
 
 
 class Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Base of every request body: unknown members are refused (422 with their path)."""
+    """Base of every request body: unknown members are refused (422 with their path).
+
+    ``field_issues`` checks the values of the members (an email's form, a name's length); the
+    handler raises them, and when the body fails to decode (an unknown member beside a bad email)
+    the problem handler reports them together with the decoding issues.
+    """
+
+    def field_issues(self) -> list[Issue]:
+        return []
 
 
 def page_view(page: Page[Any], view: Any) -> dict[str, Any]:

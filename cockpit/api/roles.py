@@ -15,6 +15,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
 from engine.directory.authz import Authority, load_authority
 from engine.runs import approvals
+from engine.workflows.service import refuse_if_referenced
 
 
 class CreateRole(Body):
@@ -121,10 +122,20 @@ class RolesController(Controller):
 
     @delete("/{role_id:str}", operation_id="deleteRole", opt={"permission": "realm.roles.write"})
     async def remove(
-        self, request: AnyRequest, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+        self,
+        request: AnyRequest,
+        role_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        force: FromQuery[bool] = False,
     ) -> None:
+        """409 ``referenced_by_workflows`` while a published workflow names the role, unless ``force=true``."""
+        await refuse_if_referenced(db_session, principal.realm.id, role_id, "role", force)
         await roles.delete_role(
-            db_session, principal.actor(request_id_of(request)), await authority_of(principal, db_session), role_id
+            db_session,
+            principal.actor(request_id_of(request)),
+            await authority_of(principal, db_session),
+            role_id,
         )
 
 

@@ -11,6 +11,7 @@ from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, 
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
+from engine.platform.errors import Issue
 
 
 class CreateUser(Body):
@@ -18,6 +19,13 @@ class CreateUser(Body):
     display_name: str
     guest: bool = False
     password: str | None = None
+
+    def field_issues(self) -> list[Issue]:
+        return (
+            email_issue("/email", self.email)
+            + text_issue("/display_name", self.display_name)
+            + password_issue("/password", self.password)
+        )
 
 
 class UpdateUser(Body):
@@ -39,11 +47,7 @@ class UsersController(Controller):
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
     ) -> dict[str, Any]:
-        check(
-            email_issue("/email", data.email)
-            + text_issue("/display_name", data.display_name)
-            + password_issue("/password", data.password)
-        )
+        check(data.field_issues())
         user = await directory.create_user(
             db_session,
             principal.actor(request_id_of(request)),

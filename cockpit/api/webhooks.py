@@ -19,6 +19,7 @@ from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
 from engine.endpoints import deliveries
+from engine.workflows.service import refuse_if_referenced
 
 
 class CreateWebhook(Body):
@@ -109,9 +110,18 @@ class WebhooksController(Controller):
 
     @delete("/{webhook_id:str}", operation_id="deleteWebhook", opt={"permission": "realm.webhooks.write"})
     async def remove(
-        self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+        self,
+        request: AnyRequest,
+        webhook_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        force: FromQuery[bool] = False,
     ) -> None:
-        """Soft delete (state ``deleted``); deleting again answers 204 and changes nothing."""
+        """Soft delete (state ``deleted``); deleting again answers 204 and changes nothing.
+
+        409 ``referenced_by_workflows`` while a published workflow calls it, unless ``force=true``.
+        """
+        await refuse_if_referenced(db_session, principal.realm.id, webhook_id, "subscription", force)
         await webhooks.delete_subscription(db_session, principal.actor(request_id_of(request)), webhook_id)
 
     @post(

@@ -19,6 +19,50 @@ from litestar.response import Template
 from cockpit.auth import Principal, principal_of
 from engine.platform.errors import EngineError
 
+ACCOUNT_ONLY = "account-only"  # a link for sessions without a second factor (to set one up)
+
+# The realm's navigation: (key, label, path under the realm, permission needed to open it).
+# A link is shown only to a caller whose authority opens the page: no link leads to a 403.
+NAV_ITEMS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("home", "Home", "/", None),
+    ("workflows", "Workflows", "/workflows", "realm.workflows.read"),
+    ("runs", "Runs", "/runs", "realm.workflows.read"),
+    ("attention", "Needs attention", "/attention", "realm.workflows.read"),
+    ("approvals", "Approvals", "/approvals", None),
+    ("notices", "Notices", "/notices", "realm.workflows.read"),
+    ("users", "Users", "/users", "realm.users.read"),
+    ("service-principals", "Service principals", "/service-principals", "realm.users.read"),
+    ("organizations", "Organizations", "/organizations", "realm.organizations.read"),
+    ("roles", "Roles", "/roles", "realm.roles.read"),
+    ("webhooks", "Webhooks", "/webhooks", "realm.webhooks.read"),
+    ("templates", "Templates", "/templates", "realm.workflows.read"),
+    ("policy", "Policy", "/policy", "realm.workflows.read"),
+    ("tokens", "API tokens", "/tokens", None),
+    ("mfa", "Second factor", "/mfa", ACCOUNT_ONLY),
+    ("audit", "Audit log", "/audit", "realm.audit.read"),
+)
+
+
+def nav_items(principal: Principal) -> list[dict[str, str]]:
+    """The navigation links this principal may follow (organizations: in any organization)."""
+    authority = principal.authority
+    base = f"/realms/{principal.realm.slug}"
+    items: list[dict[str, str]] = []
+    for key, label, path, permission in NAV_ITEMS:
+        if permission == ACCOUNT_ONLY:
+            if principal.audience == "admin":
+                continue
+        elif permission is not None:
+            if authority is None or principal.audience != "admin":
+                continue
+            if key == "organizations":
+                if not authority.holds_in_any_organization(permission):
+                    continue
+            elif not authority.holds(permission):
+                continue
+        items.append({"key": key, "label": label, "href": base + path})
+    return items
+
 
 def page(
     request: Request[Any, Any, Any],
@@ -33,7 +77,12 @@ def page(
     principal = request.scope.get("state", {}).get("principal")
     base: dict[str, Any] = {"request": request, "nav": nav}
     if isinstance(principal, Principal):
-        base |= {"realm": principal.realm, "principal": principal, "csrf_value": principal.csrf}
+        base |= {
+            "realm": principal.realm,
+            "principal": principal,
+            "csrf_value": principal.csrf,
+            "nav_items": nav_items(principal),
+        }
     base |= context
     # A boosted navigation (hx-boost) is an htmx request too, but wants the whole page.
     partial = request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"

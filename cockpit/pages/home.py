@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from litestar import Controller, Request, get
-from litestar.datastructures import State
-from litestar.response import Template
+from litestar.datastructures import CacheControlHeader, State
+from litestar.response import File, Template
 
 from cockpit import health_cache
 from cockpit.api.health import readiness
@@ -12,12 +12,8 @@ from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.authz import load_authority
-from engine.directory.overview import (
-    REALM_COUNTS,
-    latest_audit_events_with_names,
-    realm_counts,
-    workflow_kpis,
-)
+from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity, realm_counts, workflow_kpis
+from engine.platform.config import PROJECT_ROOT
 from engine.runs import diagnostics
 
 STATUS_LABELS = {
@@ -36,6 +32,13 @@ class HomeController(Controller):
         return Template(
             template_name="pages/home.html",
             context={"request": request, "ready": ready, "checks": checks, "labels": STATUS_LABELS},
+        )
+
+    @get("/favicon.ico", name="favicon", cache_control=CacheControlHeader(max_age=86400))
+    async def favicon(self) -> File:
+        """Browsers ask for /favicon.ico on their own; pages link the same icon."""
+        return File(
+            path=PROJECT_ROOT / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline"
         )
 
     @get("/partials/status", name="status-widget")
@@ -74,9 +77,9 @@ class RealmHomeController(Controller):
                 db_session, realm.id, health=health_cache.health_of
             )
         events = None
-        names: dict[str, str] = {}
+        names: dict[str, ObjectName] = {}
         if authority.holds("realm.audit.read"):
-            events, names = await latest_audit_events_with_names(db_session, realm.id, 10)
+            events, names = await latest_activity(db_session, realm.id, 10)
         ready, checks = await readiness(state, db_session)
         return page(
             request,

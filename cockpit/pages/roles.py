@@ -27,6 +27,7 @@ from engine.directory.authz import PERMISSIONS, Authority
 from engine.directory.models import Role
 from engine.platform.errors import EngineError, invalid
 from engine.runs import approvals
+from engine.workflows.service import refuse_if_referenced
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}
@@ -275,8 +276,11 @@ class RolesPages(Controller):
         self, request: AnyRequest, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
         role = await roles.get_role(db_session, principal.realm.id, role_id)
+        form = await request.form()
+        force = form.get("force") == "true"
         try:
             async with db_session.begin_nested():  # an error undoes only this change
+                await refuse_if_referenced(db_session, principal.realm.id, role.id, "role", force)
                 await roles.delete_role(
                     db_session, principal.actor(request_id_of(request)), authority_of(principal), role.id
                 )

@@ -178,6 +178,16 @@ def human_duration(start: datetime | None, end: datetime | None) -> str | None:
     return f"{whole // 86400} d {whole % 86400 // 3600} h"
 
 
+def paused(run: WorkflowRun, workflow: Workflow) -> bool:
+    """A run the runner leaves where it is: going forward on a disabled workflow, not being cancelled."""
+    return (
+        workflow.state == "disabled"
+        and run.state not in FINISHED
+        and run.state != COMPENSATING
+        and run.cancel_requested_at is None
+    )
+
+
 def cancellable(run: WorkflowRun) -> bool:
     return run.state not in FINISHED and run.state != COMPENSATING and run.cancel_requested_at is None
 
@@ -211,6 +221,8 @@ class StepLine:
     current: bool = False
     next_attempt_at: datetime | None = None
     note: str | None = None
+    error_category: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,7 @@ def step_lines(run: WorkflowRun, steps: Sequence[dict[str, Any]], attempts: Sequ
                 line.note = "The next attempt is due now."
             else:
                 line.status = "failed"
+                line.error_category, line.error = last.error_category, last.error_message
         elif current:
             if run.state == WAITING:
                 line.status = "waiting"
@@ -261,6 +274,15 @@ def step_lines(run: WorkflowRun, steps: Sequence[dict[str, Any]], attempts: Sequ
                 line.status = "awaiting approval"
             else:
                 line.status = "up next"
+        if index == run.step_index and line.status == "not reached":
+            # Where a run that stopped short stopped: a cancellation stops before this step; a
+            # failure that left no attempt of it (its definition or authority gone) failed here.
+            if run.cancel_requested_at is not None:
+                line.status = "cancelled"
+                line.note = "The run was cancelled before this step."
+            elif run.state in (FAILED, COMPENSATING, COMPENSATED, COMPENSATION_FAILED) and run.error_category:
+                line.status = "failed"
+                line.error_category, line.error = run.error_category, run.last_error
         lines.append(line)
     return lines
 
@@ -509,6 +531,8 @@ class RunsPages(Controller):
             next_attempt_at=runs.next_attempt_at(run),
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),
+            paused=paused(run, workflow),
+            can_enable=may(principal, "realm.workflows.publish"),
             poll_seconds=POLL_SECONDS,
             reruns=found.reruns,
             retry_waiting=retry_waiting(run),

@@ -18,10 +18,10 @@ from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import overview
+from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
 from engine.directory.models import User
-from engine.platform.errors import EngineError
+from engine.platform.errors import EngineError, Forbidden
 
 TABLE_ID = "users-table"
 STATUS_ID = "user-status"
@@ -159,18 +159,47 @@ class UsersPages(Controller):
         names = await overview.principal_names(
             db_session, realm_id, {a.granted_by or "" for a in assignments} | {a.approver_id or "" for a in assignments}
         )
+        memberships = await overview.user_memberships(db_session, realm_id, user.id)
+        authority = principal.authority
+        member_of = {m.organization_id for m in memberships}
+        # What the actions offer: only organizations and roles this caller could use at all.
+        org_choices = [
+            o
+            for o in (await organizations.list_organizations(db_session, realm_id, cursor=None, limit=100)).items
+            if o.id not in member_of
+            and o.state == "active"
+            and authority
+            and authority.holds("org.members.write", o.id)
+        ]
+        role_choices = (
+            [
+                role
+                for role in (await roles.list_roles(db_session, realm_id, cursor=None, limit=100)).items
+                if authority.can_assign(role.permissions, None) or role.boundary == "organization"
+            ]
+            if authority and authority.holds("realm.roles.write")
+            else []
+        )
         return page(
             request,
             "pages/users/detail.html",
             nav="users",
             status_code=status_code,
             user=user,
-            memberships=await overview.user_memberships(db_session, realm_id, user.id),
+            memberships=memberships,
+            org_choices=org_choices,
+            role_choices=role_choices,
+            all_memberships=memberships,
+            can_link=may(principal, "realm.users.write"),
+            can_assign=may(principal, "realm.roles.write"),
             groups=await overview.user_groups(db_session, realm_id, user.id),
             assignments=assignments,
             names=names,
             can_suspend=may(principal, "realm.users.suspend"),
             created=request.query_params.get("created") == "1",
+            done={"member": "Added to the organization.", "role": "Role assigned."}.get(
+                request.query_params.get("done") or ""
+            ),
             **context,
         )
 
@@ -207,3 +236,88 @@ class UsersPages(Controller):
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
         return await self._set_status(request, user_id, db_session, principal, "active")
+
+    # --- Onboarding from the cockpit -------------------------------------------------------------
+
+    @post(
+        "/{user_id:str}/sign-in-link",
+        operation_id="userPageSignInLink",
+        opt={"permission": "realm.users.write"},
+        status_code=200,
+    )
+    async def sign_in_link(
+        self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Response[Any]:
+        """A one-time sign-in link for this user, shown once to copy (same rule as the API)."""
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        try:
+            async with db_session.begin_nested():
+                token, row = await directory.create_sign_in_link(
+                    db_session, principal.actor(request_id_of(request)), user.id, authority=principal.authority
+                )
+        except EngineError as exc:
+            return await self._detail(
+                request, db_session, principal, user, status_code=exc.status, action_error=("link", exc.detail)
+            )
+        link = f"{str(request.base_url).rstrip('/')}/realms/{principal.realm.slug}/sign-in/link?token={token}"
+        response = await self._detail(
+            request, db_session, principal, user, sign_in_link={"url": link, "expires_at": row.expires_at}
+        )
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @post("/{user_id:str}/memberships", operation_id="userPageAddMembership", opt={"permission": "realm.users.read"})
+    async def add_membership(
+        self,
+        request: AnyRequest,
+        user_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[dict[str, str]],
+    ) -> Response[Any]:
+        """Add this user to an organization: ``org.members.write`` there, and the one rule over the user."""
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        org_id = (data.get("organization_id") or "").strip()
+        try:
+            if not org_id:
+                raise EngineError("Choose an organization.")
+            async with db_session.begin_nested():
+                org = await organizations.get_organization(db_session, principal.realm.id, org_id)
+                if principal.authority is None or not principal.authority.holds("org.members.write", org.id):
+                    raise Forbidden(f"Adding members to {org.name} needs the permission org.members.write there.")
+                await organizations.add_member(
+                    db_session, principal.actor(request_id_of(request)), org.id, user.id, authority=principal.authority
+                )
+        except EngineError as exc:
+            return await self._detail(
+                request, db_session, principal, user, status_code=exc.status, action_error=("membership", exc.detail)
+            )
+        return Redirect(f"/realms/{principal.realm.slug}/users/{user.id}?done=member", status_code=303)
+
+    @post("/{user_id:str}/role-assignments", operation_id="userPageAssignRole", opt={"permission": "realm.roles.write"})
+    async def assign_role(
+        self,
+        request: AnyRequest,
+        user_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[dict[str, str]],
+    ) -> Response[Any]:
+        """Assign a role to this user, realm-wide or in one organization: the grant ceiling applies."""
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        assert principal.authority is not None  # loaded by the guard (the route has a permission)
+        try:
+            async with db_session.begin_nested():
+                await roles.create_assignment(
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    principal.authority,
+                    role_id=(data.get("role_id") or "").strip(),
+                    user_id=user.id,
+                    organization_id=(data.get("organization_id") or "").strip() or None,
+                )
+        except EngineError as exc:
+            return await self._detail(
+                request, db_session, principal, user, status_code=exc.status, action_error=("role", exc.detail)
+            )
+        return Redirect(f"/realms/{principal.realm.slug}/users/{user.id}?done=role", status_code=303)

@@ -21,6 +21,7 @@ from engine.directory import webhooks
 from engine.directory.audit import TRIGGER_EVENT_TYPES
 from engine.endpoints import deliveries
 from engine.platform.errors import EngineError
+from engine.workflows.service import refuse_if_referenced
 
 COMPONENT_ID = "webhooks"
 READ = {"permission": "realm.webhooks.read"}
@@ -233,6 +234,8 @@ class WebhooksPages(Controller):
                 }
                 return await self._render(request, db_session, principal, revealed=revealed)
             if action == "delete":
+                force = (await request.form()).get("force") == "true"
+                await refuse_if_referenced(db_session, principal.realm.id, webhook_id, "subscription", force)
                 await webhooks.delete_subscription(db_session, actor, webhook_id)
                 flash = "Subscription deleted. Nothing more is sent to it."
             elif action in STATE_ACTIONS:
@@ -247,5 +250,8 @@ class WebhooksPages(Controller):
         except EngineError as exc:
             if exc.status == 404:
                 raise
-            return await self._render(request, db_session, principal, status_code=exc.status, error=exc.detail)
+            forceable = webhook_id if exc.code == "referenced_by_workflows" else None
+            return await self._render(
+                request, db_session, principal, status_code=exc.status, error=exc.detail, force_delete=forceable
+            )
         return await self._render(request, db_session, principal, flash=flash)

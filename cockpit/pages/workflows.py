@@ -630,9 +630,16 @@ class WorkflowsPages(Controller):
         context.setdefault("flash", flash_of(request))
         published = next((r for r in revisions if r.number == workflow.published_revision), None)
         schedule_lines = await schedules.schedule_status(db_session, workflow, published, utc_now())
+        # Health: what the published revision names must still be there, or its runs fail at that step.
+        health = (
+            [i for i in await workflows.validate_for_realm(db_session, realm_id, published.definition)]
+            if published is not None and workflow.state != "deleted"
+            else []
+        )
         return page(
             request,
             "pages/workflows/detail.html",
+            health_issues=health,
             nav="workflows",
             status_code=status_code,
             revisions=revisions,

@@ -277,7 +277,10 @@ async def update_role(
 
 
 async def delete_role(session: AsyncSession, actor: Actor, authority: Authority, role_id: str) -> None:
-    """Delete a custom role nobody holds (revoke its assignments and group grants first)."""
+    """Delete a custom role nobody holds (revoke its assignments and group grants first).
+
+    The callers first refuse a role a published workflow names (``workflows.refuse_if_referenced``).
+    """
     role = await get_role(session, actor.realm_id, role_id)
     if role.builtin:
         raise Conflict("Built-in roles cannot be changed.", code="builtin_role")

@@ -94,6 +94,9 @@ class DemoRealm:
     admin: User
     created: bool
     users: dict[str, User] = field(default_factory=dict)
+    organizations: dict[str, Organization] = field(default_factory=dict)
+    roles: dict[str, Role] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)
 
 
 async def seed_demo(session: AsyncSession) -> DemoRealm:
@@ -220,7 +223,9 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
                 subject_id=users[email].id,
                 details={"group_id": group.id, "organization_id": org.id},
             )
-    return DemoRealm(realm=realm, admin=admin, created=True, users=users)
+    return DemoRealm(
+        realm=realm, admin=admin, created=True, users=users, organizations=organizations, roles=roles, groups=groups
+    )
 
 
 async def _add_member(session: AsyncSession, actor: Actor, org: Organization, user: User) -> None:

@@ -487,7 +487,10 @@ async def update_subscription(
 
 
 async def delete_subscription(session: AsyncSession, actor: Actor, webhook_id: str) -> None:
-    """Soft delete: the state becomes ``deleted`` and stays so. Deleting again changes nothing."""
+    """Soft delete: the state becomes ``deleted`` and stays so. Deleting again changes nothing.
+
+    The callers first refuse a subscription a published workflow calls (``workflows.refuse_if_referenced``).
+    """
     subscription = await session.get(WebhookSubscription, webhook_id, with_for_update=True)
     if subscription is None or subscription.realm_id != actor.realm_id:
         raise NotFound("No such webhook subscription.")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -17,6 +18,8 @@ request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 # The caller's own X-Request-ID, for the logs only (never an audit or correlation id).
 client_request_id_var: ContextVar[str | None] = ContextVar("client_request_id", default=None)
 
+# Colour and cursor codes some libraries put into their messages: a log line is plain text.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
@@ -25,7 +28,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
         "ts": datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z",
         "level": record.levelname.lower(),
         "logger": record.name,
-        "msg": record.getMessage(),
+        "msg": ANSI_ESCAPE.sub("", record.getMessage()),
     }
     rid = request_id_var.get()
     if rid:
@@ -34,7 +37,8 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     if client_rid:
         out["client_request_id"] = client_rid
     for key, value in record.__dict__.items():
-        if key not in _RESERVED and not key.startswith("_"):
+        # uvicorn adds ``color_message`` (the message with ANSI colour codes) to its records.
+        if key not in _RESERVED and not key.startswith("_") and key != "color_message":
             out[key] = value
     if record.exc_info:
         out["exc"] = logging.Formatter().formatException(record.exc_info)

@@ -19,11 +19,12 @@ workflow first and let its runs end or cancel them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import Text, cast, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
@@ -363,6 +364,43 @@ def raise_delegation(issues: list[Issue]) -> None:
 
 
 # --- Workflows ------------------------------------------------------------------------------------
+
+
+async def workflows_referencing(session: AsyncSession, realm_id: str, object_id: str) -> list[Workflow]:
+    """Workflows not deleted whose published revision names ``object_id`` (a role, group, subscription…).
+
+    Ids are unique prefixed strings, so a quoted id anywhere in the definition is a reference.
+    """
+    needle = "%" + json.dumps(object_id).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = await session.execute(
+        select(Workflow)
+        .join(
+            WorkflowRevision,
+            (WorkflowRevision.workflow_id == Workflow.id) & (WorkflowRevision.status == "published"),
+        )
+        .where(
+            Workflow.realm_id == realm_id,
+            Workflow.state != "deleted",
+            cast(WorkflowRevision.definition, Text).like(needle),
+        )
+        .order_by(Workflow.name)
+    )
+    return list(rows.scalars().unique().all())
+
+
+async def refuse_if_referenced(session: AsyncSession, realm_id: str, object_id: str, what: str, force: bool) -> None:
+    """409 ``referenced_by_workflows`` naming the workflows that use ``object_id``, unless ``force``."""
+    if force:
+        return
+    using = await workflows_referencing(session, realm_id, object_id)
+    if using:
+        names = ", ".join(w.name for w in using)
+        raise Conflict(
+            f"The {what} is used by the published revision of {len(using)} workflow(s): {names}. "
+            "Their runs would fail at that step. Change those workflows first, or delete anyway with force=true.",
+            code="referenced_by_workflows",
+            issues=[Issue("", "referenced_by", f"workflow {w.name} ({w.id})") for w in using],
+        )
 
 
 async def get_workflow(session: AsyncSession, realm_id: str, workflow_id: str, *, lock: bool = False) -> Workflow:

@@ -163,3 +163,40 @@ def test_first_start_leaves_an_installation_with_its_own_realms_alone(settings: 
     asyncio.run(own_realm())
     lines = "\n".join(first_start(settings, database_url))
     assert "/realms/acme/" in lines and "/realms/demo/" not in lines and "sign-in/link?" not in lines
+
+
+def test_first_start_shows_a_published_onboarding_workflow_with_finished_runs(
+    settings: Settings, database_url: str
+) -> None:
+    first_start(settings, database_url)
+
+    async def look() -> tuple[list[str], dict[str, object], list[tuple[str, str]]]:
+        engine = make_engine(database_url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                realm = await identity.realm_by_slug(session, "demo")
+                assert realm is not None
+                rows = await session.execute(
+                    text(
+                        "SELECT w.name, w.state, r.definition FROM workflows w JOIN workflow_revisions r"
+                        " ON r.workflow_id = w.id AND r.status = 'published' WHERE w.realm_id = :realm"
+                    ),
+                    {"realm": realm.id},
+                )
+                (name, state, definition), *others = rows.all()
+                assert not others and state == "active"
+                runs = await session.execute(
+                    text(
+                        "SELECT u.email, r.state FROM workflow_runs r JOIN users u ON u.id = r.subject_id"
+                        " WHERE r.realm_id = :realm ORDER BY u.email"
+                    ),
+                    {"realm": realm.id},
+                )
+                return [name], definition, [(e, s) for e, s in runs.all()]
+        finally:
+            await engine.dispose()
+
+    names, definition, runs = asyncio.run(look())
+    assert names == ["Engineering onboarding"]
+    assert [s["id"] for s in definition["steps"]] == ["grant-engineering-access", "join-engineering-team", "done"]  # type: ignore[index]
+    assert runs == [("ken@demo.example", "succeeded"), ("margaret@demo.example", "succeeded")]

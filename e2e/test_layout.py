@@ -1,0 +1,188 @@
+"""Every main page at 1400 and 800 px, with the demo realm's data: nothing wider than the window.
+
+Screenshots of each page at each width land in ``test-results/screens/`` (ignored by git) for a
+reviewer to open. A page whose document is wider than its viewport fails, naming the widest
+element, so a table that spills out of its card is caught wherever it appears.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from e2e.conftest import LiveServer
+from e2e.helpers import sign_in_url
+from e2e.pages import sign_in_with_link
+from e2e.test_runs import in_database
+from engine.directory.audit import Actor
+from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
+from engine.platform.config import PROJECT_ROOT
+from engine.runs import service as runs
+from engine.runs.demo import seed_demo_workflow
+from engine.workflows import service as workflows
+
+SCREENS = PROJECT_ROOT / "test-results" / "screens"
+WIDTHS = (1400, 800)
+
+# What is wider than the window, if anything: the element that sticks out furthest.
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const doc = document.documentElement.scrollWidth;
+  let worst = null;
+  for (const el of document.querySelectorAll('body *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || getComputedStyle(el).visibility === 'hidden') continue;
+    if (el.closest('.table-scroll, pre, .code-editor')) continue;
+    if (r.right > width + 1 && (!worst || r.right > worst.right)) {
+      const text = (el.textContent || '').trim().slice(0, 60);
+      worst = {right: Math.round(r.right), tag: el.tagName.toLowerCase(), cls: el.className, text};
+    }
+  }
+  return {width, doc, worst};
+}"""
+
+
+async def _demo(session: Any) -> dict[str, str]:
+    """The demo realm, plus a run that failed and one that was cancelled: every state to look at."""
+    demo = await seed_demo(session)
+    workflow_id, run_ids = await seed_demo_workflow(session, demo)
+    admin = Actor(type="user", id=demo.admin.id, realm_id=demo.realm.id)
+    draft, _ = await workflows.create_workflow(
+        session,
+        admin,
+        name="Contractor offboarding",
+        description="Ends a contractor's access when their engagement ends. Not published yet.",
+        definition={"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]},
+        has_definition=True,
+        requires_approval=False,
+    )
+    cancelled = await runs.start_manual_run(
+        session, admin, workflow_id, subject_id=demo.users["grace@demo.example"].id, organization_id=None
+    )
+    await runs.cancel_run(session, admin, cancelled.id, reason="Started for the wrong person")
+    return {
+        "workflow": workflow_id,
+        "draft": draft.id,
+        "run": run_ids[0],
+        "cancelled": cancelled.id,
+        "user": demo.users["margaret@demo.example"].id,
+    }
+
+
+def _wait_finished(live_server: LiveServer, run_ids: list[str], timeout_s: float = 60) -> None:
+    from sqlalchemy import text
+
+    async def states(session: Any) -> list[str]:
+        rows = await session.execute(text("SELECT state FROM workflow_runs WHERE id = ANY(:ids)"), {"ids": run_ids})
+        return [r[0] for r in rows]
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = in_database(live_server, states)
+        if found and all(
+            s in {"succeeded", "cancelled", "compensated", "failed", "compensation_failed"} for s in found
+        ):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"runs not finished after {timeout_s} s: {found}")
+
+
+@pytest.fixture
+def demo(live_server: LiveServer) -> dict[str, str]:
+    ids = in_database(live_server, _demo)
+    _wait_finished(live_server, [ids["run"], ids["cancelled"]])
+    return ids
+
+
+def shoot(page: Page, path: Path) -> None:
+    """A full-page screenshot; on a loaded machine a long page may take a while to capture."""
+    try:
+        page.screenshot(path=str(path), full_page=True, caret="initial", timeout=60_000)
+    except PlaywrightTimeout:
+        page.screenshot(path=str(path), caret="initial", timeout=60_000)  # the window's part at least
+
+
+def _pages(ids: dict[str, str]) -> list[tuple[str, str]]:
+    r = f"/realms/{DEMO_SLUG}"
+    return [
+        ("home", f"{r}/"),
+        ("workflows", f"{r}/workflows"),
+        ("workflow", f"{r}/workflows/{ids['workflow']}"),
+        ("draft-workflow", f"{r}/workflows/{ids['draft']}"),
+        ("revision", f"{r}/workflows/{ids['workflow']}/revisions/1"),
+        ("editor", f"{r}/workflows/{ids['workflow']}/edit"),
+        ("runs", f"{r}/runs"),
+        ("timeline", f"{r}/runs/{ids['run']}"),
+        ("timeline-cancelled", f"{r}/runs/{ids['cancelled']}"),
+        ("users", f"{r}/users"),
+        ("user", f"{r}/users/{ids['user']}"),
+        ("service-principals", f"{r}/service-principals"),
+        ("organizations", f"{r}/organizations"),
+        ("roles", f"{r}/roles"),
+        ("webhooks", f"{r}/webhooks"),
+        ("templates", f"{r}/templates"),
+        ("policy", f"{r}/policy"),
+        ("tokens", f"{r}/tokens"),
+        ("audit", f"{r}/audit"),
+        ("api-reference", "/schema"),
+    ]
+
+
+def test_every_main_page_fits_its_window_at_1400_and_800_px(
+    live_server: LiveServer, browser: Browser, demo: dict[str, str]
+) -> None:
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    link = sign_in_url(live_server, DEMO_SLUG, DEMO_ADMIN_EMAIL)
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        sign_in_with_link(page, link, DEMO_SLUG)
+        too_wide: list[str] = []
+        for width in WIDTHS:
+            page.set_viewport_size({"width": width, "height": 900})
+            for name, path in _pages(demo):
+                response = page.goto(path)
+                assert response is not None and response.status == 200, (path, response and response.status)
+                page.wait_for_load_state("load")
+                shoot(page, SCREENS / f"{name}-{width}.png")
+                measured = page.evaluate(OVERFLOW)
+                if measured["doc"] > measured["width"]:
+                    too_wide.append(f"{name} at {width} px: document {measured['doc']} px, widest {measured['worst']}")
+        assert not too_wide, "\n".join(too_wide)
+    finally:
+        context.close()
+
+
+def test_at_800_px_the_navigation_is_a_menu(live_server: LiveServer, browser: Browser, demo: dict[str, str]) -> None:
+    link = sign_in_url(live_server, DEMO_SLUG, DEMO_ADMIN_EMAIL)
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 800, "height": 900})
+    try:
+        page = context.new_page()
+        sign_in_with_link(page, link, DEMO_SLUG)
+        expect(page.get_by_role("navigation", name="Main")).to_be_hidden()
+        menu = page.locator("details.nav-menu")
+        expect(menu.get_by_role("link", name="Runs")).to_be_hidden()
+        menu.locator("summary").click()
+        menu.get_by_role("link", name="Runs").click()
+        expect(page).to_have_url(re.compile(r"/runs$"))
+        expect(page.get_by_role("heading", level=1)).to_have_text("Runs")
+        # The runs list shows every column at 1400 px, its badges coloured by state.
+        page.set_viewport_size({"width": 1400, "height": 900})
+        expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+        for column in ("Started", "Finished", "Duration"):
+            expect(page.get_by_role("columnheader", name=column)).to_be_in_viewport()
+        succeeded = page.get_by_test_id("run-state").filter(has_text="succeeded").first
+        cancelled = page.get_by_test_id("run-state").filter(has_text="cancelled").first
+        colour = "(el) => getComputedStyle(el).backgroundColor"
+        assert succeeded.evaluate(colour) != cancelled.evaluate(colour)
+        # Relative times carry the exact time on hover.
+        when = page.locator("time[title]").first
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", when.get_attribute("title") or "")
+    finally:
+        context.close()
