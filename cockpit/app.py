@@ -32,8 +32,8 @@ from cockpit.metrics import MetricsController, metrics_middleware
 from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
-from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages import formatting
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages

@@ -10,6 +10,7 @@ their values. So an unknown member and a bad email beside it come back in one an
 from __future__ import annotations
 
 import json
+import re
 import typing
 from typing import Any
 
@@ -31,6 +32,10 @@ def _body_type(request: Request[Any, Any, Any]) -> type[Body] | None:
     while typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     return annotation if isinstance(annotation, type) and issubclass(annotation, Body) else None
+
+
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
 
 
 def _pointer(name: str) -> str:
@@ -61,8 +66,22 @@ def all_body_issues(request: Request[Any, Any, Any]) -> list[dict[str, str]] | N
             msgspec.convert(value, field.type, strict=True)
         except msgspec.ValidationError as exc:
             message = str(exc)
-            code = "wrong_type" if message.startswith("Expected") else "invalid"
-            issues.append({"path": _pointer(name) + _nested(message), "code": code, "message": _bare(message)})
+            path = _pointer(name) + _nested(message)
+            bare = _bare(message)
+            if (unknown := _UNKNOWN.search(bare)) is not None:
+                # A member of a nested object that it does not have: name that member, as a first read does.
+                issues.append(
+                    {
+                        "path": path + _pointer(unknown.group(1)),
+                        "code": "unknown_member",
+                        "message": "is not a known member",
+                    }
+                )
+            elif (missing := _MISSING.search(bare)) is not None:
+                issues.append({"path": path + _pointer(missing.group(1)), "code": "required", "message": "is required"})
+            else:
+                code = "wrong_type" if message.startswith("Expected") else "invalid"
+                issues.append({"path": path, "code": code, "message": bare})
             continue
         known[name] = value
     for name, field in fields.items():

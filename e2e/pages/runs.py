@@ -27,7 +27,8 @@ class RunsPage(CockpitPage):
         return self.page.get_by_test_id("run-row")
 
     def row(self, run_id: str) -> Locator:
-        return self.rows.filter(has=self.page.get_by_role("link", name=run_id, exact=True))
+        # The list shows a run's id shortened (the whole id on hover): find the row by its data.
+        return self.page.locator(f'[data-testid="run-row"][data-run-id="{run_id}"]')
 
     def state_of(self, run_id: str) -> Locator:
         return self.row(run_id).get_by_test_id("run-state")

@@ -61,6 +61,8 @@ MATRIX: dict[tuple[str, str], str] = {
     ("PATCH", "/webhooks/{webhook_id}"): "realm.webhooks.write",
     ("DELETE", "/webhooks/{webhook_id}"): "realm.webhooks.write",
     ("POST", "/webhooks/{webhook_id}/rotate-secret"): "realm.webhooks.write",
+    ("GET", "/webhooks/{webhook_id}/deliveries"): "realm.webhooks.read",
+    ("POST", "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"): "realm.webhooks.write",
     ("GET", "/templates/{name}"): "realm.workflows.read",
     ("PUT", "/templates/{name}"): "realm.templates.write",
     ("DELETE", "/templates/{name}"): "realm.templates.write",

@@ -189,6 +189,9 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ),
     ("POST", "/workflow-runs/{run_id}/retry-now"): Unrelated("changes only when a waiting attempt happens"),
     ("POST", "/workflow-runs/bulk"): Unrelated("each run goes through the rules of its own cancel or re-run"),
+    ("POST", "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"): Unrelated(
+        "sends an event delivery again to its subscription; changes no principal or grant"
+    ),
 }
 
 
