@@ -26,6 +26,7 @@ from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession
 from engine.platform.errors import EngineError, NotFound
 from engine.runs import diagnostics
+from engine.runs.retention import last_retention_cleanup
 
 READ = {"permission": "realm.workflows.read"}
 RUN = {"permission": "realm.workflows.run"}
@@ -68,6 +69,7 @@ class DiagnosticsPages(Controller):
             "pages/diagnostics/workflow.html",
             nav="workflows",
             diag=diag,
+            retention=await last_retention_cleanup(db_session),
             d=view,
             labels=diagnostics.HEALTH_LABELS,
             over_time=charts.runs_over_time(diag),

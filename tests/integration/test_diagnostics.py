@@ -20,6 +20,7 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.runs import service as runs
+from engine.runs.retention import cleanup_finished_runs
 from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
@@ -362,3 +363,26 @@ async def test_pages_show_health_charts_and_resolve_with_a_note(client: Client, 
     assert "Marked resolved" in after and 'data-testid="attention-empty"' in after
     page = (await client.get(f"{r}/workflows/{workflow_id}/diagnostics", headers=HTML)).text
     assert 'data-health="attention_required"' not in page
+
+
+async def test_the_page_says_what_the_last_retention_cleanup_deleted(client: Client, realm: RealmHandle) -> None:
+    team = await Team.make(realm, "Kept")
+    await team.run(True, make_runner(realm))
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    url = f"/realms/{realm.slug}/workflows/{team.workflow_id}/diagnostics"
+    assert "no cleanup has run yet" in (await client.get(url, headers=HTML)).text
+    async with realm.sessions() as session, session.begin():
+        # A run that ended long ago: the cleanup deletes it.
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET finished_at = now() - interval '400 days' WHERE id IN ("
+                " SELECT id FROM workflow_runs WHERE realm_id = :r AND finished_at IS NOT NULL LIMIT 1)"
+            ),
+            {"r": realm.id},
+        )
+    done = await cleanup_finished_runs(realm.sessions, retention_days=30)
+    assert done.deleted == 1
+    page = (await client.get(url, headers=HTML)).text
+    assert "Finished runs are deleted 30 days after they end" in page
+    assert "deleted 1 run of every workflow" in page
