@@ -20,7 +20,7 @@ from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_d
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker, transaction
 from engine.platform.errors import EngineError
-from engine.runs.demo import seed_demo_workflow
+from engine.runs.demo import approve_demo_request, seed_demo_workflow
 
 
 def first_start(settings: Settings, database_url: str) -> list[str]:
@@ -54,7 +54,10 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
             if run_ids:
                 # The demo workflow's first runs go to their end through the engine itself, so the
                 # first page a newcomer opens shows finished runs (a worker would do the same soon after).
-                await finish_runs(sessions)
+                await finish_runs(sessions)  # to the approval each run asks for
+                async with transaction(sessions) as session:
+                    await approve_demo_request(session, run_ids[0])
+                await finish_runs(sessions)  # the approved one to its end
             return [
                 f"Demo realm: {base}/realms/{demo.realm.slug}/",
                 f"Sign in as {demo.admin.email} with this one-time link (valid 15 minutes):",

@@ -24,7 +24,7 @@ from engine.directory.audit import Actor
 from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
 from engine.platform.config import PROJECT_ROOT
 from engine.runs import service as runs
-from engine.runs.demo import seed_demo_workflow
+from engine.runs.demo import approve_demo_request, seed_demo_workflow
 from engine.workflows import service as workflows
 
 SCREENS = PROJECT_ROOT / "test-results" / "screens"
@@ -93,9 +93,24 @@ def _wait_finished(live_server: LiveServer, run_ids: list[str], timeout_s: float
     raise AssertionError(f"runs not finished after {timeout_s} s: {found}")
 
 
+def _approve_when_asked(live_server: LiveServer, run_id: str, timeout_s: float = 60) -> None:
+    """The demo approver approves the run's request as soon as the live worker has made it."""
+
+    async def approve(session: Any) -> bool:
+        return await approve_demo_request(session, run_id)
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if in_database(live_server, approve):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} asked for no approval within {timeout_s} s")
+
+
 @pytest.fixture
 def demo(live_server: LiveServer) -> dict[str, str]:
     ids = in_database(live_server, _demo)
+    _approve_when_asked(live_server, ids["run"])
     _wait_finished(live_server, [ids["run"], ids["cancelled"]])
     return ids
 

@@ -1,21 +1,27 @@
 """The demo realm's workflow: one published onboarding workflow and the first runs of it.
 
 Seeded at first start right after the demo realm (``engine.directory.seed``), in the same
-transaction; the runs are carried to their end by the engine's runner.
+transaction; the runs are carried by the engine's runner to the approval they ask for, the
+demo approver approves the first one, and the runner carries that one to its end. The other
+waits for its approval, so the newcomer sees both a finished run and a request to decide.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor
 from engine.directory.seed import DemoRealm
+from engine.runs import approvals
 from engine.runs import service as runs
 from engine.workflows import service as workflows
 
 DEMO_WORKFLOW_NAME = "Engineering onboarding"
 # Who joined engineering lately: the demo's first runs are about them.
 _JOINERS = ("margaret@demo.example", "ken@demo.example")
+DEMO_APPROVER = "approver@demo.example"
 
 
 async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[str, list[str]]:
@@ -30,6 +36,12 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
         "triggers": [{"type": "manual"}],
         "steps": [
             {
+                "id": "approve-access",
+                "type": "approval",
+                "approvers": [demo.users[DEMO_APPROVER].id],
+                "expires_in": "72h",
+            },
+            {
                 "id": "grant-engineering-access",
                 "type": "assign_role",
                 "role_id": demo.roles["engineering-member"].id,
@@ -37,6 +49,7 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
                 "organization_id": engineering.id,
             },
             {"id": "join-engineering-team", "type": "add_to_group", "group_id": demo.groups["Engineering"].id},
+            {"id": "send-welcome", "type": "notify", "notice": "welcome"},
             {"id": "done", "type": "end"},
         ],
     }
@@ -46,8 +59,9 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
         actor,
         name=DEMO_WORKFLOW_NAME,
         description=(
-            "Welcomes a new engineer: the engineering-member role in Acme Engineering, "
-            "then the Engineering team. Start it by hand for the person who joined."
+            "Welcomes a new engineer once Avery Approver agrees: the engineering-member role in "
+            "Acme Engineering, the Engineering team, then a welcome notice. Start it by hand for "
+            "the person who joined."
         ),
         definition=definition,
         has_definition=True,
@@ -61,3 +75,14 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
         )
         run_ids.append(run.id)
     return workflow.id, run_ids
+
+
+async def approve_demo_request(session: AsyncSession, run_id: str) -> bool:
+    """The demo approver approves the run's pending approval (False when none is pending yet)."""
+    pending = [a for a in await approvals.for_run(session, run_id) if a.status == approvals.PENDING]
+    if not pending:
+        return False
+    approval = pending[0]
+    actor = Actor(type="user", id=approval.approvers[0], realm_id=approval.realm_id)
+    await approvals.decide(session, actor, approval.id, approve=True, comment="Welcome aboard.", now=datetime.now(UTC))
+    return True

@@ -165,7 +165,7 @@ def test_first_start_leaves_an_installation_with_its_own_realms_alone(settings: 
     assert "/realms/acme/" in lines and "/realms/demo/" not in lines and "sign-in/link?" not in lines
 
 
-def test_first_start_shows_a_published_onboarding_workflow_with_finished_runs(
+def test_first_start_shows_a_published_onboarding_workflow_with_a_finished_and_a_waiting_run(
     settings: Settings, database_url: str
 ) -> None:
     first_start(settings, database_url)
@@ -198,5 +198,12 @@ def test_first_start_shows_a_published_onboarding_workflow_with_finished_runs(
 
     names, definition, runs = asyncio.run(look())
     assert names == ["Engineering onboarding"]
-    assert [s["id"] for s in definition["steps"]] == ["grant-engineering-access", "join-engineering-team", "done"]  # type: ignore[index]
-    assert runs == [("ken@demo.example", "succeeded"), ("margaret@demo.example", "succeeded")]
+    assert [s["id"] for s in definition["steps"]] == [  # type: ignore[index]
+        "approve-access",
+        "grant-engineering-access",
+        "join-engineering-team",
+        "send-welcome",
+        "done",
+    ]
+    # One run approved by the demo approver and carried to its end; the other waits for a decision.
+    assert runs == [("ken@demo.example", "awaiting_approval"), ("margaret@demo.example", "succeeded")]
