@@ -390,3 +390,53 @@ async def test_the_next_judged_address_is_tried_only_when_a_connection_cannot_be
     assert response.status_code == 200
     [got] = receiver.requests()
     assert got.header("Host") == "hooks.test"
+
+
+async def test_at_most_64_kib_of_an_answer_is_read() -> None:
+    """An endpoint that answers 200 and then streams a body without end: the call reads at most
+    64 KiB and is done, instead of waiting for a body that never ends (which would be a timeout)."""
+    import socket
+    import threading
+
+    from engine.endpoints import transport
+
+    sent = {"bytes": 0}
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)  # the request
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"x" * 8192
+            frame = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+            try:
+                while not stop.is_set() and sent["bytes"] < 64 * 1024 * 1024:
+                    conn.sendall(frame)
+                    sent["bytes"] += len(chunk)
+            except OSError:
+                pass  # the caller hung up after its 64 KiB: what this test expects
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+        async with transport.new_client() as client:
+            outcome = await transport.post(
+                client,
+                url,
+                b"{}",
+                {"Content-Type": "application/json"},
+                timeout_s=60.0,
+                allow_private_network=True,
+                operator_allows_private=True,
+            )
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=30)
+    assert outcome.status_code == 200 and outcome.category is None and outcome.succeeded, outcome
+    assert sent["bytes"] < 64 * 1024 * 1024  # the caller stopped reading long before the endless body ran out
