@@ -659,3 +659,35 @@ async def test_the_pages_follow_the_permissions_of_the_api(
     assert (await client.get(f"{base}/{other.id}", headers=HTML)).status_code == 404
     assert (await client.get(f"{base}/{other.id}/revisions/1", headers=HTML)).status_code == 404
     assert (await client.get(f"/realms/{other_realm.slug}/workflows", headers=HTML)).status_code == 404
+
+
+async def test_revisions_waiting_for_review_show_to_a_reviewer_and_never_to_their_author(
+    client: Client, realm: RealmHandle
+) -> None:
+    author = await second_admin(realm, "author@example.com")
+    onboarding = await make_workflow(realm, "Onboarding", body=MINIMAL, requires_approval=True, author=author)
+    await make_workflow(realm, "Offboarding", body=MINIMAL, requires_approval=False, author=author)
+    home, listing = f"/realms/{realm.slug}/", f"/realms/{realm.slug}/workflows"
+
+    # The realm's administrator did not write revision 1 of Onboarding: it waits for their review.
+    await signed_in(client, realm)
+    page = (await client.get(home, headers=HTML)).text
+    assert re.search(r'id="kpi-reviews-waiting".*?data-testid="kpi-value">1<', page, re.S)
+    page = (await client.get(listing, headers=HTML)).text
+    assert page.count('data-testid="review-waiting"') == 1
+    assert f'href="/realms/{realm.slug}/workflows/{onboarding.id}/revisions/1"' in page
+
+    # Its author sees nothing to review.
+    await signed_in(client, realm, author)
+    page = (await client.get(home, headers=HTML)).text
+    assert re.search(r'id="kpi-reviews-waiting".*?data-testid="kpi-value">0<', page, re.S)
+    assert 'data-testid="review-waiting"' not in (await client.get(listing, headers=HTML)).text
+
+    # Once approved and published, nothing waits for anyone.
+    admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id)
+    async with realm.sessions() as session, session.begin():
+        await workflows.decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
+        await workflows.publish_revision(session, admin, onboarding.id, 1)
+    await signed_in(client, realm)
+    page = (await client.get(home, headers=HTML)).text
+    assert re.search(r'id="kpi-reviews-waiting".*?data-testid="kpi-value">0<', page, re.S)
