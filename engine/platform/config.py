@@ -127,6 +127,9 @@ class Settings:
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
     # /metrics asks for this bearer token when set (COCKPIT_METRICS_TOKEN); open otherwise.
     metrics_token: str | None = field(default=None, repr=False)
+    # The address people reach the cockpit at (COCKPIT_PUBLIC_URL, e.g. https://cockpit.example.com):
+    # links in mailed notices are made whole with it; without it they carry the path only.
+    public_url: str | None = None
     # Where processes write their Prometheus counters (multiprocess mode); COCKPIT_METRICS_DIR.
     metrics_dir_value: str | None = None
 
@@ -220,10 +223,23 @@ def load_settings() -> Settings:
         deliveries=_delivery_settings(),
         trusted_proxies=parse_trusted_proxies(os.environ.get("COCKPIT_TRUSTED_PROXIES")),
         metrics_token=os.environ.get("COCKPIT_METRICS_TOKEN") or None,
+        public_url=_public_url(),
         metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
         run_retention_days=_retention_days(),
         mail=parse_mail(os.environ.get("COCKPIT_SMTP_URL"), os.environ.get("COCKPIT_MAIL_FROM")),
     )
+
+
+def _public_url() -> str | None:
+    raw = (os.environ.get("COCKPIT_PUBLIC_URL") or "").strip()
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ConfigError(
+            f"COCKPIT_PUBLIC_URL must be an http(s) address such as https://cockpit.example.com, got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 def _retention_days() -> int:

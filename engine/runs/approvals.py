@@ -23,7 +23,8 @@ from sqlalchemy import Select, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
-from engine.directory.models import Group, Organization, Role, User
+from engine.directory.models import Group, Organization, Realm, Role, User
+from engine.platform.config import get_settings
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -129,8 +130,11 @@ async def notify_approvers(
     if approval.workflow_id:
         workflow_name = await session.scalar(select(Workflow.name).where(Workflow.id == approval.workflow_id)) or ""
     users = (await session.execute(select(User).where(User.id.in_(approvers)))).scalars().all()  # type: ignore[attr-defined]
+    slug = await session.scalar(select(Realm.slug).where(Realm.id == approval.realm_id))
+    public_url = get_settings().public_url
     for user in users:
         token = await create_link(session, approval, user.id)
+        path = f"/realms/{slug}/approval-links/{token}"
         await record_notice(
             session,
             realm_id=approval.realm_id,
@@ -144,8 +148,10 @@ async def notify_approvers(
             now=now,
             mail_configured=mail_configured,
             extra_text=(
-                "Decide after signing in: open the cockpit's approvals page, or use this one-time link (path on"
-                f" the cockpit's address): /approval-links/{token}"
+                f"Decide after signing in, with this one-time link: {public_url}{path}"
+                if public_url
+                else "Decide after signing in: open the cockpit's approvals page, or use this one-time link"
+                f" (a path on the cockpit's address): {path}"
             ),
         )
 
@@ -488,7 +494,6 @@ async def request_role_assignment(session: AsyncSession, actor: Actor, needed: A
             "approver_id": approver_id,
         },
     )
-    from engine.platform.config import get_settings
 
     await notify_approvers(session, approval, [approver_id], now=now, mail_configured=get_settings().mail is not None)
     return approval

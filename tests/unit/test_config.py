@@ -44,6 +44,9 @@ def test_given_secret_key_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         ("COCKPIT_PORT", "70000", "between 0 and 65535"),
         ("COCKPIT_LOG_LEVEL", "chatty", "COCKPIT_LOG_LEVEL"),
         ("COCKPIT_SECURE_COOKIES", "maybe", "true or false"),
+        ("COCKPIT_PUBLIC_URL", "cockpit.example.com", "COCKPIT_PUBLIC_URL must be an http"),
+        ("COCKPIT_PUBLIC_URL", "ftp://cockpit.example.com", "COCKPIT_PUBLIC_URL must be an http"),
+        ("COCKPIT_PUBLIC_URL", "https://cockpit.example.com/?x=1", "COCKPIT_PUBLIC_URL must be an http"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(
@@ -91,3 +94,10 @@ def test_forwarded_for_is_read_from_the_right_past_trusted_proxies(
     from engine.platform.config import parse_trusted_proxies
 
     assert forwarded_client(peer, forwarded, parse_trusted_proxies(",".join(proxies))) == client
+
+
+def test_the_public_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path))
+    assert load_settings().public_url is None
+    monkeypatch.setenv("COCKPIT_PUBLIC_URL", "https://cockpit.example.com/base/")
+    assert load_settings().public_url == "https://cockpit.example.com/base"
