@@ -138,31 +138,7 @@ async def start_run(session: AsyncSession, request: StartRequest, *, notify: boo
     """
     moment = utc_now()
     run_id = new_id("wrn")
-    values = {
-        "id": run_id,
-        "realm_id": request.workflow.realm_id,
-        "workflow_id": request.workflow.id,
-        "revision": request.revision.number,
-        "revision_id": request.revision.id,
-        "subject_id": request.subject_id,
-        "organization_id": request.organization_id,
-        "trigger_type": request.trigger_type,
-        "trigger_key": request.trigger_key,
-        "input": request.input,
-        "input_version": request.input_version,
-        "publisher_id": request.publisher_id,
-        "starter_id": request.starter_id,
-        "depth": request.depth,
-        "parent_run_id": request.parent_run_id,
-        "correlation_id": request.correlation_id,
-        "rerun_of": request.rerun_of,
-        "state": PENDING,
-        "step_index": 0,
-        "context": {},
-        "due_at": moment,
-        "created_at": moment,
-        "updated_at": moment,
-    }
+    values = _run_row(run_id, request, moment)
     inserted = await session.execute(
         insert(WorkflowRun).values(**values).on_conflict_do_nothing().returning(WorkflowRun.id)
     )
@@ -203,33 +179,7 @@ async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> lis
     moment = utc_now()
     values = []
     for request in requests:
-        values.append(
-            {
-                "id": new_id("wrn"),
-                "realm_id": request.workflow.realm_id,
-                "workflow_id": request.workflow.id,
-                "revision": request.revision.number,
-                "revision_id": request.revision.id,
-                "subject_id": request.subject_id,
-                "organization_id": request.organization_id,
-                "trigger_type": request.trigger_type,
-                "trigger_key": request.trigger_key,
-                "input": request.input,
-                "input_version": request.input_version,
-                "publisher_id": request.publisher_id,
-                "starter_id": request.starter_id,
-                "depth": request.depth,
-                "parent_run_id": request.parent_run_id,
-                "correlation_id": request.correlation_id,
-                "rerun_of": request.rerun_of,
-                "state": PENDING,
-                "step_index": 0,
-                "context": {},
-                "due_at": moment,
-                "created_at": moment,
-                "updated_at": moment,
-            }
-        )
+        values.append(_run_row(new_id("wrn"), request, moment))
     inserted = await session.execute(
         insert(WorkflowRun).values(values).on_conflict_do_nothing().returning(WorkflowRun.id)
     )
@@ -752,3 +702,32 @@ def next_attempt_at(run: WorkflowRun) -> datetime | None:
     if run.state in FINISHED or run.due_at is None:
         return None
     return run.due_at if run.due_at > utc_now() else None
+
+
+def _run_row(run_id: str, request: StartRequest, moment: datetime) -> dict[str, Any]:
+    """The row of a new pending run, due now, for one request (one insert or many)."""
+    return {
+        "id": run_id,
+        "realm_id": request.workflow.realm_id,
+        "workflow_id": request.workflow.id,
+        "revision": request.revision.number,
+        "revision_id": request.revision.id,
+        "subject_id": request.subject_id,
+        "organization_id": request.organization_id,
+        "trigger_type": request.trigger_type,
+        "trigger_key": request.trigger_key,
+        "input": request.input,
+        "input_version": request.input_version,
+        "publisher_id": request.publisher_id,
+        "starter_id": request.starter_id,
+        "depth": request.depth,
+        "parent_run_id": request.parent_run_id,
+        "correlation_id": request.correlation_id,
+        "rerun_of": request.rerun_of,
+        "state": PENDING,
+        "step_index": 0,
+        "context": {},
+        "due_at": moment,
+        "created_at": moment,
+        "updated_at": moment,
+    }
