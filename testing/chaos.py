@@ -143,12 +143,16 @@ async def working_pids(sessions: async_sessionmaker[AsyncSession]) -> set[int]:
 
 
 async def listening_workers(sessions: async_sessionmaker[AsyncSession]) -> int:
-    """Worker connections that LISTEN for new outbox events (a worker is ready once it has one)."""
+    """Worker connections that LISTEN for wake-ups (a worker is ready once it has one).
+
+    The listening connection's last statement is its last ``LISTEN`` (it listens on several
+    channels: due runs, new outbox events, due deliveries), so any ``LISTEN`` counts.
+    """
     async with sessions() as session:
         count = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query LIKE 'LISTEN%cockpit_outbox%'"
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
             )
         )
     return int(count or 0)
