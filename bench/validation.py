@@ -7,6 +7,10 @@ same run against the same server: ``GET /healthz`` (the framework's floor) and t
 function called in-process (no HTTP, no database). Prints a table with the ratios.
 
     uv run python bench/validation.py [--seconds 10] [--clients 4]
+    uv run python bench/validation.py --profile validate.svg   # py-spy of the server while validating
+
+It also reports the server's own CPU per request (from ``/proc``), the figure that does not move
+with whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,6 +134,12 @@ def in_process(definition: dict[str, Any], seconds: float) -> float:
     return count / (time.perf_counter() - began)
 
 
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -139,6 +150,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--port", type=int, default=0, help="port of the server (default: a free one)")
+    parser.add_argument(
+        "--profile", type=Path, help="record the server with py-spy while it validates (SVG, or collapsed stacks)"
+    )
     args = parser.parse_args()
     maintenance = server_maintenance_url()
     url = clone_database(maintenance, ensure_template(maintenance))
@@ -165,7 +179,30 @@ def main() -> None:
                 headers=headers,
             )
         )  # warm-up
-        health_rps, _ = asyncio.run(hammer(base + "/healthz", seconds=args.seconds, clients=args.clients))
+        cpu = process_cpu(server.pid)
+        health_rps, health_latencies = asyncio.run(
+            hammer(base + "/healthz", seconds=args.seconds, clients=args.clients)
+        )
+        health_cpu = (process_cpu(server.pid) - cpu) / max(1, len(health_latencies)) * 1000
+        profiler = None
+        if args.profile:
+            profiler = subprocess.Popen(
+                [
+                    "uvx",
+                    "py-spy",
+                    "record",
+                    "-p",
+                    str(server.pid),
+                    "-o",
+                    str(args.profile),
+                    "-d",
+                    str(int(args.seconds)),
+                ]
+                # Collapsed stacks (one line per stack and its count) unless an SVG is asked for.
+                + ([] if args.profile.suffix == ".svg" else ["-f", "raw"])
+            )
+            time.sleep(1)
+        cpu = process_cpu(server.pid)
         validate_rps, latencies = asyncio.run(
             hammer(
                 validate_url,
@@ -176,6 +213,9 @@ def main() -> None:
                 headers=headers,
             )
         )
+        validate_cpu = (process_cpu(server.pid) - cpu) / max(1, len(latencies)) * 1000
+        if profiler is not None:
+            profiler.wait(timeout=args.seconds + 60)
         local_rps = in_process(definition, args.seconds / 2)
     finally:
         if server is not None:
@@ -186,6 +226,7 @@ def main() -> None:
     print(f"{'GET /healthz (baseline, same server)':<48}{health_rps:>12.0f}{1.0:>10.2f}")
     print(f"{'POST /workflows/validate, 20 steps':<48}{validate_rps:>12.0f}{validate_rps / health_rps:>10.2f}")
     print(f"{'validate_definition in-process (no HTTP, no DB)':<48}{local_rps:>12.0f}{local_rps / health_rps:>10.2f}")
+    print(f"server CPU per request: healthz {health_cpu:.2f} ms, validate {validate_cpu:.2f} ms")
     print(
         f"validate latency: p50 {pct(latencies, 0.5):.1f} ms, p95 {pct(latencies, 0.95):.1f} ms, "
         f"mean {statistics.mean(latencies) * 1000:.1f} ms"
