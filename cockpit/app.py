@@ -121,13 +121,15 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         url = database_url or resolve_database_url(settings)
         db = make_web_engine(url)
+        read_engine = db.execution_options(isolation_level="AUTOCOMMIT")
         app.state["ctx"] = AppContext(
             settings=settings,
             database_url=url,
             db=db,
             sessions=make_sessionmaker(db),
             head_revision=head_revision(),
-            read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
+            read_sessions=make_sessionmaker(read_engine),
+            read_engine=read_engine,
         )
         declare_problem_responses(app.openapi_schema)
         try:

@@ -13,9 +13,11 @@ Credentials: ``Authorization: Bearer pat_…`` or the ``cockpit_session`` cookie
 another realm gets 404, exactly like a realm that does not exist. Unsafe requests made with the
 cookie must carry the session's CSRF token (``X-CSRF-Token`` header or ``_csrf`` form field).
 
-The guard reads through the request's session (:func:`cockpit.state.request_db`): the credential,
-its holder and realm in one query, the authority in a second, and the handler continues in the
-same transaction.
+The guard reads on the request's connection (:func:`cockpit.state.request_db`), before the
+handler's transaction begins: the credential, its holder, its realm and their authorization
+epochs in one statement, afresh on every request; the authority from the process's
+:class:`~engine.directory.credentials.AuthorityCache` while those epochs stand, else in a second
+statement (see :mod:`engine.directory.credentials`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.handlers.base import BaseRouteHandler
 
-from cockpit.state import context_of, request_db
-from engine.directory import identity
+from cockpit.state import DbSession, context_of, request_db
+from engine.directory import credentials
 from engine.directory.audit import Actor
-from engine.directory.authz import Authority, load_authority
-from engine.directory.models import Realm
+from engine.directory.authz import Authority
+from engine.directory.credentials import RealmRow
 from engine.platform import crypto
 from engine.platform.errors import Forbidden, NotFound, Unauthorized
 
@@ -49,7 +51,7 @@ class MfaRequired(Forbidden):
 
 @dataclass
 class Principal:
-    realm: Realm
+    realm: RealmRow  # the realm's row as this request read it (id, slug, name)
     type: str  # user | service_principal
     id: str
     display_name: str
@@ -59,6 +61,7 @@ class Principal:
     session_id: str | None = None
     csrf: str | None = None
     authority: Authority | None = field(default=None, repr=False)
+    caller: credentials.Caller | None = field(default=None, repr=False)
 
     @property
     def is_user(self) -> bool:
@@ -93,52 +96,47 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 
 
 async def authenticate(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
-    """The caller, or None when no credential was presented; :class:`Unauthorized` for a bad one."""
+    """The caller, or None when no credential was presented; :class:`Unauthorized` for a bad one.
+
+    One statement on the request's connection (:mod:`engine.directory.credentials`): the
+    credential, its holder, its realm and their authorization epochs, read afresh every time.
+    """
     ctx = context_of(connection.app)
     token = _bearer(connection)
     cookie = None if token else connection.cookies.get(SESSION_COOKIE)
     if not token and not cookie:
         return None
-    db = request_db(connection)
-    session = await db.session()
+    conn = await request_db(connection).driver()
     if token:
-        info = await identity.resolve_token(session, token)
-        if info is None:
+        caller = await credentials.check_token(conn, token)
+        if caller is None:
             raise Unauthorized("The token is not valid (unknown, revoked or expired).")
-        if info.touched_at is not None:
-            token_id, moment = info.token.id, info.touched_at
-            db.keep_on_rollback(lambda again: identity.touch_token(again, token_id, moment))
-        realm = info.realm or await session.get(Realm, info.token.realm_id)
-        assert realm is not None
-        return Principal(
-            realm=realm,
-            type=info.principal_type,
-            id=info.principal_id,
-            display_name=info.display_name,
-            email=info.email,
-            audience=info.token.audience,
-            via="token",
-        )
-    assert cookie is not None
-    live = await identity.resolve_session(session, cookie)
-    if live is None:
-        raise Unauthorized("Your session has ended. Sign in again.")
-    if live.touched_at is not None:
-        session_id, seen = live.session.id, live.touched_at
-        db.keep_on_rollback(lambda again: identity.touch_session(again, session_id, seen))
-    realm = live.realm or await session.get(Realm, live.session.realm_id)
-    assert realm is not None
-    return Principal(
-        realm=realm,
-        type="user",
-        id=live.user.id,
-        display_name=live.user.display_name,
-        email=live.user.email,
-        audience="admin" if live.session.mfa else "account",
-        via="session",
-        session_id=live.session.id,
-        csrf=csrf_for_session(ctx.settings.secret_key, live.session.id),
+    else:
+        assert cookie is not None
+        caller = await credentials.check_session(conn, cookie)
+        if caller is None:
+            raise Unauthorized("Your session has ended. Sign in again.")
+    principal = Principal(
+        realm=caller.realm,
+        type=caller.principal_type,
+        id=caller.principal_id,
+        display_name=caller.display_name,
+        email=caller.email,
+        audience=caller.audience,
+        via=caller.via,
     )
+    principal.caller = caller
+    if caller.via == "session":
+        principal.session_id = caller.credential_id
+        principal.csrf = csrf_for_session(ctx.settings.secret_key, caller.credential_id)
+    return principal
+
+
+async def _authority(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> Authority:
+    """The caller's authority: kept by the process while its epochs stand, read otherwise."""
+    assert principal.caller is not None
+    conn = await request_db(connection).driver()
+    return await context_of(connection.app).authorities.authority(conn, principal.caller)
 
 
 async def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> None:
@@ -188,11 +186,9 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
     permission = opt.get("permission")
     if not permission and principal.audience == "admin" and _is_page_read(connection):
         # A page shows only the navigation and controls its caller may use: it needs the authority.
-        session = await request_db(connection).session()
-        principal.authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
+        principal.authority = await _authority(connection, principal)
     if permission:
-        session = await request_db(connection).session()
-        authority = await load_authority(session, principal.realm.id, principal.type, principal.id)
+        authority = await _authority(connection, principal)
         principal.authority = authority
         organization_id = connection.path_params.get(opt["org_param"]) if opt.get("org_param") else None
         if not authority.holds(permission, organization_id):
@@ -206,7 +202,10 @@ def principal_of(request: Request[Any, Any, Any]) -> Principal:
     return principal
 
 
-async def provide_principal(request: Request[Any, Any, Any]) -> Principal:
+async def provide_principal(request: Request[Any, Any, Any], db_session: DbSession) -> Principal:
+    """The guard's principal. It names ``db_session`` (unused) only to be resolved after it: two
+    dependencies of one level are resolved in a task group, which cost a request more than both."""
+    del db_session
     return principal_of(request)
 
 

@@ -2,14 +2,15 @@
 
 One request, one database session: the guard (who is calling, what may they do) and the handler
 share the request's session, opened on first use, so a request takes one pooled connection and
-runs in one transaction — ``BEGIN``, the queries, ``COMMIT``. See "One session per request" in
+runs in one transaction — ``BEGIN``, the queries, ``COMMIT``. The guard's statements go to the
+session's asyncpg connection directly, before ``BEGIN``. See "One session per request" in
 docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +19,12 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.types import ASGIApp, Receive, Scope, Send
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from engine.directory.credentials import AuthorityCache
 from engine.platform.config import Settings
 from engine.platform.database import asyncpg_url
+from engine.platform.db import HOT_DRIVER, driver_connection
 
 REQUEST_DB = "request_db"
 
@@ -37,6 +40,10 @@ class AppContext:
     head_revision: str | None
     # Sessions without transaction control, for routes that only read (``opt={"reads_only": True}``).
     read_sessions: async_sessionmaker[AsyncSession] | None = None
+    # Their engine (the same pool, in autocommit): a read-only request's connection.
+    read_engine: AsyncEngine | None = None
+    # Callers' authority, kept while their authorization epochs stand (engine/directory/credentials.py).
+    authorities: AuthorityCache = field(default_factory=AuthorityCache)
 
 
 def context_of(app_or_state: Litestar | State) -> AppContext:
@@ -67,61 +74,76 @@ def make_web_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     )
 
 
-Replay = Callable[[AsyncSession], Awaitable[None]]
-
-
 @dataclass
 class RequestDb:
-    """The request's one session, opened (with its transaction) when first asked for.
+    """The request's one connection and session, opened when first asked for.
 
-    ``keep_on_rollback`` registers bookkeeping that must survive a failed request — the
-    authentication's "last used" marks — and is replayed in a short transaction of its own only
-    when the request's transaction is rolled back.
+    A route that writes gets a session of ``sessions`` and its transaction (``BEGIN`` before the
+    handler's first statement, ``COMMIT`` when it returns).
 
-    A route that only reads (``reads_only``) gets a session in autocommit instead: its reads run
+    A route that only reads (``reads_only``) gets a connection in autocommit instead: its reads run
     at READ COMMITTED, where every statement takes its own snapshot inside a transaction too, so
-    ``BEGIN`` and ``COMMIT`` would buy nothing but two round trips. The only write on such a
-    route, authentication's single-statement "last used" mark, commits by itself.
+    ``BEGIN`` and ``COMMIT`` would buy nothing but two round trips. Its session (made only when the
+    handler asks for one) is bound to that connection for its whole life, and carries the
+    connection's asyncpg driver for the statements sent without the ORM
+    (:func:`engine.platform.db.fetch_hot`): a request that sends only those never builds the
+    ORM's transaction machinery.
+
+    ``driver()`` is the asyncpg connection under it all, for the guard's statements. Sent before
+    the session's first statement, they run on their own, outside the transaction — so the
+    authentication's "last used" mark is kept whatever becomes of the request's transaction.
     """
 
     sessions: async_sessionmaker[AsyncSession]
-    read_sessions: async_sessionmaker[AsyncSession] | None = None
+    read_engine: AsyncEngine | None = None
     reads_only: bool = False
     _session: AsyncSession | None = None
-    _replays: list[Replay] = field(default_factory=list)
+    _connection: AsyncConnection | None = None
+    _driver: Any = None
+
+    @property
+    def _reading(self) -> bool:
+        return self.reads_only and self.read_engine is not None
 
     async def session(self) -> AsyncSession:
         if self._session is None:
-            maker = self.read_sessions if self.reads_only and self.read_sessions is not None else self.sessions
-            session = maker()
-            await session.begin()
+            if self._reading:
+                await self.driver()
+                session = AsyncSession(bind=self._connection, expire_on_commit=False)
+                session.info[HOT_DRIVER] = self._driver
+            else:
+                session = self.sessions()
+                await session.begin()
             self._session = session
         return self._session
 
-    def keep_on_rollback(self, replay: Replay) -> None:
-        if not self.reads_only:
-            self._replays.append(replay)
+    async def driver(self) -> Any:
+        """The asyncpg connection under the request's session (the same connection, never a second)."""
+        if self._driver is None:
+            if self._reading:
+                assert self.read_engine is not None
+                self._connection = await self.read_engine.connect()
+                self._driver = (await self._connection.get_raw_connection()).driver_connection
+            else:
+                self._driver = await driver_connection(await self.session())
+        return self._driver
 
     async def finish(self, *, commit: bool) -> None:
         """Commit (or roll back) and give the connection back; does nothing once finished."""
-        session, self._session = self._session, None
-        if session is None:
-            return
+        session, self._session, self._driver = self._session, None, None
+        connection, self._connection = self._connection, None
         try:
-            if commit:
-                await session.commit()
-            else:
-                await session.rollback()
-        except BaseException:
-            commit = False
-            raise
+            if session is not None:
+                try:
+                    if commit and connection is None:
+                        await session.commit()
+                    elif connection is None:
+                        await session.rollback()
+                finally:
+                    await session.close()
         finally:
-            await session.close()
-            replays, self._replays = self._replays, []
-            if not commit and replays:
-                async with self.sessions() as again, again.begin():
-                    for replay in replays:
-                        await replay(again)
+            if connection is not None:
+                await connection.close()
 
 
 def request_db(connection: ASGIConnection[Any, Any, Any, Any]) -> RequestDb:
@@ -130,7 +152,7 @@ def request_db(connection: ASGIConnection[Any, Any, Any, Any]) -> RequestDb:
     found = state.get(REQUEST_DB)
     if found is None:
         ctx = context_of(connection.app)
-        found = RequestDb(ctx.sessions, ctx.read_sessions)
+        found = RequestDb(ctx.sessions, ctx.read_engine)
         state[REQUEST_DB] = found
     return found  # type: ignore[no-any-return]
 
@@ -140,8 +162,7 @@ def request_db_middleware(app: ASGIApp) -> ASGIApp:
 
     The handler's dependency commits before the response is sent; what is left here is a session
     the guard opened for a request that never reached a handler using it (a refused credential,
-    a missing permission, a handler without ``db_session``): it holds only authentication's
-    bookkeeping, which is committed, or rolled back when the request failed.
+    a missing permission, a handler without ``db_session``): it holds nothing to keep.
     """
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:

@@ -5,9 +5,11 @@ Two sources, because SQLAlchemy's asyncpg adapter sends two kinds of traffic:
 - every SQL statement SQLAlchemy executes (queries, DML, savepoints) passes its
   ``before_cursor_execute`` event;
 - transaction control that the adapter sends straight through asyncpg (``BEGIN``, ``COMMIT``,
-  ``ROLLBACK``: ``Connection.execute``) and the pool's pre-ping (``;``: ``Connection.fetchrow``)
-  never reach that event, so the engine's new connections are made of a subclass of asyncpg's
-  connection that notes control statements as they are sent.
+  ``ROLLBACK``: ``Connection.execute``), the pool's pre-ping (``;``: ``Connection.fetchrow``) and
+  the hot statements the product sends to asyncpg itself (the guard's credential check, a
+  definition's references: ``fetch``, ``fetchrow``, ``execute``) never reach that event, so the
+  engine's new connections are made of a subclass of asyncpg's connection that notes them as
+  they are sent.
 """
 
 from __future__ import annotations
@@ -65,21 +67,29 @@ _ACTIVE: list[StatementLog] = []
 
 
 class NotingConnection(asyncpg.Connection):  # type: ignore[misc]
-    """asyncpg's connection, noting the control statements it sends into the active logs."""
+    """asyncpg's connection, noting the statements sent through its own methods into the active logs
+    (SQLAlchemy's statements go through prepared statements, and its event, instead)."""
 
     async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
         _note(query)
         return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
 
+    async def fetch(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        _note(query)
+        return await super().fetch(query, *args, **kwargs)
+
     async def fetchrow(self, query: str, *args: Any, **kwargs: Any) -> Any:
         _note(query)
         return await super().fetchrow(query, *args, **kwargs)
 
+    async def fetchval(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        _note(query)
+        return await super().fetchval(query, *args, **kwargs)
+
 
 def _note(query: str) -> None:
-    if is_control(query):
-        for log in _ACTIVE:
-            log.control.append(query)
+    for log in _ACTIVE:
+        (log.control if is_control(query) else log.queries).append(query)
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from engine.directory.authz import Authority, load_authority
 from engine.directory.identity import now
 from engine.directory.models import Group, Role, User
 from engine.directory.policy import publish_approval_required
+from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.names import hidden_character_issues, normalize
@@ -39,6 +40,8 @@ from engine.platform.pagination import Page, keyset_page
 from engine.workflows.definitions.canonical import canonical_json, definition_hash
 from engine.workflows.definitions.diff import line_diff, structured_diff
 from engine.workflows.definitions.validation import (
+    MAX_DEFINITION_BYTES,
+    References,
     Requirement,
     StaticReferences,
     collect_references,
@@ -116,6 +119,29 @@ def description_issues(path: str, description: str | None) -> list[Issue]:
     return []
 
 
+def holds_nul(value: Any) -> bool:
+    """Is there a NUL character anywhere in the value (text or member name)? A walk without paths;
+    a value too large to be a definition (or cyclic) answers True, for :func:`nul_issues` to decide."""
+    stack = [value]
+    nodes = 0
+    while stack:
+        nodes += 1
+        if nodes > 2 * MAX_DEFINITION_BYTES:
+            return True
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            for key, member in item.items():
+                if "\x00" in str(key):
+                    return True
+                stack.append(member)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def nul_issues(value: Any, path: str = "", found: list[Issue] | None = None) -> list[Issue]:
     """NUL characters anywhere in a definition (PostgreSQL cannot store them); at most 20 reported."""
     found = [] if found is None else found
@@ -155,8 +181,9 @@ def prefixed(issues: Sequence[Issue], prefix: str) -> list[Issue]:
 
 
 # Every id a definition names, checked in the realm in one statement: one branch per kind, each
-# on its table's primary key (an empty list makes its branch return nothing at once).
-_REFERENCES_SQL = text(
+# on its table's primary key (an empty list makes its branch return nothing at once). Sent to
+# asyncpg directly when the request only reads (``fetch_hot``): validation is typed live.
+_REFERENCES_SQL = positional(
     """
     SELECT 'role', id, boundary FROM roles
      WHERE realm_id = :realm AND id = ANY(CAST(:roles AS varchar[]))
@@ -176,9 +203,13 @@ _REFERENCES_SQL = text(
 )
 
 
-async def load_references(session: AsyncSession, realm_id: str, definition: Any) -> StaticReferences:
-    """The realm's answers for every id the definition names, in one query (none when it names none)."""
-    refs = collect_references(definition)
+async def load_references(
+    session: AsyncSession, realm_id: str, definition: Any, refs: References | None = None
+) -> StaticReferences:
+    """The realm's answers for every id the definition names, in one query (none when it names none).
+
+    ``refs``: the definition's references when the caller collected them already."""
+    refs = collect_references(definition) if refs is None else refs
     found: dict[str, dict[str, str | None]] = {
         "role": {},
         "group": {},
@@ -187,7 +218,8 @@ async def load_references(session: AsyncSession, realm_id: str, definition: Any)
         "webhook": {},
     }
     if refs.roles or refs.groups or refs.approvers or refs.organizations or refs.webhooks:
-        rows = await session.execute(
+        rows = await fetch_hot(
+            session,
             _REFERENCES_SQL,
             {
                 "realm": realm_id,
@@ -215,19 +247,20 @@ async def validate_for_realm(session: AsyncSession, realm_id: str, definition: A
     A definition naming more ids than any valid one could (20 steps) is checked without its
     references first, so junk never turns into large lookups.
     """
-    try:
-        nul = nul_issues(definition)
-    except RecursionError:
-        nul = []  # validation reports the nesting itself
-    if nul:
-        return nul
+    if holds_nul(definition):
+        try:
+            nul = nul_issues(definition)
+        except RecursionError:
+            nul = []  # validation reports the nesting itself
+        if nul:
+            return nul
     refs = collect_references(definition)
     named = len(refs.roles) + len(refs.groups) + len(refs.approvers) + len(refs.organizations) + len(refs.webhooks)
     if named > MAX_NAMED_REFERENCES:
         issues = validate_definition(definition)
         if issues:
             return issues
-    references = await load_references(session, realm_id, definition)
+    references = await load_references(session, realm_id, definition, refs)
     return validate_definition(definition, references=references)
 
 
