@@ -407,3 +407,45 @@ def test_whole_floats_are_left_to_the_reporting_validator() -> None:
     }
     assert not validation._plainly_valid(definition)
     assert [i.path for i in validate_definition(definition)] == ["/retry/max_attempts"]
+
+
+# ---------------------------------------------------------------------------- the walks without paths
+
+deep_values = st.recursive(
+    json_scalars | st.sampled_from(["a\x00b", "\ud800", 2**70, -(2**63) - 1, 2**63 - 1]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.one_of(st.text(max_size=4), st.sampled_from(["\x00", "k\ud800"])), children, max_size=3)
+    ),
+    max_leaves=60,
+)
+
+
+@SETTINGS
+@given(st.one_of(json_values, python_values, deep_values, mutated(), definitions))
+def test_the_plain_json_walk_never_passes_what_the_walk_by_path_reports(raw: Any) -> None:
+    from engine.workflows.definitions import validation
+
+    if validation._plainly_json(raw):
+        assert validation._json_issues_by_path(raw) == []
+
+
+def test_the_plain_json_walk_passes_a_plain_definition_and_stops_at_each_doubt() -> None:
+    from engine.workflows.definitions import validation
+
+    plain = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "é", "type": "end", "n": 2.5}]}
+    assert validation._plainly_json(plain)
+    nested: Any = "leaf"
+    for _ in range(40):
+        nested = [nested]
+    for doubtful in ({1: "x"}, {"x": 2**64}, {"x": math.inf}, {"x": "\ud800"}, {"x": b"y"}, nested):
+        assert not validation._plainly_json(doubtful)
+        assert validation._json_issues_by_path(doubtful)
+
+
+@SETTINGS
+@given(st.one_of(json_values, python_values, deep_values, mutated()))
+def test_the_nul_walk_agrees_with_the_nul_issues(raw: Any) -> None:
+    from engine.workflows.service import holds_nul, nul_issues
+
+    assert holds_nul(raw) == bool(nul_issues(raw))

@@ -400,12 +400,48 @@ def _too_large(size: int | None) -> Issue:
     return Issue("", "too_large", f"The definition is {size:,} bytes as canonical JSON; {limit}.")
 
 
+def _plainly_json(raw: Any) -> bool:
+    """True when :func:`_json_issues` certainly finds nothing: the same walk without the paths (a
+    few times cheaper), giving up at the first doubt — anything but the plain JSON types included."""
+    stack: list[tuple[Any, int]] = [(raw, 0)]
+    nodes = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_DEFINITION_BYTES or depth > MAX_DEPTH:
+            return False
+        kind = type(value)
+        if kind is str:
+            if not value.isascii() and not _encodable(value):
+                return False
+        elif kind is dict:
+            for key, item in value.items():
+                if type(key) is not str or (not key.isascii() and not _encodable(key)):
+                    return False
+                stack.append((item, depth + 1))
+        elif kind is list:
+            stack.extend((item, depth + 1) for item in value)
+        elif kind is int:
+            if value.bit_length() > 63:
+                return False
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+        elif value is not None and kind is not bool:
+            return False
+    return True
+
+
 def _json_issues(raw: Any) -> list[Issue]:
     """Values JSON cannot carry and nesting too deep, found without recursion.
 
     Every node takes at least one byte of canonical JSON, so a value with more nodes than the
     byte limit is too large whatever it holds.
     """
+    return [] if _plainly_json(raw) else _json_issues_by_path(raw)
+
+
+def _json_issues_by_path(raw: Any) -> list[Issue]:
     issues: list[Issue] = []
     stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
     nodes = 0
