@@ -2,9 +2,11 @@
 
 A workflow's diagnostics summarize its **last 500 runs** and the **last 1,000 attempts** of those
 runs — never their inputs, results, error messages or subjects: states, step ids, error
-categories, times and run ids only. Two statements whatever the size of the tables: the newest
-500 runs through ``ix_workflow_runs_workflow_id_id`` (with their resolutions), then their newest
-1,000 attempts through the attempts' ``run_id`` index. Everything else is computed here.
+categories, times and run ids only. Three statements whatever the size of the tables, sent to
+asyncpg directly when the request only reads: the workflow with its pending approvals, the
+newest 500 runs (with their resolutions), then their newest 1,000 attempts through
+``ix_step_attempts_run_id_started_at`` — the index alone finds the 1,000th newest start, so only
+the attempts from then on are read from the table. Everything else is computed here.
 
 Health (checked in this order):
 
@@ -22,18 +24,18 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.endpoints.deliveries import count_failing_deliveries
+from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
 from engine.runs.approvals import count_pending_approvals
 from engine.runs.models import RunResolution, WorkflowRun
-from engine.workflows.models import Workflow
 
 RUN_WINDOW = 500
 ATTEMPT_WINDOW = 1000
@@ -91,8 +93,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank - 1]
 
 
-@dataclass(frozen=True)
-class RunRow:
+class RunRow(NamedTuple):  # a tuple: 500 of them are made per request
     id: str
     state: str
     created_at: datetime
@@ -108,8 +109,7 @@ class RunRow:
         return max(0.0, (self.finished_at - self.created_at).total_seconds() * 1000)
 
 
-@dataclass(frozen=True)
-class AttemptRow:
+class AttemptRow(NamedTuple):  # a tuple: 1,000 of them are made per request
     id: str
     run_id: str
     step_id: str
@@ -234,7 +234,19 @@ def attempt_view(a: AttemptRow) -> dict[str, Any]:
     }
 
 
-_RUNS_SQL = text(
+# The workflow of the realm, with its approvals waiting for a decision (the rule of
+# ``approvals.count_pending_approvals``: status pending, by realm and workflow).
+_WORKFLOW_SQL = positional(
+    """
+    SELECT w.id, w.name,
+           (SELECT count(*) FROM workflow_approvals a
+             WHERE a.realm_id = :r AND a.workflow_id = w.id AND a.status = 'pending') AS pending
+      FROM workflows w
+     WHERE w.id = :w AND w.realm_id = :r
+    """
+)
+
+_RUNS_SQL = positional(
     """
     SELECT r.id, r.state, r.created_at, r.finished_at, r.due_at, r.error_category,
            (res.run_id IS NOT NULL) AS resolved
@@ -246,12 +258,22 @@ _RUNS_SQL = text(
     """
 )
 
-_ATTEMPTS_SQL = text(
+# The newest :attempts attempts of the window's runs. With 20 steps a run, 500 runs hold 10,000
+# attempts: ``since`` finds the start of the :attempts-th newest in the (run_id, started_at) index
+# alone (an index-only scan and a top-N sort), so only the attempts from then on are read.
+_ATTEMPTS_SQL = positional(
     """
+    WITH since AS (
+      SELECT s.started_at FROM step_attempts s
+       WHERE s.run_id = ANY(CAST(:ids AS text[]))
+       ORDER BY s.started_at DESC
+       LIMIT 1 OFFSET CAST(:attempts AS int) - 1
+    )
     SELECT a.id, a.run_id, a.step_id, a.step_index, a.step_type, a.number, a.state, a.error_category,
            a.started_at, a.finished_at
       FROM step_attempts a
-     WHERE a.run_id = ANY(:ids) AND a.realm_id = :r
+     WHERE a.run_id = ANY(CAST(:ids AS text[])) AND a.realm_id = :r
+       AND a.started_at >= coalesce((SELECT started_at FROM since), '-infinity')
      ORDER BY a.started_at DESC, a.id DESC
      LIMIT :attempts
     """
@@ -270,39 +292,46 @@ async def failing_deliveries(session: AsyncSession, realm_id: str | None = None)
 
 async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id: str) -> Diagnostics:
     """The diagnostics of one workflow of the realm (404 for another realm's or an unknown id)."""
-    workflow = await session.get(Workflow, workflow_id)
-    if workflow is None or workflow.realm_id != realm_id:
+    found = await fetch_hot(session, _WORKFLOW_SQL, {"w": workflow_id, "r": realm_id})
+    if not found:
         raise NotFound("No such workflow.")
-    run_rows = (await session.execute(_RUNS_SQL, {"w": workflow_id, "r": realm_id, "runs": RUN_WINDOW})).all()
+    _id, name, pending = found[0]
+    run_rows = await fetch_hot(session, _RUNS_SQL, {"w": workflow_id, "r": realm_id, "runs": RUN_WINDOW})
     runs = [RunRow(*row) for row in run_rows]
     attempts: list[AttemptRow] = []
     if runs:
-        rows = await session.execute(
-            _ATTEMPTS_SQL, {"ids": [r.id for r in runs], "r": realm_id, "attempts": ATTEMPT_WINDOW}
+        rows = await fetch_hot(
+            session, _ATTEMPTS_SQL, {"ids": [r.id for r in runs], "r": realm_id, "attempts": ATTEMPT_WINDOW}
         )
         attempts = [AttemptRow(*row) for row in rows]
     return Diagnostics(
-        workflow_id=workflow.id,
-        workflow_name=workflow.name,
+        workflow_id=workflow_id,
+        workflow_name=name,
         generated_at=datetime.now(UTC),
         runs=runs,
         attempts=attempts,
-        pending_approvals=await pending_approvals(session, realm_id, workflow_id),
+        pending_approvals=int(pending),
     )
 
 
 # --- Health of many workflows at once (the workflows list, the realm home) ------------------------
 
-# Per workflow, the same windows as its diagnostics, counted instead of returned.
+# Per workflow, the same windows as its diagnostics (``since`` as in ``_ATTEMPTS_SQL``), counted
+# instead of returned.
 _HEALTH_LATERAL = """
       CROSS JOIN LATERAL (
         WITH runs AS (
           SELECT r.id, r.state FROM workflow_runs r
            WHERE r.workflow_id = w.id AND r.realm_id = :r
            ORDER BY r.id DESC LIMIT :runs
+        ), since AS (
+          SELECT s.started_at FROM step_attempts s
+           WHERE s.run_id IN (SELECT id FROM runs)
+           ORDER BY s.started_at DESC LIMIT 1 OFFSET CAST(:attempts AS int) - 1
         ), attempts AS (
           SELECT a.state FROM step_attempts a
            WHERE a.run_id IN (SELECT id FROM runs) AND a.realm_id = :r
+             AND a.started_at >= coalesce((SELECT started_at FROM since), '-infinity')
            ORDER BY a.started_at DESC, a.id DESC LIMIT :attempts
         )
         SELECT (SELECT count(*) FROM attempts) AS attempts,

@@ -97,6 +97,8 @@ class StepAttempt(SQLModel, table=True):
         Index(
             "uq_step_attempts_succeeded", "run_id", "step_id", unique=True, postgresql_where=text("state = 'succeeded'")
         ),
+        # A run's attempts, and the newest attempts of many runs (a workflow's diagnostics, migration 0014).
+        Index("ix_step_attempts_run_id_started_at", "run_id", "started_at"),
         CheckConstraint("state IN ('started', 'succeeded', 'failed')", name="state"),
         CheckConstraint(
             "compensation_strategy IN ('none', 'undo', 'notify_endpoint', 'impossible')", name="compensation_strategy"
@@ -109,7 +111,7 @@ class StepAttempt(SQLModel, table=True):
     )
 
     id: str = Field(primary_key=True, max_length=40)
-    run_id: str = Field(foreign_key="workflow_runs.id", max_length=40, ondelete="CASCADE", index=True)
+    run_id: str = Field(foreign_key="workflow_runs.id", max_length=40, ondelete="CASCADE")
     realm_id: str = Field(max_length=40)
     step_id: str = Field(max_length=40)
     step_index: int

@@ -386,3 +386,61 @@ async def test_the_page_says_what_the_last_retention_cleanup_deleted(client: Cli
     page = (await client.get(url, headers=HTML)).text
     assert "Finished runs are deleted 30 days after they end" in page
     assert "deleted 1 run of every workflow" in page
+
+
+async def test_the_window_holds_the_newest_thousand_attempts_even_of_an_older_run(
+    client: Client, realm: RealmHandle
+) -> None:
+    """60 runs of 20 attempts (1,200): the window is the newest 1,000 by start, whichever run they
+    belong to — here the oldest run retried its first step last, and that attempt comes first."""
+    team = await Team.make(realm, "Big team")
+    user = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                """
+                INSERT INTO workflow_runs (id, realm_id, workflow_id, revision, revision_id, subject_id, state,
+                       step_index, trigger_type, trigger_key, input, input_version, publisher_id, depth,
+                       created_at, updated_at, finished_at)
+                SELECT 'wrn_' || lpad(g::text, 26, '0'), :r, v.workflow_id, v.number, v.id, :u, 'succeeded',
+                       0, 'manual', 'k' || g, '{}', 1, :u, 0, now() - interval '1 day' + g * interval '1 minute',
+                       now(), now() - interval '1 day' + g * interval '1 minute' + interval '30 seconds'
+                  FROM generate_series(1, 60) g, workflow_revisions v WHERE v.workflow_id = :w AND v.number = 1
+                """
+            ),
+            {"r": realm.id, "u": user.id, "w": team.workflow_id},
+        )
+        await session.execute(
+            text(
+                """
+                INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number,
+                       idempotency_key, state, input_version, max_attempts, backoff_ms, compensation_strategy,
+                       compensation_attempts, started_at, finished_at)
+                SELECT 'sat_' || lpad((g * 100 + s)::text, 26, '0'), 'wrn_' || lpad(g::text, 26, '0'), :r,
+                       's' || s, s, 'end', CASE WHEN g = 1 AND s = 0 THEN 2 ELSE 1 END, 'i' || g || '-' || s,
+                       CASE WHEN s % 7 = 0 THEN 'failed' ELSE 'succeeded' END, 'v', 1, 0, 'none', 0,
+                       CASE WHEN g = 1 AND s = 0 THEN now()
+                            ELSE now() - interval '1 day' + g * interval '1 minute' + s * interval '1 second' END,
+                       now()
+                  FROM generate_series(1, 60) g, generate_series(0, 19) s
+                """
+            ),
+            {"r": realm.id},
+        )
+    async with realm.sessions() as session:
+        expected = [
+            row[0]
+            for row in await session.execute(
+                text(
+                    "SELECT a.id FROM step_attempts a JOIN workflow_runs r ON r.id = a.run_id"
+                    " WHERE r.workflow_id = :w ORDER BY a.started_at DESC, a.id DESC LIMIT 1000"
+                ),
+                {"w": team.workflow_id},
+            )
+        ]
+    assert expected[0] == "sat_" + "100".zfill(26)  # the oldest run's retry, started last
+    found = await diagnostics_of(client, realm, team.workflow_id)
+    assert found["window"]["attempts"] == 1000
+    assert [a["id"] for a in found["recent_attempts"]] == expected[:20]
+    failed = sum(1 for a in expected if int(a[-2:]) % 7 == 0)
+    assert found["attempts"]["failed"] == failed
