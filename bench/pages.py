@@ -35,6 +35,8 @@ import argparse
 import asyncio
 import os
 import random
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -258,6 +260,14 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def record(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy on the server from now until interrupted: collapsed stacks, one line per stack."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(["uvx", "py-spy", "record", "-p", str(pid), "-o", str(out), "-f", "raw"])
+    time.sleep(1.0)  # let it attach before the measured requests
+    return process
+
+
 async def measure(
     base: str,
     facts: dict[str, Any],
@@ -267,6 +277,8 @@ async def measure(
     requests: int,
     max_seconds: float,
     server_pid: int,
+    only: list[str] | None = None,
+    profile: Path | None = None,
 ) -> dict[str, list[float]]:
     slug = facts["slug"]
     api_headers = {"Authorization": f"Bearer {facts['token']}"}
@@ -324,11 +336,16 @@ async def measure(
         }
         results: dict[str, list[float]] = {}
         for name, make in reads.items():
+            if only and not any(part.lower() in name.lower() for part in only):
+                continue
             latencies: list[float] = []
+            profiler = None
             cpu_before = 0.0
             deadline = time.perf_counter() + max_seconds
             for i in range(warm + requests):
                 if i == warm:
+                    if profile is not None:
+                        profiler = record(server_pid, profile / (name.replace(" ", "_").replace("/", "") + ".txt"))
                     cpu_before = process_cpu(server_pid)
                 if time.perf_counter() > deadline:
                     break
@@ -341,6 +358,9 @@ async def measure(
                 if i >= warm:
                     latencies.append(elapsed)
             results[name] = latencies
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes what it recorded so far
+                profiler.wait(timeout=60)
             # The web server's own CPU per measured request: what the read costs whatever else the
             # machine is doing (latency on a busy machine is mostly waiting for a core).
             cpu_ms = (process_cpu(server_pid) - cpu_before) / max(1, len(latencies)) * 1000
@@ -444,6 +464,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="measure the kept database, do not seed")
     parser.add_argument("--drop", action="store_true", help="only drop the database")
     parser.add_argument("--plans", type=Path, help="write the plans to this file")
+    parser.add_argument("--only", nargs="+", help="measure only the reads whose names contain one of these words")
+    parser.add_argument("--no-plans", action="store_true", help="skip the plans")
+    parser.add_argument("--profile", type=Path, help="record the server with py-spy, one file per read, here")
     args = parser.parse_args()
     if args.drop:
         drop(args.server, args.database)
@@ -453,6 +476,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="cockpit-bench-pages-"))
     try:
         if args.reuse:
+            upgrade(url)  # a database kept from an older checkout gets this one's migrations
             facts = facts_of(url)
         else:
             began = time.perf_counter()
@@ -476,10 +500,14 @@ def main() -> None:
                 requests=args.requests,
                 max_seconds=args.max_seconds,
                 server_pid=server.pid,
+                only=args.only,
+                profile=args.profile,
             )
         )
         stop(server)
         server = None
+        if args.no_plans:
+            return
         found = asyncio.run(plans(url, facts, targets))
         text = "\n\n".join(f"-- {name}\n{statement}\n{plan}" for name, statement, plan in found)
         if args.plans:
@@ -490,7 +518,7 @@ def main() -> None:
     finally:
         if server is not None:
             stop(server)
-        if not args.keep:
+        if not args.keep and not args.reuse:  # a database measured again is kept again
             drop(args.server, args.database)
             print(f"dropped {args.database}")
 
