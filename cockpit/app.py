@@ -35,19 +35,19 @@ from cockpit.openapi import declare_problem_responses
 from cockpit.pages import formatting
 from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.audit import AuditPages
-from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.auth.sign_in import MfaPages, SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
-from cockpit.pages.organizations import OrganizationsPages
+from cockpit.pages.organizations.detail import OrganizationsPages
 from cockpit.pages.pickers import PickerPages
 from cockpit.pages.roles import RolesPages
-from cockpit.pages.runs import RunsPages
+from cockpit.pages.runs.detail import RunsPages
 from cockpit.pages.service_principals import ServicePrincipalsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
-from cockpit.pages.workflows import WorkflowsPages
+from cockpit.pages.workflows.editor import WorkflowsPages
 from cockpit.problems import problem_handler
 from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware

@@ -18,7 +18,7 @@ from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
-from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targets, user_by_email
+from cockpit.pages.organizations.detail import PICKER_LIMIT, field, form_of, may, targets, user_by_email
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations as orgs
 from engine.directory import principals as directory

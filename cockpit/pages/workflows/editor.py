@@ -33,8 +33,8 @@ from litestar.response import Redirect, Template
 from cockpit import health_cache
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import Named, ids_in, resolve_names
-from cockpit.pages import builder
 from cockpit.pages.common import form_errors, page
+from cockpit.pages.workflows import builder
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
 from engine.directory.identity import now as utc_now
