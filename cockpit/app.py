@@ -33,13 +33,14 @@ from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages import formatting
-from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth.link import SignInLinkPages
 from cockpit.pages.auth.mfa import MfaPages
 from cockpit.pages.auth.sign_in import SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
+from cockpit.pages.notices import NoticesPages
 from cockpit.pages.organizations.detail import OrganizationPages
 from cockpit.pages.organizations.group import GroupPages
 from cockpit.pages.organizations.list import OrganizationListPages
