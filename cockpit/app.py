@@ -129,7 +129,7 @@ def create_app(
             head_revision=head_revision(),
             read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
         )
-        declare_problem_responses(app.openapi_schema)
+        declare_problem_responses(app)
         try:
             yield
         finally:

@@ -18,7 +18,11 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from engine.platform.config import PROJECT_ROOT
 from testing.databases import clone_database, drop_database
@@ -142,7 +146,12 @@ def test_no_operation_answers_5xx_or_off_contract(served: Served) -> None:
             case.call_and_validate(
                 base_url=served.base,
                 headers=served.headers,
-                checks=[not_a_server_error, status_code_conformance, content_type_conformance],
+                checks=[
+                    not_a_server_error,
+                    status_code_conformance,
+                    content_type_conformance,
+                    response_schema_conformance,
+                ],
             )
 
         try:
