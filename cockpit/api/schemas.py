@@ -19,8 +19,8 @@ from msgspec import UNSET, UnsetType
 T = TypeVar("T")
 
 
-class Shape(msgspec.Struct, kw_only=True):
-    """Base of every answer struct."""
+class Shape(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every answer struct: a view member the struct does not declare is an error, never dropped."""
 
 
 def typed(shape: type[T], view: Any) -> T:
@@ -621,6 +621,9 @@ class PendingRoleAssignment(Shape):
 
 
 class BulkResult(Shape):
+    """``done`` (with ``new_run_id`` for a re-run), or ``refused`` with the problem's ``code``,
+    ``status_code`` and ``detail``."""
+
     run_id: str
     status: str
     new_run_id: str | UnsetType = UNSET
