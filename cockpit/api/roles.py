@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.openapi.datastructures import ResponseSpec
