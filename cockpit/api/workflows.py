@@ -323,7 +323,7 @@ class ContractsController(Controller):
     path = "/api/v1/contracts/workflows"
     tags = ["contracts"]
 
-    @get("/{name:str}", operation_id="getWorkflowContract", opt={"public": True})
+    @get("/{name:str}", operation_id="getWorkflowContract", opt={"public": True}, media_type="application/schema+json")
     async def get(self, name: FromPath[str]) -> Response[dict[str, Any]]:
         """The JSON Schemas of the definition (``definition.v1.json``) and of a step call (``step-call.v1.json``)."""
         if name not in CONTRACT_NAMES:

@@ -292,3 +292,11 @@ async def test_typed_answers_are_the_views_byte_for_byte(
     assert expected <= shapes, expected - shapes
     for view, typed in conversions:
         assert msgspec.json.encode(typed) == msgspec.json.encode(view), type(typed).__name__
+
+
+async def test_the_reference_page_names_each_answer_and_links_its_shape(client: Client) -> None:
+    page = (await client.get("/schema")).text
+    for shape in ("RunTimeline", "WorkflowRunPage", "RevisionDiff", "Problem", "ProblemIssue"):
+        assert f'id="schema-{shape}"' in page, shape
+    contract = (await client.get("/schema/openapi.json")).json()["paths"]["/api/v1/contracts/workflows/{name}"]
+    assert list(contract["get"]["responses"]["200"]["content"]) == ["application/schema+json"]
