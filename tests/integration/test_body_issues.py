@@ -129,3 +129,8 @@ async def test_the_bulk_runs_filter_reports_every_issue_and_changes_nothing(clie
         ("/filter/state", "wrong_type"),
         ("/filter/created_after", "invalid"),
     }
+
+
+async def test_a_query_parameter_of_the_wrong_type_is_named_by_its_name(client: Client, realm: RealmHandle) -> None:
+    response = await client.get(realm.api + "/users?limit=ten&guest=maybe", headers=realm.headers)
+    assert issues_of(response) == {("query:limit", "invalid"), ("query:guest", "invalid")}
