@@ -151,7 +151,7 @@ def create_app(
             read_sessions=make_sessionmaker(read_engine),
             read_engine=read_engine,
         )
-        declare_problem_responses(app.openapi_schema)
+        declare_problem_responses(app)
         try:
             yield
         finally:
