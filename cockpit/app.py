@@ -36,6 +36,7 @@ from cockpit.pages import formatting
 from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
 from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.badges import badge_tone
 from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.organizations import OrganizationsPages
@@ -139,6 +140,7 @@ def create_app(
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
         engine.engine.globals["ids_in"] = ids_in
+        engine.engine.globals["badge_tone"] = badge_tone
         engine.engine.filters["relative_time"] = formatting.relative
         engine.engine.filters["exact_time"] = formatting.exact
 
