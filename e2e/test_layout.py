@@ -205,3 +205,75 @@ def test_at_800_px_the_navigation_is_a_menu(live_server: LiveServer, browser: Br
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", when.get_attribute("title") or "")
     finally:
         context.close()
+
+
+# The top bar's boxes: its children, the bar's links (and the "More" summary) and their rows.
+NAV_BOXES = """() => {
+  const box = (el) => {
+    const r = el.getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, height: r.height};
+  };
+  const bar = document.querySelector('header.topbar');
+  const nav = bar.querySelector('nav.realm-nav');
+  const items = [...nav.querySelectorAll(':scope > a, :scope > details > summary')];
+  return {
+    bar: box(bar), nav: box(nav), brand: box(bar.querySelector('.brand')), who: box(bar.querySelector('.who')),
+    items: items.map((el) => ({text: el.textContent.trim(), ...box(el)})),
+    navScroll: nav.scrollWidth, navClient: nav.clientWidth,
+    links: nav.querySelectorAll('a').length, menuLinks: bar.querySelectorAll('details.nav-menu a').length,
+  };
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_the_navigation_is_one_row_with_every_link(live_server: LiveServer, browser: Browser, width: int) -> None:
+    in_database(live_server, seed_demo)
+    link = sign_in_url(live_server, DEMO_SLUG, DEMO_ADMIN_EMAIL)
+    context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        sign_in_with_link(page, link, DEMO_SLUG)
+        boxes = page.evaluate(NAV_BOXES)
+        items = boxes["items"]
+        assert len(items) >= 8, items
+        tallest = max(i["height"] for i in items)
+        # One row: every link on the same line, the bar no taller than its tallest child.
+        assert max(i["top"] for i in items) - min(i["top"] for i in items) <= 2, items
+        assert boxes["nav"]["height"] <= tallest * 1.5, (boxes["nav"], tallest)
+        parts = [boxes["brand"], boxes["nav"], boxes["who"]]
+        assert boxes["bar"]["height"] <= max(p["height"] for p in parts) + 30, boxes
+        for part in parts:  # brand, links and who share the row
+            assert part["top"] < boxes["nav"]["bottom"] and part["bottom"] > boxes["nav"]["top"], boxes
+        # Nothing cut or covered: the links fit their nav, which ends before who is signed in.
+        assert boxes["navScroll"] <= boxes["navClient"] + 1, boxes
+        assert max(i["right"] for i in items) <= boxes["who"]["left"], boxes
+        assert boxes["brand"]["right"] <= min(i["left"] for i in items), boxes
+        # Every link the narrow menu has is on the bar or in its "More" menu.
+        assert boxes["links"] == boxes["menuLinks"], boxes
+        main = page.get_by_role("navigation", name="Main")
+        for name in ("Home", "Workflows", "Runs", "Users", "Audit log"):
+            expect(main.get_by_role("link", name=name, exact=True)).to_be_visible()
+
+        # "More" works from the keyboard: focus, Enter opens it, Tab reaches its links, Enter follows.
+        more = page.get_by_test_id("nav-more")
+        # (Service principals: the longest label, which the summary then shows.)
+        chosen = more.get_by_role("link", name="Service principals", exact=True)
+        expect(chosen).to_be_hidden()
+        more.locator("summary").focus()
+        page.keyboard.press("Enter")
+        expect(chosen).to_be_visible()
+        page.keyboard.press("Escape")
+        expect(chosen).to_be_hidden()
+        expect(more.locator("summary")).to_be_focused()
+        page.keyboard.press("Enter")
+        chosen.focus()
+        page.keyboard.press("Enter")
+        expect(page).to_have_url(re.compile(r"/service-principals$"))
+        expect(page.get_by_role("heading", level=1)).to_contain_text("Service principals")
+        # The page opened from "More" is named on the bar, which is still one row.
+        expect(page.get_by_test_id("nav-more").locator("summary")).to_contain_text("Service principals")
+        boxes = page.evaluate(NAV_BOXES)
+        assert max(i["top"] for i in boxes["items"]) - min(i["top"] for i in boxes["items"]) <= 2, boxes
+        assert boxes["navScroll"] <= boxes["navClient"] + 1, boxes
+    finally:
+        context.close()
