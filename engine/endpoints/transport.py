@@ -113,6 +113,10 @@ async def post(
     request_headers = dict(headers)
     request_headers["Host"] = parts.netloc
     request_headers["User-Agent"] = USER_AGENT
+    if parts.scheme == "https":
+        # The pool keys connections by address, not by TLS server name: a kept-alive connection
+        # verified for one name must never carry a call for another name at the same address.
+        request_headers["Connection"] = "close"
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
     try:
         async with asyncio.timeout(timeout_s):

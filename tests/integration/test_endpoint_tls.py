@@ -128,3 +128,32 @@ def test_the_ca_bundle_setting_names_a_file(monkeypatch: pytest.MonkeyPatch, tmp
         load_settings()
     monkeypatch.delenv("COCKPIT_WEBHOOK_CA_BUNDLE")
     assert load_settings().deliveries.ca_bundle is None
+
+
+async def test_a_connection_verified_for_one_name_never_carries_a_call_for_another(
+    receiver: Receiver, ca_bundle: Path | None
+) -> None:
+    """Two names at one address (a shared host): the second call gets its own handshake, so a
+    certificate that does not name it fails even though the first call's connection was good."""
+    resolve = loopback_for(NAME, "shared.test")
+    async with transport.new_client(ca_bundle) as client:
+
+        async def call(name: str) -> CallOutcome:
+            return await transport.post(
+                client,
+                receiver.url_for(name),
+                b"{}",
+                {"Content-Type": "application/json"},
+                timeout_s=30.0,
+                allow_private_network=True,
+                operator_allows_private=True,
+                resolve=resolve,
+            )
+
+        first = await call(NAME)
+        second = await call("shared.test")
+        again = await call(NAME)
+    assert first.succeeded and again.succeeded, (first, again)
+    assert second.category == "network_error" and "shared.test" in second.message, second
+    assert [r.header("Host").split(":")[0] for r in receiver.requests()] == [NAME, NAME]  # type: ignore[union-attr]
+    assert receiver.server_names == [NAME, "shared.test", NAME]
