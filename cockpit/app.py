@@ -38,6 +38,7 @@ from cockpit.pages.audit import AuditPages
 from cockpit.pages.auth.link import SignInLinkPages
 from cockpit.pages.auth.mfa import MfaPages
 from cockpit.pages.auth.sign_in import SignInPages
+from cockpit.pages.badges import badge_tone
 from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
 from cockpit.pages.notices import NoticesPages
@@ -161,6 +162,7 @@ def create_app(
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
         engine.engine.globals["ids_in"] = ids_in
+        engine.engine.globals["badge_tone"] = badge_tone
         engine.engine.filters["relative_time"] = formatting.relative
         engine.engine.filters["exact_time"] = formatting.exact
 

@@ -11,7 +11,7 @@ The plugin owns the browser, the contexts and the pages, and with them its comma
 - every context gets the cockpit under test as its ``base_url`` (the test's own live server, or
   ``--base-url``), a desktop viewport and generous timeouts;
 - ``live_server``: ``cockpit serve`` and ``cockpit worker`` on a fresh database, ready once the
-  worker has beaten (``/readyz`` answers 200).
+  worker has beaten (``/readyz`` answers 200), with any settings of ``live_server_env`` added.
 """
 
 from __future__ import annotations
@@ -45,12 +45,18 @@ class LiveServer:
 
 
 @pytest.fixture
-def live_server(database_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+def live_server_env() -> dict[str, str]:
+    """More ``COCKPIT_*`` settings for the live server (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def live_server(database_url: str, tmp_path: Path, live_server_env: dict[str, str]) -> Iterator[LiveServer]:
     """The web server and a worker on this test's database; yielded once ``/readyz`` says ready
     (database, migrations and a worker heartbeat), so runs started by the test are picked up."""
     port = free_port()
     home = tmp_path / "home"
-    env = cockpit_env(database_url, home)
+    env = cockpit_env(database_url, home, **live_server_env)
     log = tmp_path / "server.log"
     processes: list[subprocess.Popen[bytes]] = [
         start(["serve", "--no-migrate", "--port", str(port)], env, log),

@@ -3,12 +3,15 @@
 Each request is checked against the Standard Webhooks signature with every secret the test told
 the receiver about (``secrets``), using the ``standardwebhooks`` package itself, and recorded
 with the secrets that verified it. ``respond`` decides the answer (status, optional delay in
-seconds, optional headers); ``on_request`` runs first (a test may kill a worker there).
+seconds, optional headers); ``on_request`` runs first (a test may kill a worker there). With
+``tls`` (a server-side ``ssl.SSLContext``) it answers https, and records the server name (SNI)
+each client asked for in ``server_names``.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -47,15 +50,17 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
+    tls: ssl.SSLContext | None = None
+    server_names: list[str | None] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        return self.url_for("127.0.0.1")
 
     def url_for(self, host: str) -> str:
         assert self.server is not None
-        return f"http://{host}:{self.server.server_address[1]}/hook"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{host}:{self.server.server_address[1]}/hook"
 
     def requests(self) -> list[Received]:
         with self.lock:
@@ -133,6 +138,15 @@ class Receiver:
 
         self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if self.tls is not None:
+
+            def note_server_name(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+                with receiver.lock:
+                    receiver.server_names.append(name)
+
+            self.tls.sni_callback = note_server_name  # type: ignore[assignment]
+            # The handshake happens on accept; a client that refuses the certificate ends it there.
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -47,12 +47,17 @@ NAV_ITEMS: tuple[tuple[str, str, str, str | None], ...] = (
     ("audit", "Audit log", "/audit", "realm.audit.read"),
 )
 
+# Links a wide window folds into the bar's "More" menu, so the bar stays one row from 1280 px on
+# (below 1280 px every link is in the one "Menu"). The daily pages stay on the bar.
+MORE_ITEMS = frozenset({"notices", "service-principals", "webhooks", "templates", "policy", "tokens", "mfa"})
 
-def nav_items(principal: Principal) -> list[dict[str, str]]:
-    """The navigation links this principal may follow (organizations: in any organization)."""
+
+def nav_items(principal: Principal) -> list[dict[str, Any]]:
+    """The navigation links this principal may follow (organizations: in any organization);
+    ``more`` marks the ones the wide bar shows under its "More" menu."""
     authority = principal.authority
     base = f"/realms/{principal.realm.slug}"
-    items: list[dict[str, str]] = []
+    items: list[dict[str, Any]] = []
     for key, label, path, permission in NAV_ITEMS:
         if permission == ACCOUNT_ONLY:
             if principal.audience == "admin":
@@ -65,7 +70,7 @@ def nav_items(principal: Principal) -> list[dict[str, str]]:
                     continue
             elif not authority.holds(permission):
                 continue
-        items.append({"key": key, "label": label, "href": base + path})
+        items.append({"key": key, "label": label, "href": base + path, "more": key in MORE_ITEMS})
     return items
 
 

@@ -181,7 +181,11 @@ def check_destination(
 
 
 async def check_destination_async(
-    url: str, allow_private_network: bool, operator_allows_private: bool
+    url: str,
+    allow_private_network: bool,
+    operator_allows_private: bool,
+    *,
+    resolve: Resolver = socket.getaddrinfo,
 ) -> EgressDecision:
     """:func:`check_destination` without blocking the event loop (DNS runs in a thread).
 
@@ -193,7 +197,9 @@ async def check_destination_async(
         host = ""
     if host and literal_address(host) is not None:
         return check_destination(url, allow_private_network, operator_allows_private)
-    return await asyncio.to_thread(check_destination, url, allow_private_network, operator_allows_private)
+    return await asyncio.to_thread(
+        check_destination, url, allow_private_network, operator_allows_private, resolve=resolve
+    )
 
 
 def destination_problem(url: str) -> str | None:

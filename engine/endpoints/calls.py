@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from engine.endpoints.signing import signature_header
@@ -28,6 +29,7 @@ class EndpointSettings:
     operator_key: str | None = None  # decrypts subscription secrets; None: every call secret_unavailable
     allow_private_egress: bool = False  # COCKPIT_ALLOW_PRIVATE_EGRESS
     timeout_ms: int = DEFAULT_TIMEOUT_MS  # COCKPIT_WEBHOOK_TIMEOUT_MS, the ceiling of every call
+    ca_bundle: Path | None = None  # COCKPIT_WEBHOOK_CA_BUNDLE: more CAs trusted for https endpoints
 
 
 @dataclass(frozen=True)

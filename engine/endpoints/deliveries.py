@@ -30,6 +30,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -62,6 +63,7 @@ class DeliveryPolicy:
     max_attempts: int = 8
     backoff_ms: int = 10_000
     concurrency: int = 8
+    ca_bundle: Path | None = None  # COCKPIT_WEBHOOK_CA_BUNDLE
 
 
 def retry_delay_ms(backoff_ms: int, failed_tries: int) -> int:
@@ -252,7 +254,7 @@ class DeliveryDispatcher:
             return 0
         async with contextlib.AsyncExitStack() as stack:
             if client is None:
-                client = await stack.enter_async_context(transport.new_client())
+                client = await stack.enter_async_context(transport.new_client(self.policy.ca_bundle))
             await asyncio.gather(*(self.deliver(client, c) for c in claimed))
         return len(claimed)
 
@@ -260,7 +262,7 @@ class DeliveryDispatcher:
         """Keep ``concurrency`` deliveries in flight while there are due heads."""
         in_flight: set[asyncio.Task[None]] = set()
         self._closing = False
-        async with transport.new_client() as client:
+        async with transport.new_client(self.policy.ca_bundle) as client:
             try:
                 while not stop.is_set():
                     free = self.policy.concurrency - len(in_flight)

@@ -4,7 +4,9 @@ The destination's host is resolved and every address it answers with is judged
 (:func:`engine.webhooks.check_destination`); the connection then goes to the address that was
 judged — the URL's host is replaced by it, while the ``Host`` header and the TLS server name
 (SNI, and so the certificate check) keep the original name — so a second DNS answer
-(rebinding) cannot move the call somewhere else. Redirects are never followed, proxies from
+(rebinding) cannot move the call somewhere else. Certificates are checked against the public
+roots (certifi) and, when the operator names one (``COCKPIT_WEBHOOK_CA_BUNDLE``), the CAs of a
+PEM bundle, for endpoints behind a private CA. Redirects are never followed, proxies from
 the environment are ignored, at most 64 KiB of the answer is read and its body is ignored.
 
 Failure classification (seed 000 "Execution and idempotency", "Step call contract"): 2xx is
@@ -17,13 +19,16 @@ permanent; 3xx, 5xx, 408 and 429 (``http_<status>``), ``timeout``, ``network_err
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from engine.directory.webhooks import check_destination_async
+from engine.directory.webhooks import Resolver, check_destination_async
 
 MAX_RESPONSE_BYTES = 64 * 1024
 USER_AGENT = "LifecycleCockpit-Workflows/1"
@@ -55,9 +60,20 @@ def classify_status(status: int) -> tuple[str | None, bool]:
     return f"http_{status}", False
 
 
-def new_client() -> httpx.AsyncClient:
-    """A client for endpoint calls: no redirects, no proxies or .netrc from the environment."""
-    return httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(30.0))
+def tls_context(ca_bundle: str | Path | None = None) -> ssl.SSLContext:
+    """Certificates verified, host names checked: the public roots, plus ``ca_bundle``'s CAs."""
+    context = httpx.create_ssl_context(verify=True, trust_env=False)  # certifi's roots
+    if ca_bundle is not None:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    return context
+
+
+def new_client(ca_bundle: str | Path | None = None) -> httpx.AsyncClient:
+    """A client for endpoint calls: no redirects, no proxies or .netrc from the environment; https
+    endpoints verified against the public roots and ``ca_bundle`` (``COCKPIT_WEBHOOK_CA_BUNDLE``)."""
+    return httpx.AsyncClient(
+        follow_redirects=False, trust_env=False, timeout=httpx.Timeout(30.0), verify=tls_context(ca_bundle)
+    )
 
 
 def pinned_url(url: str, address: str) -> str:
@@ -77,14 +93,18 @@ async def post(
     timeout_s: float,
     allow_private_network: bool,
     operator_allows_private: bool,
+    resolve: Resolver = socket.getaddrinfo,
 ) -> CallOutcome:
-    """POST ``body`` once; never raises for anything the endpoint or the network does."""
+    """POST ``body`` once; never raises for anything the endpoint or the network does.
+
+    ``resolve`` answers like :func:`socket.getaddrinfo` (tests make a name resolve to loopback).
+    """
     started = time.monotonic()
 
     def outcome(status: int | None, category: str | None, permanent: bool, message: str) -> CallOutcome:
         return CallOutcome(status, category, permanent, message[:2000], int((time.monotonic() - started) * 1000))
 
-    decision = await check_destination_async(url, allow_private_network, operator_allows_private)
+    decision = await check_destination_async(url, allow_private_network, operator_allows_private, resolve=resolve)
     if not decision.permitted:
         code = decision.code or "egress_denied"
         return outcome(None, code, code == "invalid_destination", decision.reason or code)
@@ -93,6 +113,10 @@ async def post(
     request_headers = dict(headers)
     request_headers["Host"] = parts.netloc
     request_headers["User-Agent"] = USER_AGENT
+    if parts.scheme == "https":
+        # The pool keys connections by address, not by TLS server name: a kept-alive connection
+        # verified for one name must never carry a call for another name at the same address.
+        request_headers["Connection"] = "close"
     extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
     try:
         async with asyncio.timeout(timeout_s):

@@ -108,6 +108,7 @@ class DeliverySettings:
     max_attempts: int = 8  # tries of one event delivery before it is failed
     backoff_ms: int = 10_000  # first retry wait, doubling per try, capped at 6 hours, 20 % jitter
     concurrency: int = 8  # deliveries in flight per worker process (one per subscription at a time)
+    ca_bundle: Path | None = None  # COCKPIT_WEBHOOK_CA_BUNDLE: more CAs trusted for https endpoints
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,14 @@ def _delivery_settings() -> DeliverySettings:
     concurrency = _int("COCKPIT_DELIVERY_CONCURRENCY", 8)
     if not 1 <= concurrency <= 100:
         raise ConfigError(f"COCKPIT_DELIVERY_CONCURRENCY must be between 1 and 100, got {concurrency}")
+    ca_bundle: Path | None = None
+    raw_bundle = (os.environ.get("COCKPIT_WEBHOOK_CA_BUNDLE") or "").strip()
+    if raw_bundle:
+        ca_bundle = Path(raw_bundle).expanduser().resolve()
+        if not ca_bundle.is_file():
+            raise ConfigError(f"COCKPIT_WEBHOOK_CA_BUNDLE must name a PEM file of CA certificates, got {raw_bundle!r}")
     return DeliverySettings(
+        ca_bundle=ca_bundle,
         timeout_ms=timeout_ms,
         max_attempts=max_attempts,
         backoff_ms=_int("COCKPIT_DELIVERY_BACKOFF_MS", 10_000),

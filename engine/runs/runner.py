@@ -349,7 +349,7 @@ class Runner:
 
     async def _complete_call(self, call: PreparedCall) -> bool:
         """Send the call (no transaction open), then record its outcome under the lease."""
-        async with transport.new_client() as client:
+        async with transport.new_client(self.settings.endpoints.ca_bundle) as client:
             result = await transport.post(
                 client,
                 call.url,

@@ -159,6 +159,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 operator_key=settings.secret_key,
                 allow_private_egress=settings.allow_private_egress,
                 timeout_ms=settings.deliveries.timeout_ms,
+                ca_bundle=settings.deliveries.ca_bundle,
             ),
             mail_configured=settings.mail is not None,
         ),
@@ -172,6 +173,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
             max_attempts=settings.deliveries.max_attempts,
             backoff_ms=settings.deliveries.backoff_ms,
             concurrency=settings.deliveries.concurrency,
+            ca_bundle=settings.deliveries.ca_bundle,
         ),
     )
     metrics.count_tasks(queue.app.tasks.values())  # cockpit_worker_runs_total{task}

@@ -57,3 +57,25 @@
     });
   });
 })();
+
+// The bar's menus ("More", and "Menu" on a narrow window) are <details>: they open and close
+// without script. This only closes an open one on Escape (focus back on its summary) or on a click
+// elsewhere, as a menu is expected to.
+(function () {
+  "use strict";
+  var OPEN = "details.nav-more[open], details.nav-menu[open]";
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    document.querySelectorAll(OPEN).forEach(function (menu) {
+      var inside = menu.contains(document.activeElement);
+      menu.open = false;
+      var summary = menu.querySelector("summary");
+      if (inside && summary) summary.focus();
+    });
+  });
+  document.addEventListener("click", function (event) {
+    document.querySelectorAll(OPEN).forEach(function (menu) {
+      if (!menu.contains(event.target)) menu.open = false;
+    });
+  });
+})();

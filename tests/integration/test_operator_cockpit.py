@@ -44,10 +44,18 @@ async def test_the_navigation_shows_only_pages_the_caller_may_open(client: Clien
     for href in re.findall(r'href="([^"]+)"', menu):
         assert (await client.get(href, headers=HTML)).status_code == 200, href
     assert (await client.get(f"/realms/{realm.slug}/users", headers=HTML)).status_code == 403
+    # The wide bar keeps the daily pages in view and the rest under "More", by permission too.
+    more = home.text.split('data-testid="nav-more"', 1)[1].split("</details>", 1)[0]
+    assert "API tokens" in re.findall(r">([^<]+)</a>", more) and "Webhooks" not in more
+    assert "Audit log" not in more and "Service principals" not in more
 
     await signed_in(client, realm)  # the administrator sees everything
-    admin_links = nav_links((await client.get(f"/realms/{realm.slug}/", headers=HTML)).text)
+    admin_home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    admin_links = nav_links(admin_home)
     assert {"Users", "Roles", "Workflows", "Runs", "Audit log", "Service principals"} <= set(admin_links)
+    more = re.findall(r">([^<]+)</a>", admin_home.split('data-testid="nav-more"', 1)[1].split("</details>", 1)[0])
+    assert set(more) == {"Notices", "Service principals", "Webhooks", "Templates", "Policy", "API tokens"}
+    assert set(admin_links) - set(more) >= {"Home", "Workflows", "Runs", "Users", "Organizations", "Roles", "Audit log"}
 
 
 async def test_the_author_of_a_revision_sees_approve_and_reject_disabled_with_why(

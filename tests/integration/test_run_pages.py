@@ -91,9 +91,13 @@ async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, re
     assert first in page.text and second in page.text
     assert page.text.index(second) < page.text.index(first)  # newest first
     row = page.text.split(f'href="{base}/{first}"', 1)[1].split("</tr>", 1)[0]
-    assert "Onboarding" in row and "grace@example.com" in row and 'class="badge succeeded"' in row
+    assert "Onboarding" in row and "grace@example.com" in row and 'class="badge tone-ok" data-state="succeeded"' in row
     pending = page.text.split(f'href="{base}/{second}"', 1)[1].split("</tr>", 1)[0]
-    assert "Offboarding" in pending and 'class="badge pending"' in pending and "<code>bye</code>" in pending
+    assert (
+        "Offboarding" in pending
+        and 'class="badge tone-progress" data-state="pending"' in pending
+        and "<code>bye</code>" in pending
+    )
     for state in ("awaiting approval", "compensation failed", "cancelled"):
         assert f">{state}</option>" in page.text
 
@@ -175,7 +179,7 @@ async def test_the_timeline_shows_attempts_and_compensation_and_polls_only_until
     before = await client.get(url, headers=HTML)
     assert before.status_code == 200 and "<html" in before.text
     assert POLLING in before.text and f'hx-get="{url}"' in before.text
-    assert 'class="badge pending"' in before.text
+    assert 'class="badge tone-progress" data-state="pending"' in before.text
     assert "up next" in step_block(before.text, "grant")
     assert "not reached" in step_block(before.text, "leave") and "not reached" in step_block(before.text, "done")
     assert f'href="/realms/{realm.slug}/workflows/{wid}/revisions/1"' in before.text
@@ -188,20 +192,23 @@ async def test_the_timeline_shows_attempts_and_compensation_and_polls_only_until
     assert fragment.status_code == 200 and "<html" not in fragment.text
     assert fragment.text.lstrip().startswith('<div id="run-timeline"')
     assert "hx-trigger" not in fragment.text and "hx-get" not in fragment.text.split(">", 1)[0]
-    assert 'class="badge compensated"' in fragment.text and "not_a_member" in fragment.text
+    assert 'class="badge tone-undone" data-state="compensated"' in fragment.text and "not_a_member" in fragment.text
     assert "Cancel run" not in fragment.text
 
     grant = step_block(fragment.text, "grant")
-    assert 'class="badge succeeded"' in grant and f"{run_id}.grant" in grant
+    assert 'class="badge tone-ok" data-state="succeeded"' in grant and f"{run_id}.grant" in grant
     assert re.search(r"r1:[0-9a-f]{16}:i1", grant)
     leave = step_block(fragment.text, "leave")
-    assert 'class="badge failed"' in leave and "The subject is not a member of the organization." in leave
+    assert (
+        'class="badge tone-bad" data-state="failed"' in leave
+        and "The subject is not a member of the organization." in leave
+    )
     assert f"{run_id}.leave" in leave and "<code>not_a_member</code>" in leave
     assert "not reached" in step_block(fragment.text, "done")
 
     compensation = fragment.text.split('id="compensation-title"', 1)[1]
     entry = compensation.split("<tbody>", 1)[1].split("</tr>", 1)[0]
-    assert "<code>grant</code>" in entry and "undo" in entry and 'class="badge done"' in entry
+    assert "<code>grant</code>" in entry and "undo" in entry and 'class="badge tone-ok" data-state="done"' in entry
     assert "<td>1</td>" in entry  # tries
     assert "<time" in entry  # when it was undone
 
@@ -251,13 +258,58 @@ async def test_a_waiting_retry_shows_when_the_next_attempt_is(client: Client, re
         )
     page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     grant = step_block(page.text, "grant")
-    assert 'class="badge retrying"' in grant
+    assert 'class="badge tone-waiting" data-state="retrying"' in grant
     assert "next attempt at" in grant and due.strftime("%Y-%m-%d %H:%M:%S") in grant
-    assert "the directory did not answer" in grant and "1<span" in grant and "/3</span>" in grant
+    assert "the directory did not answer" in grant and re.search(r"1 <span[^>]*>of at most 3</span>", grant)
     assert POLLING in page.text
 
 
 # --- Cancelling -----------------------------------------------------------------------------------
+
+
+async def test_each_attempt_shows_the_retry_policy_its_step_really_has(client: Client, realm: RealmHandle) -> None:
+    """Seed 000: waits and approvals are never retried; every other step (a notice and the end
+    included: an infrastructure error is transient) is retried under the policy in force."""
+    from datetime import UTC, datetime
+
+    from engine.runs.retry import FixedClock
+
+    await signed_in(client, realm)
+    subject = await realm.user("ada@example.com")
+    definition = manual(
+        {"id": "hello", "type": "notify", "notice": "welcome"},
+        {"id": "pause", "type": "wait", "duration": "1m"},
+        {"id": "done", "type": "end"},
+    ) | {"retry": {"max_attempts": 5, "backoff": "1s"}}
+    run_id = await start(realm, await publish(realm, definition, "Policy shown"), subject.id)
+    clock = FixedClock(datetime.now(UTC))
+    runner = Runner(realm.sessions, "worker-test-pages-policy", clock=clock)
+    for _ in range(10):
+        if not await runner.run_pass():
+            clock.advance(minutes=2)
+            if not await runner.run_pass():
+                break
+    assert await run_state(realm, run_id) == "succeeded"
+    async with realm.sessions() as session:
+        recorded = dict(
+            (
+                await session.execute(
+                    text("SELECT step_id, max_attempts FROM step_attempts WHERE run_id = :r"), {"r": run_id}
+                )
+            ).all()
+        )
+    assert recorded == {"hello": 5, "pause": 1, "done": 5}
+    page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
+    assert page.status_code == 200
+
+    def shown(step: str) -> str:
+        cell = step_block(page.text, step).split('data-testid="attempt-number">', 1)[1].split("</td>", 1)[0]
+        return re.sub(r"<[^>]+>", "", cell).strip()
+
+    assert shown("hello") == "1 of at most 5"
+    assert shown("done") == "1 of at most 5"
+    assert shown("pause") == "1 · never retried"
+    assert "/5<" not in page.text and "/1<" not in page.text
 
 
 async def test_cancel_asks_for_a_reason_and_answers_409_when_it_cannot(client: Client, realm: RealmHandle) -> None:
@@ -302,7 +354,7 @@ async def test_cancel_asks_for_a_reason_and_answers_409_when_it_cannot(client: C
     await drain(realm)
     assert await run_state(realm, run_id) == "cancelled"
     finished = await client.get(url, headers=HTML)
-    assert 'class="badge cancelled"' in finished.text and "hx-trigger" not in finished.text
+    assert 'class="badge tone-stopped" data-state="cancelled"' in finished.text and "hx-trigger" not in finished.text
     # A cancellation is shown as such (who, when, why), not as an error.
     assert 'data-testid="cancellation">cancelled' in finished.text and "Last error" not in finished.text
     late = await client.post(f"{url}/cancel", data={"reason": "late", "_csrf": login.csrf}, headers=HTML)
