@@ -440,3 +440,44 @@ async def test_at_most_64_kib_of_an_answer_is_read() -> None:
         thread.join(timeout=30)
     assert outcome.status_code == 200 and outcome.category is None and outcome.succeeded, outcome
     assert sent["bytes"] < 64 * 1024 * 1024  # the caller stopped reading long before the endless body ran out
+
+
+async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_attempt(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """Cancelling ends the wait for the call: the started attempt is closed as interrupted at that
+    moment, only the run's own attempts, and the call's late outcome changes nothing."""
+    from engine.runs import runstore
+    from engine.runs import service as runs
+
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    _, bystander_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, worker.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
+        )
+    assert {c.run_id for c in claimed} == {run_id, bystander_id}
+    calls: list[Any] = []
+    assert await worker._transition(run_id, calls) == (True, False)
+    assert await worker._transition(bystander_id, calls) == (True, False)
+    async with realm.sessions() as session, session.begin():
+        await runs.cancel_run(session, realm.actor, run_id, reason="stop")
+    clock.advance(seconds=2)
+    assert await worker._transition(run_id) == (True, False)  # compensating: the call is over
+    run, attempts = await load(realm, run_id)
+    assert run.state == "compensating"
+    assert [(a.state, a.error_category, a.error_message, a.finished_at) for a in attempts] == [
+        ("failed", "interrupted", "The worker stopped between the endpoint call and its outcome.", clock.now())
+    ]
+    _, others = await load(realm, bystander_id)
+    assert [a.state for a in others] == ["started"]
+    late = next(c for c in calls if c.run_id == run_id)
+    await worker._complete_call(late)  # the answer arrives after all: nothing is recorded
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.result) for a in attempts] == [("failed", None)]
+    assert await worker._transition(run_id) == (True, True)
+    run, _ = await load(realm, run_id)
+    assert run.state == "cancelled"
