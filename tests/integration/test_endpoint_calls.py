@@ -481,3 +481,52 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
     assert await worker._transition(run_id) == (True, True)
     run, _ = await load(realm, run_id)
     assert run.state == "cancelled"
+
+
+async def test_each_reason_not_to_call_is_recorded_with_its_own_message(realm: RealmHandle, receiver: Receiver) -> None:
+    """Checked when the attempt starts, before anything is sent: what the attempt and the run say."""
+
+    async def refused(change: Any, operator_key: str = TEST_SECRET_KEY) -> tuple[str, str | None, str | None]:
+        hook = await subscribe(realm, receiver)
+        _, run_id = await run_one(realm, calling(hook))
+        await change(hook)
+        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        await drain(call_runner(realm, clock=clock, operator_key=operator_key))
+        run, attempts = await load(realm, run_id)
+        [attempt] = attempts
+        assert (run.error_category, run.last_error) == (attempt.error_category, attempt.error_message)
+        return hook, attempt.error_category, attempt.error_message
+
+    async def to(state: str) -> Any:
+        async def change(hook: str) -> None:
+            async with realm.sessions() as session, session.begin():
+                if state == "deleted":
+                    await webhooks.delete_subscription(session, realm.actor, hook)
+                else:
+                    await webhooks.update_subscription(session, realm.actor, hook, state=state)
+
+        return change
+
+    async def nothing(_hook: str) -> None:
+        return None
+
+    hook, *why = await refused(await to("paused"))
+    assert why == ["subscription_paused", f"The webhook subscription {hook} is paused; retried later."]
+    hook, *why = await refused(await to("disabled"))
+    assert why == ["subscription_disabled", f"The webhook subscription {hook} is disabled."]
+    hook, *why = await refused(await to("deleted"))
+    assert why == ["subscription_missing", f"The webhook subscription {hook} is gone."]
+    hook, *why = await refused(nothing, operator_key="")
+    assert why == ["secret_unavailable", "No operator key to read the subscription's secret."]
+    hook, *why = await refused(nothing, operator_key="another-key-0123456789abcdef0123")
+    assert why == ["secret_unavailable", "The subscription's secret cannot be read with the operator key."]
+    assert receiver.requests() == []
+
+
+async def test_the_step_timeout_applies_when_below_the_operators(realm: RealmHandle, receiver: Receiver) -> None:
+    receiver.respond = lambda _r: (200, 2.0)
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook, timeout_ms=300))
+    await drain(call_runner(realm, timeout_ms=30_000))
+    _, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", "timeout")]
