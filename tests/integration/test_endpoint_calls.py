@@ -530,3 +530,35 @@ async def test_the_step_timeout_applies_when_below_the_operators(realm: RealmHan
     await drain(call_runner(realm, timeout_ms=30_000))
     _, attempts = await load(realm, run_id)
     assert [(a.state, a.error_category) for a in attempts] == [("failed", "timeout")]
+
+
+async def test_the_overlap_of_a_rotated_secret_is_judged_at_the_runs_clock_for_both_calls(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """A run advanced two days after a rotation: the call and its compensation carry only the new
+    secret's signature, though the old one still signs by the wall clock."""
+    receiver.respond = lambda r: 400 if r.json["step_id"] == "reject" else 200
+    hook = await subscribe(realm, receiver)
+    async with realm.sessions() as session, session.begin():
+        _, new_secret = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, hook)
+    receiver.secrets.append(new_secret)
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook, "compensate": True},
+            {"id": "reject", "type": "call_webhook", "subscription_id": hook},
+        ],
+    }
+    _, run_id = await run_one(realm, definition)
+    await drain(call_runner(realm, clock=FixedClock(datetime.now(UTC) + timedelta(days=2))))
+    run, _ = await load(realm, run_id)
+    assert run.state == "compensated", (run.state, run.error_category)
+    got = receiver.requests()
+    assert [(r.json["step_id"], r.json["action"]) for r in got] == [
+        ("sync", "execute"),
+        ("reject", "execute"),
+        ("sync", "compensate"),
+    ]
+    # Signed at the run's time (so no receiver accepts the timestamp today): one signature each.
+    assert [len((r.header("Webhook-Signature") or "").split(" ")) for r in got] == [1, 1, 1]
