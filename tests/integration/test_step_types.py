@@ -288,18 +288,37 @@ async def test_remove_role_revokes_the_subjects_assignments_in_the_runs_organiza
 async def test_a_notice_records_its_address_and_whether_it_can_be_taken_back(realm: RealmHandle) -> None:
     subject = await realm.user("subject@example.com")
     step = {"id": "tell", "type": "notify", "notice": "welcome"}
+    clock = FixedClock(datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC))
     for mail, state, compensation in ((False, "not_configured", "not_needed"), (True, "queued", "impossible")):
-        done = await run_steps(realm, subject.id, step, mail=mail)
+        done = await run_steps(realm, subject.id, step, mail=mail, clock=clock)
         assert done.run.state == "succeeded", (done.run.error_category, done.run.last_error)
         (tell,) = done.attempts
         async with realm.sessions() as session:
             notice = (
                 await session.execute(
-                    text("SELECT id, to_address, state FROM workflow_notices WHERE run_id = :r"), {"r": done.run.id}
+                    text(
+                        "SELECT id, realm_id, user_id, workflow_id, approval_id, notice, to_address, state, "
+                        "created_at, next_attempt_at, body FROM workflow_notices WHERE run_id = :r"
+                    ),
+                    {"r": done.run.id},
                 )
             ).one()
-        assert tuple(notice)[1:] == ("subject@example.com", state)
-        assert tell.result == {"notice_id": notice[0], "to": "subject@example.com", "state": state}
+        notice_id, *row, body = notice
+        assert row == [
+            realm.id,
+            subject.id,
+            done.run.workflow_id,
+            None,
+            "welcome",
+            "subject@example.com",
+            state,
+            clock.now(),
+            clock.now() if mail else None,
+        ]
+        # The workflow's own name and the run's time, in the realm's wording.
+        assert "Welcome! Your account is ready to use." in body
+        assert 'sent by the workflow "Steps ' in body and "on 2031-05-04 03:02 UTC." in body
+        assert tell.result == {"notice_id": notice_id, "to": "subject@example.com", "state": state}
         assert (tell.compensation_strategy, tell.compensation_state) == ("impossible", compensation)
 
 
