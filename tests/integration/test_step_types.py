@@ -187,6 +187,17 @@ async def test_remove_membership_without_any_organization_is_refused(realm: Real
     refused(done, "organization_required", "This step needs an organization and the run has none.")
 
 
+async def test_a_notice_to_a_subject_removed_from_the_database_fails_permanently(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+
+    async def removed() -> None:
+        async with realm.sessions() as session, session.begin():
+            await session.execute(text("DELETE FROM users WHERE id = :u"), {"u": subject.id})
+
+    done = await run_steps(realm, subject.id, {"id": "tell", "type": "notify", "notice": "welcome"}, between=removed)
+    refused(done, "subject_missing", "The subject no longer exists.")
+
+
 # --- what a succeeded step records --------------------------------------------------------------
 
 
