@@ -198,6 +198,17 @@ async def test_a_notice_to_a_subject_removed_from_the_database_fails_permanently
     refused(done, "subject_missing", "The subject no longer exists.")
 
 
+async def test_a_notice_to_a_subject_without_an_address_fails_permanently(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+
+    async def blanked() -> None:
+        async with realm.sessions() as session, session.begin():
+            await session.execute(text("UPDATE users SET email = ' ' WHERE id = :u"), {"u": subject.id})
+
+    done = await run_steps(realm, subject.id, {"id": "tell", "type": "notify", "notice": "welcome"}, between=blanked)
+    refused(done, "no_recipients", "The subject has no email address.")
+
+
 # --- what a succeeded step records --------------------------------------------------------------
 
 
