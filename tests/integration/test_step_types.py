@@ -52,13 +52,13 @@ async def publish(realm: RealmHandle, definition: dict[str, Any], actor: Actor |
 class Outcome:
     """A finished (or waiting) run, its attempts and its audit events (type, subject, details)."""
 
-    def __init__(self, run: WorkflowRun, attempts: list[StepAttempt], events: list[tuple[str, Any, Any, Any]]):
+    def __init__(self, run: WorkflowRun, attempts: list[StepAttempt], events: list[tuple[str, Any, Any, Any, Any]]):
         self.run, self.attempts, self.events = run, attempts, events
 
     def types(self, prefix: str = "") -> list[str]:
         return [t for t, *_ in self.events if t.startswith(prefix)]
 
-    def event(self, kind: str) -> tuple[str, str | None, str | None, dict[str, Any]]:
+    def event(self, kind: str) -> tuple[str, str | None, str | None, dict[str, Any], str | None]:
         found = [e for e in self.events if e[0] == kind]
         assert len(found) == 1, (kind, self.types())
         return found[0]
@@ -96,12 +96,12 @@ async def run_steps(
         attempts = await runs.run_attempts(session, run_id)
         rows = await session.execute(
             text(
-                "SELECT type, category, subject_id, details FROM audit_events "
+                "SELECT type, category, subject_id, details, subject_type FROM audit_events "
                 "WHERE correlation_id = :r ORDER BY occurred_at, id"
             ),
             {"r": run_id},
         )
-        events = [(t, c, s, d) for t, c, s, d in rows]
+        events = [(t, c, s, d, st) for t, c, s, d, st in rows]
     return Outcome(loaded, attempts, events)
 
 
@@ -369,9 +369,9 @@ async def test_compensation_takes_the_subject_out_of_the_group_and_revokes_the_g
     # Newest first: the group, then the grant; each effect's own event names the compensation.
     assert done.types("workflow.step.compensated") == ["workflow.step.compensated"] * 2
     undone = [e for e in done.events if e[3].get("reason") == "compensation"]
-    assert [(t, c, s) for t, c, s, _ in undone] == [
-        ("group.member_removed", "directory", subject.id),
-        ("role.revoked", "authorization", subject.id),
+    assert [(t, c, s, st) for t, c, s, _, st in undone] == [
+        ("group.member_removed", "directory", subject.id, "user"),
+        ("role.revoked", "authorization", subject.id, "user"),
     ]
     assert undone[0][3] == {"group_id": group_id, "reason": "compensation"}
     assert grant.result is not None
@@ -405,3 +405,44 @@ async def test_an_effect_already_gone_counts_as_compensated_without_an_event(rea
     assert (grant.compensation_state, grant.compensation_result) == ("done", gone)
     assert (join.compensation_state, join.compensation_result) == ("done", gone)
     assert [e for e in done.events if e[3].get("reason") == "compensation"] == []
+
+
+async def test_compensation_leaves_a_membership_the_run_did_not_make(realm: RealmHandle) -> None:
+    """The run put the subject in the group and took them out; someone put them back by hand
+    while the run waited. That membership is not the run's: compensation leaves it."""
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    elsewhere = await realm.organization("Elsewhere")
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    waiting = await run_steps(
+        realm,
+        subject.id,
+        {"id": "join", "type": "add_to_group", "group_id": group_id},
+        {"id": "out", "type": "remove_from_group", "group_id": group_id},
+        {"id": "pause", "type": "wait", "duration": "1h"},
+        {**FAIL, "organization_id": elsewhere.id},
+        clock=clock,
+    )
+    assert waiting.run.state == "waiting", (waiting.run.error_category, waiting.run.last_error)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
+            {"g": group_id, "u": subject.id, "r": realm.id},
+        )
+    clock.advance(hours=2)
+    runner = Runner(
+        realm.sessions, "worker-steps-2-bbbb", settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock
+    )
+    for _ in range(20):
+        if not await runner.run_pass():
+            break
+    async with realm.sessions() as session:
+        run = await runs.get_run(session, realm.id, waiting.run.id)
+        join = (await runs.run_attempts(session, run.id))[0]
+        kept = await session.scalar(
+            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
+            {"g": group_id, "u": subject.id},
+        )
+    assert run.state == "compensated", (run.state, run.error_category)
+    assert (join.step_id, join.compensation_result) == ("join", {"removed": False, "reason": "already_gone"})
+    assert kept == 1
