@@ -209,6 +209,16 @@ async def test_a_notice_to_a_subject_without_an_address_fails_permanently(realm:
     refused(done, "no_recipients", "The subject has no email address.")
 
 
+async def test_a_grant_the_subject_already_holds_is_a_permanent_conflict(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+    role = await realm.role("Viewer", ["realm.workflows.read"])
+    await realm.assign(subject, role)
+    done = await run_steps(
+        realm, subject.id, {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"}
+    )
+    refused(done, "conflict", "The user already holds Viewer in that scope.")
+
+
 # --- what a succeeded step records --------------------------------------------------------------
 
 
