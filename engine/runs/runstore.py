@@ -336,10 +336,6 @@ async def notify_due(session: AsyncSession) -> None:
     await session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
 
 
-def failed_attempts(attempts: Sequence[StepAttempt]) -> int:
-    return sum(1 for a in attempts if a.state == ATTEMPT_FAILED)
-
-
 __all__ = [
     "COMPENSATING",
     "Claimed",

@@ -440,3 +440,125 @@ async def test_at_most_64_kib_of_an_answer_is_read() -> None:
         thread.join(timeout=30)
     assert outcome.status_code == 200 and outcome.category is None and outcome.succeeded, outcome
     assert sent["bytes"] < 64 * 1024 * 1024  # the caller stopped reading long before the endless body ran out
+
+
+async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_attempt(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """Cancelling ends the wait for the call: the started attempt is closed as interrupted at that
+    moment, only the run's own attempts, and the call's late outcome changes nothing."""
+    from engine.runs import runstore
+    from engine.runs import service as runs
+
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    _, bystander_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, worker.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
+        )
+    assert {c.run_id for c in claimed} == {run_id, bystander_id}
+    calls: list[Any] = []
+    assert await worker._transition(run_id, calls) == (True, False)
+    assert await worker._transition(bystander_id, calls) == (True, False)
+    async with realm.sessions() as session, session.begin():
+        await runs.cancel_run(session, realm.actor, run_id, reason="stop")
+    clock.advance(seconds=2)
+    assert await worker._transition(run_id) == (True, False)  # compensating: the call is over
+    run, attempts = await load(realm, run_id)
+    assert run.state == "compensating"
+    assert [(a.state, a.error_category, a.error_message, a.finished_at) for a in attempts] == [
+        ("failed", "interrupted", "The worker stopped between the endpoint call and its outcome.", clock.now())
+    ]
+    _, others = await load(realm, bystander_id)
+    assert [a.state for a in others] == ["started"]
+    late = next(c for c in calls if c.run_id == run_id)
+    await worker._complete_call(late)  # the answer arrives after all: nothing is recorded
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.result) for a in attempts] == [("failed", None)]
+    assert await worker._transition(run_id) == (True, True)
+    run, _ = await load(realm, run_id)
+    assert run.state == "cancelled"
+
+
+async def test_each_reason_not_to_call_is_recorded_with_its_own_message(realm: RealmHandle, receiver: Receiver) -> None:
+    """Checked when the attempt starts, before anything is sent: what the attempt and the run say."""
+
+    async def refused(change: Any, operator_key: str = TEST_SECRET_KEY) -> tuple[str, str | None, str | None]:
+        hook = await subscribe(realm, receiver)
+        _, run_id = await run_one(realm, calling(hook))
+        await change(hook)
+        clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+        await drain(call_runner(realm, clock=clock, operator_key=operator_key))
+        run, attempts = await load(realm, run_id)
+        [attempt] = attempts
+        assert (run.error_category, run.last_error) == (attempt.error_category, attempt.error_message)
+        return hook, attempt.error_category, attempt.error_message
+
+    async def to(state: str) -> Any:
+        async def change(hook: str) -> None:
+            async with realm.sessions() as session, session.begin():
+                if state == "deleted":
+                    await webhooks.delete_subscription(session, realm.actor, hook)
+                else:
+                    await webhooks.update_subscription(session, realm.actor, hook, state=state)
+
+        return change
+
+    async def nothing(_hook: str) -> None:
+        return None
+
+    hook, *why = await refused(await to("paused"))
+    assert why == ["subscription_paused", f"The webhook subscription {hook} is paused; retried later."]
+    hook, *why = await refused(await to("disabled"))
+    assert why == ["subscription_disabled", f"The webhook subscription {hook} is disabled."]
+    hook, *why = await refused(await to("deleted"))
+    assert why == ["subscription_missing", f"The webhook subscription {hook} is gone."]
+    hook, *why = await refused(nothing, operator_key="")
+    assert why == ["secret_unavailable", "No operator key to read the subscription's secret."]
+    hook, *why = await refused(nothing, operator_key="another-key-0123456789abcdef0123")
+    assert why == ["secret_unavailable", "The subscription's secret cannot be read with the operator key."]
+    assert receiver.requests() == []
+
+
+async def test_the_step_timeout_applies_when_below_the_operators(realm: RealmHandle, receiver: Receiver) -> None:
+    receiver.respond = lambda _r: (200, 2.0)
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook, timeout_ms=300))
+    await drain(call_runner(realm, timeout_ms=30_000))
+    _, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", "timeout")]
+
+
+async def test_the_overlap_of_a_rotated_secret_is_judged_at_the_runs_clock_for_both_calls(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """A run advanced two days after a rotation: the call and its compensation carry only the new
+    secret's signature, though the old one still signs by the wall clock."""
+    receiver.respond = lambda r: 400 if r.json["step_id"] == "reject" else 200
+    hook = await subscribe(realm, receiver)
+    async with realm.sessions() as session, session.begin():
+        _, new_secret = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, hook)
+    receiver.secrets.append(new_secret)
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook, "compensate": True},
+            {"id": "reject", "type": "call_webhook", "subscription_id": hook},
+        ],
+    }
+    _, run_id = await run_one(realm, definition)
+    await drain(call_runner(realm, clock=FixedClock(datetime.now(UTC) + timedelta(days=2))))
+    run, _ = await load(realm, run_id)
+    assert run.state == "compensated", (run.state, run.error_category)
+    got = receiver.requests()
+    assert [(r.json["step_id"], r.json["action"]) for r in got] == [
+        ("sync", "execute"),
+        ("reject", "execute"),
+        ("sync", "compensate"),
+    ]
+    # Signed at the run's time (so no receiver accepts the timestamp today): one signature each.
+    assert [len((r.header("Webhook-Signature") or "").split(" ")) for r in got] == [1, 1, 1]

@@ -231,3 +231,96 @@ async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHan
             session, "worker-share-2-bbbb", now=later, lease=timedelta(seconds=30), batch_size=500, tenant_share=500
         )
     assert len(more) == 7 and not {c.run_id for c in more} & {c.run_id for c in claimed}  # leased runs are not taken
+
+
+# --- the run store's guards: retry now, the lease, handing leases back ----------------------------
+
+
+async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
+    realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    from engine.runs import runstore
+    from tests.integration.test_engine_rules import outage
+
+    subject = await realm.user("subject@example.com")
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "retry": {"max_attempts": 3, "backoff": "1h"},
+        "steps": [{"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"}],
+    }
+    wid = await publish(realm, definition)
+    await outage(realm, "role_assignments", "INSERT")
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    await drain(runner(realm, clock))
+    run, _ = await load(realm, run_id)
+    due = clock.now() + timedelta(hours=1)
+    assert (run.state, run.error_category, run.due_at, run.lease_owner) == ("running", "error", due, None)
+
+    async def probe(realm_id: str, at: datetime, **row: Any) -> datetime | None:
+        """retry_now's answer (the new due time) with the run's row changed as given; rolled back."""
+        async with realm.sessions() as session, session.begin():
+            for column, value in row.items():
+                await session.execute(
+                    text(f"UPDATE workflow_runs SET {column} = :v WHERE id = :r"), {"v": value, "r": run_id}
+                )
+            moved = await runstore.retry_now(session, run_id, realm_id, now=at)
+            answer = moved.due_at if moved is not None else None
+            await session.rollback()
+        return answer
+
+    soon = clock.now() + timedelta(minutes=1)
+    assert await probe(realm.id, soon) == soon
+    assert await probe(other_realm.id, soon) is None  # another realm's run id
+    assert await probe(realm.id, due) is None  # due already: nothing to bring forward
+    assert await probe(realm.id, soon, error_category=None) is None  # not after a failure
+    assert await probe(realm.id, soon, state="waiting") is None  # waiting for time, not a retry
+    held = soon + timedelta(seconds=30)
+    assert await probe(realm.id, soon, lease_owner="worker-other-1-bbbb", lease_expires_at=held) is None
+    assert await probe(realm.id, soon, lease_owner="worker-other-1-bbbb", lease_expires_at=soon) == soon
+    async with realm.sessions() as session, session.begin():
+        moved = await runstore.retry_now(session, run_id, realm.id, now=soon)
+        assert moved is not None
+    run, _ = await load(realm, run_id)
+    assert (run.due_at, run.updated_at) == (soon, soon)
+
+
+async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_handed_back(realm: RealmHandle) -> None:
+    from engine.runs import runstore
+
+    subject = await realm.user("subject@example.com")
+    definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    wid = await publish(realm, definition)
+    mine, theirs = await start(realm, wid, subject.id), await start(realm, wid, subject.id)
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    lease = timedelta(seconds=30)
+    async with realm.sessions() as session, session.begin():
+        await runstore.claim_due_runs(session, "worker-a-1-aaaa", now=now, lease=lease, batch_size=1, tenant_share=1)
+        await runstore.claim_due_runs(session, "worker-b-1-bbbb", now=now, lease=lease, batch_size=1, tenant_share=1)
+    owners = {}
+    for run_id in (mine, theirs):
+        run, _ = await load(realm, run_id)
+        owners[run.lease_owner] = run_id
+    mine, theirs = owners["worker-a-1-aaaa"], owners["worker-b-1-bbbb"]
+    async with realm.sessions() as session, session.begin():
+        locked = await runstore.lock_leased_run(
+            session, mine, "worker-a-1-aaaa", now=now + lease - timedelta(microseconds=1), lease=lease
+        )
+        assert locked.lease_expires_at == now + 2 * lease - timedelta(microseconds=1)  # renewed
+    expiry = now + 2 * lease - timedelta(microseconds=1)
+    for worker, at in (("worker-a-1-aaaa", expiry), ("worker-b-1-bbbb", now)):
+        try:
+            async with realm.sessions() as session, session.begin():
+                await runstore.lock_leased_run(session, mine, worker, now=at, lease=lease)
+        except runstore.LeaseLost as lost:
+            assert str(lost) == f"worker {worker} no longer holds the lease of {mine}"
+        else:
+            raise AssertionError(f"{worker} locked a run it does not hold at {at}")
+    async with realm.sessions() as session, session.begin():
+        await runstore.release_leases(session, [mine, theirs], "worker-a-1-aaaa")
+    run, _ = await load(realm, mine)
+    assert (run.lease_owner, run.lease_expires_at) == (None, None)
+    run, _ = await load(realm, theirs)
+    assert (run.lease_owner, run.lease_expires_at) == ("worker-b-1-bbbb", now + lease)

@@ -134,3 +134,15 @@ def test_each_approval_refusal_says_which_rule() -> None:
     [issue] = missing.value.issues
     assert (issue.path, issue.code) == ("/approver_id", "approver_required")
     assert issue.message == "The role payroll requires an independent approver."
+
+
+# --- the fast path's statements: named parameters become asyncpg's $n ----------------------------------
+
+
+def test_named_parameters_become_numbered_once_each_in_order_of_first_use() -> None:
+    from engine.runs.runstore import positional
+
+    statement = positional("SELECT :run_id, :now::timestamptz, x::text, :run_id, :step")
+    assert statement.sql == "SELECT $1, $2::timestamptz, x::text, $1, $3"
+    assert statement.names == ("run_id", "now", "step")
+    assert statement.args({"step": "s", "now": 2, "run_id": "r", "unused": 0}) == ["r", 2, "s"]
