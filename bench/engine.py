@@ -1,6 +1,6 @@
 """Engine throughput and event latency, against a pgbench baseline on the same database.
 
-    uv run python bench/engine.py [--runs 100] [--steps 8] [--pgbench-seconds 10] [--samples 60]
+    uv run python bench/engine.py [--runs 500] [--steps 8] [--pgbench-seconds 10] [--samples 60] [--trace]
 
 Uses the embedded PostgreSQL server (under COCKPIT_HOME, default .cockpit) unless
 COCKPIT_DATABASE_URL names a server. Creates a scratch database there, migrates it, and drops it
@@ -21,6 +21,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import glob  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
@@ -69,6 +70,7 @@ class Options:
     samples: int
     keep: bool
     tenant_share: int = 10
+    trace: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,32 @@ PHASES = (
 
 
 @dataclass
+class Trace:
+    """What the workers' runners did over one phase (``--trace``: their DEBUG lines of cockpit.engine.trace)."""
+
+    claims: int = 0
+    empty_claims: int = 0
+    claimed: int = 0
+    commits: int = 0  # transactions that moved runs (a group commit, or one run alone)
+    moved: int = 0
+    busy_s: float = 0.0  # time at least one runner was inside a claim or a transaction
+    idle_s: float = 0.0  # the rest of the phase
+    idle_gaps: int = 0  # stretches of more than 5 ms with no runner inside a claim or a transaction
+    longest_gap_ms: float = 0.0
+    first_claim_ms: float = 0.0  # the runs' commit to the first claim that took some
+    owners: int = 0  # lease owners (runners) that claimed runs
+    claim_ms: float = 0.0  # in claims, all together
+    lock_ms: float = 0.0  # in group commits: the lock, the transitions' statements, the COMMIT
+    steps_ms: float = 0.0
+    commit_ms: float = 0.0
+
+
+@dataclass
 class Measured:
     transitions: int
     seconds: float
     cpu_seconds: float  # user + system time of the worker processes over the phase
+    trace: Trace | None = None
 
     @property
     def rate(self) -> float:
@@ -183,8 +207,8 @@ async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: in
 
 async def throughput(
     sessions: async_sessionmaker[AsyncSession], setup: Setup, subjects: list[str], steps: int
-) -> tuple[int, float]:
-    """Start one run per subject in one transaction; transitions committed per second until all end."""
+) -> tuple[int, float, float]:
+    """Start one run per subject in one transaction: transitions, seconds until all end, and the start."""
     run_ids = await start_manual_runs(sessions, setup.directory.actor, setup.manual_workflow_id, subjects)
     committed = time.time()  # the runs became visible here
     deadline = time.monotonic() + PHASE_TIMEOUT_S
@@ -198,9 +222,9 @@ async def throughput(
         async with sessions() as session:
             row = (await session.execute(query, {"ids": run_ids})).one()
         if row.open == 0:
-            return int(row.transitions), row.last.timestamp() - committed
+            return int(row.transitions), row.last.timestamp() - committed, committed
         if time.monotonic() > deadline:
-            return int(row.transitions), time.time() - committed
+            return int(row.transitions), time.time() - committed, committed
         await asyncio.sleep(0.25)
 
 
@@ -327,6 +351,52 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
+def read_trace(log_dir: Path, start: float, end: float) -> Trace:
+    """Claims and commits of the runners between ``start`` and ``end`` (wall clock), and the gaps between."""
+    lines: list[dict[str, Any]] = []
+    for path in sorted(log_dir.glob("worker-*.log")):
+        for raw in path.read_text(errors="replace").splitlines():
+            if '"cockpit.engine.trace"' not in raw:
+                continue
+            with contextlib.suppress(ValueError):
+                line = json.loads(raw)
+                if start <= line["start"] <= end:
+                    lines.append(line)
+    found = Trace()
+    spans: list[tuple[float, float]] = []
+    owners: set[str] = set()
+    for line in lines:
+        spans.append((line["start"], line["start"] + line["ms"] / 1000))
+        if line["msg"] == "claim":
+            found.claim_ms += line["ms"]
+            found.claims += 1
+            found.claimed += line["runs"]
+            found.empty_claims += not line["runs"]
+            if line["runs"]:
+                owners.add(line["owner"])
+        elif line.get("moved"):
+            found.commits += 1
+            found.moved += line["moved"]
+            found.lock_ms += line.get("lock_ms", 0.0)
+            found.steps_ms += line.get("steps_ms", 0.0)
+            found.commit_ms += line.get("commit_ms", 0.0)
+    found.owners = len(owners)
+    claims = [line["start"] for line in lines if line["msg"] == "claim" and line["runs"]]
+    found.first_claim_ms = (min(claims) - start) * 1000 if claims else 0.0
+    # The union of the spans, from the runs' commit to the last commit; what it leaves is idle.
+    cursor = start
+    for begin, finish in sorted(spans):
+        if begin > cursor:
+            gap = begin - cursor
+            found.idle_s += gap
+            if gap > 0.005:
+                found.idle_gaps += 1
+                found.longest_gap_ms = max(found.longest_gap_ms, gap * 1000)
+        cursor = max(cursor, finish)
+    found.busy_s = max(0.0, min(cursor, end) - start - found.idle_s)
+    return found
+
+
 def machine() -> str:
     model = ""
     with contextlib.suppress(OSError):
@@ -351,8 +421,11 @@ async def measure(url: str, options: Options, work: Path) -> Results:
     results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
+    logging = {"COCKPIT_LOG_LEVEL": "DEBUG", "COCKPIT_LOG_FORMAT": "json"} if options.trace else {}
     base_env = cockpit_env(
-        url, work / "home", COCKPIT_LOG_LEVEL="WARNING", COCKPIT_WORKER_TENANT_SHARE=str(options.tenant_share)
+        url,
+        work / "home",
+        **({"COCKPIT_LOG_LEVEL": "WARNING", "COCKPIT_WORKER_TENANT_SHARE": str(options.tenant_share)} | logging),
     )
     pool = WorkerPool(base_env, work / "logs")
     try:
@@ -384,8 +457,10 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
             cpu = cpu_seconds(pids)
-            transitions, seconds = await throughput(sessions, setup, batch, options.steps)
+            transitions, seconds, began = await throughput(sessions, setup, batch, options.steps)
             results.phases[phase] = Measured(transitions, seconds, cpu_seconds(pids) - cpu)
+            if options.trace:
+                results.phases[phase].trace = read_trace(work / f"logs-{number}", began, began + seconds)
             if number < len(PHASES) - 1:
                 pool.stop()
                 results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
@@ -412,6 +487,25 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         rows.append((f"engine/pgbench, {phase.name}", f"{measured.rate / results.pgbench_tps[phase]:.3f}"))
     for phase, measured in results.phases.items():
         rows.append((f"worker CPU per transition, {phase.name}", f"{measured.cpu_ms:.2f} ms"))
+    for phase, measured in results.phases.items():
+        if (t := measured.trace) is not None:
+            rows.append(
+                (
+                    f"trace, {phase.name}",
+                    f"{t.claims} claims ({t.empty_claims} empty, {t.claimed} runs, {t.owners} runners), "
+                    f"{t.commits} commits of {t.moved / max(1, t.commits):.1f} transitions, "
+                    f"busy {t.busy_s:.2f} s, idle {t.idle_s:.2f} s in {t.idle_gaps} gaps > 5 ms "
+                    f"(longest {t.longest_gap_ms:.0f} ms), first claim after {t.first_claim_ms:.0f} ms",
+                )
+            )
+            rows.append(
+                (
+                    f"trace ms per transition, {phase.name}",
+                    f"claims {t.claim_ms / max(1, t.moved):.2f}, "
+                    f"group commits: lock {t.lock_ms / max(1, t.moved):.2f}, "
+                    f"steps {t.steps_ms / max(1, t.moved):.2f}, COMMIT {t.commit_ms / max(1, t.moved):.2f}",
+                )
+            )
     rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
     rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
     width = max(len(name) for name, _ in rows)
@@ -434,15 +528,20 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Engine throughput and event latency against a pgbench baseline.")
-    parser.add_argument("--runs", type=int, default=100, help="runs per throughput phase (default 100)")
+    parser.add_argument("--runs", type=int, default=500, help="runs per throughput phase (default 500)")
     parser.add_argument("--steps", type=int, default=8, help="internal steps per run, 2–20 (default 8)")
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
     parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (for a look afterwards)")
     parser.add_argument("--db-prefix", default="cockpit_bench", help="name prefix of the scratch database")
     parser.add_argument("--tenant-share", type=int, default=10, help="COCKPIT_WORKER_TENANT_SHARE of the workers")
+    parser.add_argument(
+        "--trace", action="store_true", help="workers log each claim and commit (DEBUG): report busy and idle time"
+    )
     args = parser.parse_args(argv)
-    options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share)
+    options = Options(
+        args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share, args.trace
+    )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
     started, clock = datetime.now(UTC), time.monotonic()
