@@ -117,6 +117,11 @@ class Measured:
     seconds: float
     cpu_seconds: float  # user + system time of the worker processes over the phase
     trace: Trace | None = None
+    db_cpu_seconds: float | None = None  # the database server's processes over the phase (a local server)
+
+    @property
+    def db_cpu_ms(self) -> float | None:
+        return None if self.db_cpu_seconds is None else self.db_cpu_seconds * 1000 / max(1, self.transitions)
 
     @property
     def rate(self) -> float:
@@ -131,6 +136,7 @@ class Measured:
 class Results:
     phases: dict[Phase, Measured] = field(default_factory=dict)
     pgbench_tps: dict[Phase, float] = field(default_factory=dict)  # as many clients as the phase has workers
+    pgbench_db_cpu_ms: dict[int, list[float]] = field(default_factory=dict)  # per transaction, by clients
     latencies_ms: list[float] = field(default_factory=list)
     server_version: str = ""
     load_average: str = ""  # at the start: others' work on the machine shows in the figures
@@ -319,7 +325,8 @@ async def prepare_pgbench(sessions: async_sessionmaker[AsyncSession], setup: Set
             )
 
 
-def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> float:
+def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> tuple[float, int]:
+    """pgbench's tps and the transactions it made."""
     env = dict(os.environ)
     lib = Path(pgbench).parent.parent / "lib"
     if lib.is_dir():
@@ -341,7 +348,8 @@ def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int
     failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
     if failed and int(failed.group(1)):
         raise RuntimeError(f"pgbench: {failed.group(1)} transactions failed:\n{done.stdout}")
-    return float(found.group(1))
+    processed = re.search(r"number of transactions actually processed: (\d+)", done.stdout)
+    return float(found.group(1)), int(processed.group(1)) if processed else 0
 
 
 # --- The run --------------------------------------------------------------------------------------
@@ -360,8 +368,8 @@ def read_trace(log_dir: Path, start: float, end: float) -> Trace:
                 continue
             with contextlib.suppress(ValueError):
                 line = json.loads(raw)
-                if start <= line["start"] <= end:
-                    lines.append(line)
+                if line["start"] <= end and line["start"] + line["ms"] / 1000 >= start:
+                    lines.append(line)  # at work at some time during the phase (a claim may start before)
     found = Trace()
     spans: list[tuple[float, float]] = []
     owners: set[str] = set()
@@ -382,10 +390,10 @@ def read_trace(log_dir: Path, start: float, end: float) -> Trace:
             found.commit_ms += line.get("commit_ms", 0.0)
     found.owners = len(owners)
     claims = [line["start"] for line in lines if line["msg"] == "claim" and line["runs"]]
-    found.first_claim_ms = (min(claims) - start) * 1000 if claims else 0.0
+    found.first_claim_ms = (min(claims) - start) * 1000 if claims else 0.0  # below 0: woken before the bench
     # The union of the spans, from the runs' commit to the last commit; what it leaves is idle.
     cursor = start
-    for begin, finish in sorted(spans):
+    for begin, finish in sorted((max(begin, start), finish) for begin, finish in spans):
         if begin > cursor:
             gap = begin - cursor
             found.idle_s += gap
@@ -395,6 +403,31 @@ def read_trace(log_dir: Path, start: float, end: float) -> Trace:
         cursor = max(cursor, finish)
     found.busy_s = max(0.0, min(cursor, end) - start - found.idle_s)
     return found
+
+
+async def server_pid(sessions: async_sessionmaker[AsyncSession]) -> int | None:
+    """The PostgreSQL postmaster's pid when the server runs on this machine and we may read its data directory."""
+    with contextlib.suppress(Exception):
+        async with sessions() as session:
+            directory = str(await session.scalar(text("SHOW data_directory")))
+        return int((Path(directory) / "postmaster.pid").read_text().split()[0])
+    return None
+
+
+def server_cpu(postmaster: int | None) -> float | None:
+    """User + system CPU of the server: the postmaster, its live children, and the children it reaped."""
+    if postmaster is None:
+        return None
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            if pid == postmaster:
+                ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+            elif int(fields[1]) == postmaster:  # ppid
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> str:
@@ -438,9 +471,15 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
         await prepare_pgbench(sessions, setup, clients=2)
 
+        postmaster = await server_pid(sessions)
+
         def baseline(clients: int) -> float:
             print(f"  pgbench, {clients} client(s), {options.pgbench_seconds} s …", flush=True)
-            return run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+            db_cpu = server_cpu(postmaster)
+            tps, transactions = run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+            if db_cpu is not None and (after := server_cpu(postmaster)) is not None and transactions:
+                results.pgbench_db_cpu_ms.setdefault(clients, []).append((after - db_cpu) * 1000 / transactions)
+            return tps
 
         for number, (phase, batch) in enumerate(zip(PHASES, setup.batches, strict=True)):
             # pgbench right before and right after the phase, with no worker running: on a shared
@@ -456,9 +495,11 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             await wait_for_workers(sessions, phase.workers)
             print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
-            cpu = cpu_seconds(pids)
+            cpu, db_cpu = cpu_seconds(pids), server_cpu(postmaster)
             transitions, seconds, began = await throughput(sessions, setup, batch, options.steps)
             results.phases[phase] = Measured(transitions, seconds, cpu_seconds(pids) - cpu)
+            if db_cpu is not None and (db_after := server_cpu(postmaster)) is not None:
+                results.phases[phase].db_cpu_seconds = db_after - db_cpu
             if options.trace:
                 results.phases[phase].trace = read_trace(work / f"logs-{number}", began, began + seconds)
             if number < len(PHASES) - 1:
@@ -487,6 +528,12 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         rows.append((f"engine/pgbench, {phase.name}", f"{measured.rate / results.pgbench_tps[phase]:.3f}"))
     for phase, measured in results.phases.items():
         rows.append((f"worker CPU per transition, {phase.name}", f"{measured.cpu_ms:.2f} ms"))
+    for phase, measured in results.phases.items():
+        if measured.db_cpu_ms is not None:
+            rows.append((f"database CPU per transition, {phase.name}", f"{measured.db_cpu_ms:.2f} ms"))
+    for client_count, per_transaction in sorted(results.pgbench_db_cpu_ms.items()):
+        mean = statistics.mean(per_transaction)
+        rows.append((f"database CPU per pgbench transaction, {client_count} client(s)", f"{mean:.2f} ms"))
     for phase, measured in results.phases.items():
         if (t := measured.trace) is not None:
             rows.append(
