@@ -360,7 +360,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
     """Each read's queries as the product sends them, with their plans (``EXPLAIN (ANALYZE, BUFFERS)``)."""
     from sqlalchemy import event
 
-    from cockpit.pages.runs import people
+    from cockpit.pages.runs.shared import people
     from engine.directory.authz import load_authority
     from engine.directory.overview import (
         latest_audit_events_with_names,

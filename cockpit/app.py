@@ -33,21 +33,32 @@ from cockpit.middleware import request_id_middleware
 from cockpit.names import ids_in
 from cockpit.openapi import declare_problem_responses
 from cockpit.pages import formatting
-from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages, NoticesPages
+from cockpit.pages.approvals import ApprovalLinkPages, ApprovalsPages
 from cockpit.pages.audit import AuditPages
-from cockpit.pages.auth import MfaPages, SignInPages
+from cockpit.pages.auth.link import SignInLinkPages
+from cockpit.pages.auth.mfa import MfaPages
+from cockpit.pages.auth.sign_in import SignInPages
 from cockpit.pages.diagnostics import DiagnosticsPages
 from cockpit.pages.home import HomeController, RealmHomeController
-from cockpit.pages.organizations import OrganizationsPages
+from cockpit.pages.notices import NoticesPages
+from cockpit.pages.organizations.detail import OrganizationPages
+from cockpit.pages.organizations.group import GroupPages
+from cockpit.pages.organizations.list import OrganizationListPages
 from cockpit.pages.pickers import PickerPages
 from cockpit.pages.roles import RolesPages
-from cockpit.pages.runs import RunsPages
+from cockpit.pages.runs.bulk import RunBulkPages
+from cockpit.pages.runs.detail import RunPages
+from cockpit.pages.runs.list import RunListPages
+from cockpit.pages.runs.start import RunStartPages
 from cockpit.pages.service_principals import ServicePrincipalsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
 from cockpit.pages.users import UsersPages
 from cockpit.pages.webhooks import WebhooksPages
-from cockpit.pages.workflows import WorkflowsPages
+from cockpit.pages.workflows.detail import WorkflowPages
+from cockpit.pages.workflows.editor import WorkflowEditorPages
+from cockpit.pages.workflows.list import WorkflowListPages
+from cockpit.pages.workflows.revisions import WorkflowRevisionPages
 from cockpit.problems import problem_handler
 from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
@@ -88,17 +99,26 @@ API_CONTROLLERS: list[type] = [
 # Every cockpit page controller (``/realms/{realm}/…``), guarded like the API.
 PAGE_CONTROLLERS: list[type] = [
     SignInPages,
+    SignInLinkPages,
     MfaPages,
     RealmHomeController,
     ApprovalsPages,
     ApprovalLinkPages,
     NoticesPages,
-    WorkflowsPages,
+    WorkflowListPages,
+    WorkflowPages,
+    WorkflowEditorPages,
+    WorkflowRevisionPages,
     PickerPages,
     DiagnosticsPages,
-    RunsPages,
+    RunListPages,
+    RunBulkPages,
+    RunPages,
+    RunStartPages,
     UsersPages,
-    OrganizationsPages,
+    OrganizationListPages,
+    OrganizationPages,
+    GroupPages,
     RolesPages,
     WebhooksPages,
     TemplatesPages,
@@ -129,7 +149,7 @@ def create_app(
             head_revision=head_revision(),
             read_sessions=make_sessionmaker(db.execution_options(isolation_level="AUTOCOMMIT")),
         )
-        declare_problem_responses(app.openapi_schema)
+        declare_problem_responses(app)
         try:
             yield
         finally:

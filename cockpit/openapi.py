@@ -2,84 +2,162 @@
 
 Litestar documents a generic 400 of its own; every JSON API operation instead answers its
 errors as ``application/problem+json`` with a ``code`` (see ``cockpit/problems.py``). This
-declares them — the ``Problem`` schema and, on each operation, the statuses it can answer — so
-clients and contract tests (schemathesis) can check them.
+declares them in one place — the ``Problem`` schema and, on each operation, the statuses that
+operation can answer, read from its route (credential, request body, parameters, whether it
+changes anything) — so client generators and contract tests (schemathesis) see the truth.
 """
 
 from __future__ import annotations
 
-from litestar.openapi.spec import Components, OpenAPI, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Reference, Schema
+from collections.abc import Iterator
+from typing import Any
+
+from litestar import Litestar
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.spec import (
+    Components,
+    OpenAPI,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Operation,
+    Reference,
+    RequestBody,
+    Schema,
+)
 
 from cockpit.problems import PROBLEM_MEDIA_TYPE
 
-PROBLEM_SCHEMA = Schema(
+ISSUE_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
-    description="RFC 9457 problem details; `code` says what went wrong, `errors` where.",
-    required=["type", "title", "status", "code", "detail"],
+    description="One issue of the request: where it is, and what is wrong there.",
+    required=["path", "code", "message"],
     properties={
-        "type": Schema(type=OpenAPIType.STRING),
-        "title": Schema(type=OpenAPIType.STRING),
-        "status": Schema(type=OpenAPIType.INTEGER),
-        "code": Schema(type=OpenAPIType.STRING),
-        "detail": Schema(type=OpenAPIType.STRING),
-        "errors": Schema(
-            type=OpenAPIType.ARRAY,
-            items=Schema(
-                type=OpenAPIType.OBJECT,
-                required=["path", "code", "message"],
-                properties={
-                    "path": Schema(type=OpenAPIType.STRING, description="JSON pointer, or query:<name>"),
-                    "code": Schema(type=OpenAPIType.STRING),
-                    "message": Schema(type=OpenAPIType.STRING),
-                },
-            ),
+        "path": Schema(
+            type=OpenAPIType.STRING,
+            description="A JSON pointer into the request body (`/members/0/email`; empty for the body "
+            "as a whole), or `query:<name>` for a query parameter",
         ),
+        "code": Schema(
+            type=OpenAPIType.STRING,
+            description="`required`, `unknown_member`, `wrong_type`, `invalid`, `invalid_email`, "
+            "`invalid_id`, `too_short`, `too_long`, `malformed_json`, …",
+        ),
+        "message": Schema(type=OpenAPIType.STRING),
     },
+    additional_properties=False,
 )
 
-API_ERRORS: dict[str, str] = {
-    "400": "The request cannot be read (problem details)",
-    "401": "No valid credential (problem details, code `unauthorized`)",
-    "403": "Not allowed: audience, permission, grant ceiling or the target outranks the caller (problem details)",
-    "404": "No such resource in this realm, or another realm's (problem details)",
-    "405": "Method not allowed (problem details)",
-    "409": "Conflicts with the current state (problem details)",
-    "413": "The request body is too large (problem details)",
-    "415": "Unsupported media type (problem details)",
-    "422": "The input is not valid; `errors` lists each issue with its path (problem details)",
-    "429": "Too many requests (problem details)",
+PROBLEM_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT,
+    description="RFC 9457 problem details; `code` says what went wrong, `errors` where (every issue at once).",
+    required=["type", "title", "status", "code", "detail"],
+    properties={
+        "type": Schema(type=OpenAPIType.STRING, description="`https://cockpit.invalid/problems/<code>`"),
+        "title": Schema(type=OpenAPIType.STRING, description="The HTTP status phrase"),
+        "status": Schema(type=OpenAPIType.INTEGER),
+        "code": Schema(
+            type=OpenAPIType.STRING,
+            description="`validation_failed`, `malformed_json`, `unauthorized`, `forbidden`, `mfa_required`, "
+            "`grant_ceiling_exceeded`, `target_outranks_actor`, `csrf_failed`, `not_found`, `conflict`, "
+            "`referenced_by_workflows`, … (see the API guide)",
+        ),
+        "detail": Schema(type=OpenAPIType.STRING, description="A sentence for a person"),
+        "errors": Schema(
+            type=OpenAPIType.ARRAY,
+            items=Reference(ref="#/components/schemas/ProblemIssue"),
+            description="Present when the input has issues (422, and 400 `malformed_json`)",
+        ),
+    },
+    additional_properties=False,
+)
+
+PROBLEMS: dict[int, str] = {
+    400: "The body is not JSON at all (`malformed_json`, with the parser's message)",
+    401: "No valid credential (`unauthorized`)",
+    403: "Not allowed: audience, permission, grant ceiling, or the target outranks the caller",
+    404: "No such resource in this realm (another realm's, or a realm that does not exist, alike)",
+    409: "Conflicts with the current state (`conflict` or a more precise code)",
+    413: "The request body is too large",
+    422: "The input is not valid (`validation_failed`): `errors` lists every issue with its path",
 }
 
 
-def _problem(description: str) -> OpenAPIResponse:
+def _problem(status: int) -> OpenAPIResponse:
     return OpenAPIResponse(
-        description=description,
+        description=PROBLEMS[status],
         content={PROBLEM_MEDIA_TYPE: OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Problem"))},
     )
 
 
-def declare_problem_responses(schema: OpenAPI) -> None:
-    """Add the problem-details answers to every operation (idempotent)."""
+def problem_statuses(path: str, method: str, operation: Operation, opt: dict[str, Any]) -> list[int]:
+    """The problem statuses an API operation can answer, from what its route declares.
+
+    - every operation may name something that is not there: 404 (a realm that does not exist,
+      or an object of another realm);
+    - one that needs a credential (all but the public contracts): 401 and 403;
+    - one with a request body: 400 (not JSON), 413 (too large) and 422 (not valid);
+    - one with query parameters or an integer in its path: 422 (``query:<name>``);
+    - one that changes something: 409.
+    """
+    statuses = {404}
+    if not opt.get("public"):
+        statuses |= {401, 403}
+    body = isinstance(operation.request_body, RequestBody)
+    if body:
+        statuses |= {400, 413, 422}
+    for parameter in operation.parameters or []:
+        location = getattr(parameter, "param_in", None)
+        if location is not None and getattr(location, "value", location) == "query":
+            statuses.add(422)
+    if "{n}" in path:
+        statuses.add(422)
+    if method != "get" and not opt.get("reads_only"):
+        statuses.add(409)
+    return sorted(statuses)
+
+
+def _handlers(app: Litestar) -> Iterator[HTTPRouteHandler]:
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if isinstance(handler, HTTPRouteHandler):
+                yield handler
+
+
+def declare_problem_responses(app: Litestar) -> OpenAPI:
+    """Add ``Problem`` and, to every API operation, the problem answers it can give (idempotent)."""
+    schema = app.openapi_schema
     if schema.components is None:
         schema.components = Components()
     if schema.components.schemas is None:
         schema.components.schemas = {}
     schema.components.schemas["Problem"] = PROBLEM_SCHEMA
+    schema.components.schemas["ProblemIssue"] = ISSUE_SCHEMA
+    opts = {h.operation_id: dict(h.opt) for h in _handlers(app) if isinstance(h.operation_id, str)}
     for path, item in (schema.paths or {}).items():
-        errors = API_ERRORS if path.startswith("/api/") else {}
+        if not path.startswith("/api/"):
+            continue
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
             if operation is None:
                 continue
-            responses = dict(operation.responses or {})
-            for status, description in errors.items():
-                responses[status] = _problem(description)
+            responses = {k: v for k, v in (operation.responses or {}).items() if not _litestar_default_error(k, v)}
+            for status in problem_statuses(path, method, operation, opts.get(operation.operation_id or "", {})):
+                responses[str(status)] = _problem(status)
             operation.responses = responses
     ready = (schema.paths or {}).get("/readyz")
     if ready is not None and ready.get is not None:
         responses = dict(ready.get.responses or {})
         responses["503"] = OpenAPIResponse(
             description="Not ready: the same document as 200, with the failing checks",
-            content={"application/json": OpenAPIMediaType(schema=Schema(type=OpenAPIType.OBJECT))},
+            content={"application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Readiness"))},
         )
         ready.get.responses = responses
+    return schema
+
+
+def _litestar_default_error(status: str, response: Any) -> bool:
+    """Litestar's own 400 ``ValidationException`` answer, which the API never gives in that shape."""
+    if status != "400" or not isinstance(response, OpenAPIResponse):
+        return False
+    return PROBLEM_MEDIA_TYPE not in (response.content or {})

@@ -150,10 +150,7 @@ async def listening_workers(sessions: async_sessionmaker[AsyncSession]) -> int:
     """
     async with sessions() as session:
         count = await session.scalar(
-            text(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
-            )
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'")
         )
     return int(count or 0)
 

@@ -7,12 +7,14 @@ account session is enough): each approver sees only what involves them, and the 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory.identity import now as utc_now
@@ -21,11 +23,11 @@ from engine.runs import approvals, notices
 ACCOUNT = {"audience": "account"}
 
 
-class Decision(Body):
+class DecideApproval(Body):
     comment: str | None = None
 
 
-class Delegation(Body):
+class DelegateApproval(Body):
     user_id: str
 
 
@@ -42,7 +44,7 @@ class ApprovalsController(Controller):
         decided_by_me: FromQuery[bool] = False,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.ApprovalPage:
         """What involves me: waiting for my decision (``status=pending``), or decided by me."""
         page = await approvals.list_for_user(
             db_session,
@@ -53,14 +55,14 @@ class ApprovalsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return page_view(page, approvals.approval_view)
+        return typed(schemas.ApprovalPage, page_view(page, approvals.approval_view))
 
     @get("/{approval_id:str}", operation_id="getApproval", opt={**ACCOUNT, "reads_only": True})
     async def show(
         self, approval_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Approval:
         row = await approvals.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
-        return approvals.approval_view(row)
+        return typed(schemas.Approval, approvals.approval_view(row))
 
     @post("/{approval_id:str}/approve", operation_id="approveApproval", status_code=200, opt=ACCOUNT)
     async def approve(
@@ -69,8 +71,8 @@ class ApprovalsController(Controller):
         approval_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: JSONBody[Decision | None] = None,
-    ) -> dict[str, Any]:
+        data: JSONBody[DecideApproval | None] = None,
+    ) -> schemas.Approval:
         """Approve (the first decision wins; 409 once decided, expired or the run stopped waiting)."""
         row = await approvals.decide(
             db_session,
@@ -80,7 +82,7 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=utc_now(),
         )
-        return approvals.approval_view(row)
+        return typed(schemas.Approval, approvals.approval_view(row))
 
     @post("/{approval_id:str}/reject", operation_id="rejectApproval", status_code=200, opt=ACCOUNT)
     async def reject(
@@ -89,8 +91,8 @@ class ApprovalsController(Controller):
         approval_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: JSONBody[Decision | None] = None,
-    ) -> dict[str, Any]:
+        data: JSONBody[DecideApproval | None] = None,
+    ) -> schemas.Approval:
         """Reject: the run fails permanently (approval_rejected) and undoes what it did."""
         row = await approvals.decide(
             db_session,
@@ -100,17 +102,17 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=utc_now(),
         )
-        return approvals.approval_view(row)
+        return typed(schemas.Approval, approvals.approval_view(row))
 
     @post("/{approval_id:str}/delegate", operation_id="delegateApproval", status_code=200, opt=ACCOUNT)
     async def delegate(
         self,
         request: AnyRequest,
         approval_id: FromPath[str],
-        data: JSONBody[Delegation],
+        data: JSONBody[DelegateApproval],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Approval:
         """Hand my decision to another eligible user of the realm (never the subject)."""
         row = await approvals.delegate(
             db_session,
@@ -120,7 +122,7 @@ class ApprovalsController(Controller):
             now=utc_now(),
             mail_configured=context_of(request.app).settings.mail is not None,
         )
-        return approvals.approval_view(row)
+        return typed(schemas.Approval, approvals.approval_view(row))
 
 
 class NoticesController(Controller):
@@ -136,10 +138,10 @@ class NoticesController(Controller):
         user_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.NoticePage:
         """Notices recorded by runs: to whom, their state (queued, sent, failed, not_configured), tries."""
         notices.check_filters(run_id, user_id)
         page = await notices.list_notices(
             db_session, principal.realm.id, run_id=run_id, user_id=user_id, cursor=cursor, limit=limit
         )
-        return page_view(page, notices.notice_view)
+        return typed(schemas.NoticePage, page_view(page, notices.notice_view))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, get
 from litestar.params import FromQuery
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal
 from cockpit.state import DbSession
 from engine.directory import audit_log
@@ -30,11 +30,11 @@ class AuditEventsController(Controller):
         until: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.AuditEventPage:
         """``type`` is exact or a prefix ending with ``*``; ``since`` (inclusive) and ``until``
         (exclusive) are ISO 8601 timestamps."""
         filters = audit_log.AuditFilters(
             type=type, category=category, actor_id=actor_id, subject_id=subject_id, since=since, until=until
         )
         page = await audit_log.list_audit_events(db_session, principal.realm.id, filters, cursor=cursor, limit=limit)
-        return page_view(page, audit_log.audit_event_view)
+        return typed(schemas.AuditEventPage, page_view(page, audit_log.audit_event_view))

@@ -23,7 +23,22 @@ class Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """
 
     def field_issues(self) -> list[Issue]:
-        return []
+        """The checks of the members' values; by default, those of its nested bodies, at their paths."""
+        return nested_field_issues(self)
+
+
+def nested_field_issues(body: Body) -> list[Issue]:
+    """The ``field_issues`` of every body inside ``body`` (a member, or an item of a list member)."""
+    issues: list[Issue] = []
+    for field in msgspec.structs.fields(body):
+        value = getattr(body, field.name)
+        where = "/" + field.encode_name.replace("~", "~0").replace("/", "~1")
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for index, item in items:
+            if isinstance(item, Body):
+                prefix = where if index is None else f"{where}/{index}"
+                issues += [Issue(prefix + i.path, i.code, i.message) for i in item.field_issues()]
+    return issues
 
 
 def page_view(page: Page[Any], view: Any) -> dict[str, Any]:

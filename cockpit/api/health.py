@@ -10,6 +10,8 @@ from litestar.datastructures import State
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from cockpit.api import schemas
+from cockpit.api.schemas import typed
 from cockpit.state import context_of
 from engine.worker.heartbeats import READY_HEARTBEAT_SECONDS, newest_heartbeat
 
@@ -18,15 +20,14 @@ class HealthController(Controller):
     tags = ["health"]
 
     @get("/healthz", operation_id="healthz", summary="The process is up")
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz(self) -> schemas.Liveness:
+        return schemas.Liveness(status="ok")
 
     @get("/readyz", operation_id="readyz", summary="Database reachable, migrations at head, a worker alive")
-    async def readyz(self, state: State) -> Response[dict[str, Any]]:
+    async def readyz(self, state: State) -> Response[schemas.Readiness]:
         ready, checks = await readiness(state)
-        return Response(
-            {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
-        )
+        answer = typed(schemas.Readiness, {"status": "ready" if ready else "not_ready", "checks": checks})
+        return Response(answer, status_code=200 if ready else 503)
 
 
 _STATUS_SQL = text(

@@ -12,8 +12,10 @@ import msgspec
 from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
 from cockpit.api.roles import authority_of
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations as orgs
@@ -63,9 +65,9 @@ class OrganizationsController(Controller):
         data: JSONBody[CreateOrganization],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Organization:
         org = await orgs.create_organization(db_session, principal.actor(request_id_of(request)), name=data.name)
-        return orgs.organization_view(org)
+        return typed(schemas.Organization, orgs.organization_view(org))
 
     @get("/", operation_id="listOrganizations", opt={"permission": "realm.organizations.read"})
     async def list(
@@ -76,17 +78,18 @@ class OrganizationsController(Controller):
         org_state: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.OrganizationPage:
         page = await orgs.list_organizations(
             db_session, principal.realm.id, q=q, state=org_state, cursor=cursor, limit=limit
         )
-        return page_view(page, orgs.organization_view)
+        return typed(schemas.OrganizationPage, page_view(page, orgs.organization_view))
 
     @get("/{org_id:str}", operation_id="getOrganization", opt=READ)
     async def retrieve(
         self, org_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
-        return orgs.organization_view(await orgs.get_organization(db_session, principal.realm.id, org_id))
+    ) -> schemas.Organization:
+        org = await orgs.get_organization(db_session, principal.realm.id, org_id)
+        return typed(schemas.Organization, orgs.organization_view(org))
 
     @patch("/{org_id:str}", operation_id="updateOrganization", opt={"permission": "realm.organizations.write"})
     async def update(
@@ -96,11 +99,11 @@ class OrganizationsController(Controller):
         data: JSONBody[UpdateOrganization],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Organization:
         org = await orgs.update_organization(
             db_session, principal.actor(request_id_of(request)), org_id, name=data.name, state=data.state
         )
-        return orgs.organization_view(org)
+        return typed(schemas.Organization, orgs.organization_view(org))
 
     @post("/{org_id:str}/members", operation_id="addOrganizationMember", opt=MEMBERS_WRITE)
     async def add_member(
@@ -110,7 +113,7 @@ class OrganizationsController(Controller):
         data: JSONBody[AddMember],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.OrganizationMembership:
         check(id_issue("/user_id", data.user_id, "usr"))
         membership = await orgs.add_member(
             db_session,
@@ -119,7 +122,7 @@ class OrganizationsController(Controller):
             data.user_id,
             authority=await authority_of(principal, db_session),
         )
-        return orgs.membership_view(membership)
+        return typed(schemas.OrganizationMembership, orgs.membership_view(membership))
 
     @get("/{org_id:str}/members", operation_id="listOrganizationMembers", opt=READ)
     async def list_members(
@@ -129,9 +132,9 @@ class OrganizationsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.OrganizationMemberPage:
         page = await orgs.list_members(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
-        return page_view(page, lambda row: orgs.membership_view(row[0], row[1]))
+        return typed(schemas.OrganizationMemberPage, page_view(page, lambda row: orgs.membership_view(row[0], row[1])))
 
     @delete("/{org_id:str}/members/{user_id:str}", operation_id="removeOrganizationMember", opt=MEMBERS_WRITE)
     async def remove_member(
@@ -159,7 +162,7 @@ class GroupsController(Controller):
         data: JSONBody[CreateGroup],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Group:
         check(id_issue("/parent_id", data.parent_id, "grp") + _role_id_issues(data.role_ids))
         group, role_ids = await orgs.create_group(
             db_session,
@@ -170,7 +173,7 @@ class GroupsController(Controller):
             parent_id=data.parent_id,
             role_ids=data.role_ids,
         )
-        return orgs.group_view(group, role_ids)
+        return typed(schemas.Group, orgs.group_view(group, role_ids))
 
     @get("/", operation_id="listGroups", opt=READ)
     async def list(
@@ -180,17 +183,18 @@ class GroupsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.GroupPage:
         page = await orgs.list_groups(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
         role_ids = await orgs.group_role_ids(db_session, [g.id for g in page.items])
-        return page_view(page, lambda g: orgs.group_view(g, role_ids[g.id]))
+        return typed(schemas.GroupPage, page_view(page, lambda g: orgs.group_view(g, role_ids[g.id])))
 
     @get("/{group_id:str}", operation_id="getGroup", opt=READ)
     async def retrieve(
         self, org_id: FromPath[str], group_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Group:
         group = await orgs.get_group(db_session, principal.realm.id, org_id, group_id)
-        return orgs.group_view(group, (await orgs.group_role_ids(db_session, [group.id]))[group.id])
+        role_ids = (await orgs.group_role_ids(db_session, [group.id]))[group.id]
+        return typed(schemas.Group, orgs.group_view(group, role_ids))
 
     @patch("/{group_id:str}", operation_id="updateGroup", opt=GROUPS_WRITE)
     async def update(
@@ -201,7 +205,7 @@ class GroupsController(Controller):
         data: JSONBody[UpdateGroup],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Group:
         parent_id = orgs.UNCHANGED if isinstance(data.parent_id, msgspec.UnsetType) else data.parent_id
         check(
             (id_issue("/parent_id", parent_id, "grp") if isinstance(parent_id, str) else [])
@@ -217,7 +221,7 @@ class GroupsController(Controller):
             parent_id=parent_id,
             role_ids=data.role_ids,
         )
-        return orgs.group_view(group, role_ids)
+        return typed(schemas.Group, orgs.group_view(group, role_ids))
 
     @post("/{group_id:str}/members", operation_id="addGroupMember", opt=GROUPS_WRITE)
     async def add_member(
@@ -228,7 +232,7 @@ class GroupsController(Controller):
         data: JSONBody[AddMember],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.GroupMembership:
         check(id_issue("/user_id", data.user_id, "usr"))
         member = await orgs.add_group_member(
             db_session,
@@ -238,7 +242,7 @@ class GroupsController(Controller):
             group_id,
             data.user_id,
         )
-        return orgs.group_member_view(member)
+        return typed(schemas.GroupMembership, orgs.group_member_view(member))
 
     @get("/{group_id:str}/members", operation_id="listGroupMembers", opt=READ)
     async def list_members(
@@ -249,11 +253,11 @@ class GroupsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.GroupMemberPage:
         page = await orgs.list_group_members(
             db_session, principal.realm.id, org_id, group_id, cursor=cursor, limit=limit
         )
-        return page_view(page, lambda row: orgs.group_member_view(row[1], row[0]))
+        return typed(schemas.GroupMemberPage, page_view(page, lambda row: orgs.group_member_view(row[1], row[0])))
 
     @delete("/{group_id:str}/members/{user_id:str}", operation_id="removeGroupMember", opt=GROUPS_WRITE)
     async def remove_member(

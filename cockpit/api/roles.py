@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from litestar import Controller, Response, delete, get, patch, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
@@ -54,8 +56,8 @@ class PermissionsController(Controller):
     tags = ["directory"]
 
     @get("/", operation_id="listPermissions", opt={"permission": "realm.roles.read"})
-    async def list(self) -> dict[str, Any]:
-        return {"items": roles.permission_catalog()}
+    async def list(self) -> schemas.PermissionCatalog:
+        return typed(schemas.PermissionCatalog, {"items": roles.permission_catalog()})
 
 
 class RolesController(Controller):
@@ -65,7 +67,7 @@ class RolesController(Controller):
     @post("/", operation_id="createRole", opt={"permission": "realm.roles.write"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateRole], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Role:
         role = await roles.create_role(
             db_session,
             principal.actor(request_id_of(request)),
@@ -76,7 +78,7 @@ class RolesController(Controller):
             requires_approval=data.requires_approval,
             description=data.description,
         )
-        return roles.role_view(role)
+        return typed(schemas.Role, roles.role_view(role))
 
     @get("/", operation_id="listRoles", opt={"permission": "realm.roles.read"})
     async def list(
@@ -87,17 +89,17 @@ class RolesController(Controller):
         boundary: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.RolePage:
         page = await roles.list_roles(
             db_session, principal.realm.id, q=q, boundary=boundary, cursor=cursor, limit=limit
         )
-        return page_view(page, roles.role_view)
+        return typed(schemas.RolePage, page_view(page, roles.role_view))
 
     @get("/{role_id:str}", operation_id="getRole", opt={"permission": "realm.roles.read"})
     async def retrieve(
         self, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
-        return roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id))
+    ) -> schemas.Role:
+        return typed(schemas.Role, roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id)))
 
     @patch("/{role_id:str}", operation_id="updateRole", opt={"permission": "realm.roles.write"})
     async def update(
@@ -107,7 +109,7 @@ class RolesController(Controller):
         data: JSONBody[UpdateRole],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Role:
         role = await roles.update_role(
             db_session,
             principal.actor(request_id_of(request)),
@@ -118,7 +120,7 @@ class RolesController(Controller):
             permissions=data.permissions,
             requires_approval=data.requires_approval,
         )
-        return roles.role_view(role)
+        return typed(schemas.Role, roles.role_view(role))
 
     @delete("/{role_id:str}", operation_id="deleteRole", opt={"permission": "realm.roles.write"})
     async def remove(
@@ -143,14 +145,26 @@ class RoleAssignmentsController(Controller):
     path = REALM_BASE + "/role-assignments"
     tags = ["directory"]
 
-    @post("/", operation_id="createRoleAssignment", opt={"permission": "realm.roles.write"}, status_code=201)
+    @post(
+        "/",
+        operation_id="createRoleAssignment",
+        opt={"permission": "realm.roles.write"},
+        status_code=201,
+        responses={
+            201: ResponseSpec(schemas.RoleAssignment, description="Assigned"),
+            202: ResponseSpec(
+                schemas.PendingRoleAssignment,
+                description="The role requires approval: nothing is assigned until the approver approves",
+            ),
+        },
+    )
     async def create(
         self,
         request: AnyRequest,
         data: JSONBody[CreateAssignment],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[Any]:
+    ) -> Response[schemas.RoleAssignment | schemas.PendingRoleAssignment]:
         check(
             id_issue("/role_id", data.role_id, "rol")
             + id_issue("/user_id", data.user_id, "usr")
@@ -173,10 +187,9 @@ class RoleAssignmentsController(Controller):
             # A role that requires approval: nothing is assigned until the approver approves.
             actor = principal.actor(request_id_of(request))
             approval = await approvals.request_role_assignment(db_session, actor, assignment)
-            return Response(
-                {"status": "pending_approval", "approval": approvals.approval_view(approval)}, status_code=202
-            )
-        return Response(roles.assignment_view(assignment), status_code=201)
+            pending = {"status": "pending_approval", "approval": approvals.approval_view(approval)}
+            return Response(typed(schemas.PendingRoleAssignment, pending), status_code=202)
+        return Response(typed(schemas.RoleAssignment, roles.assignment_view(assignment)), status_code=201)
 
     @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})
     async def list(
@@ -189,7 +202,7 @@ class RoleAssignmentsController(Controller):
         organization_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.RoleAssignmentPage:
         page = await roles.list_assignments(
             db_session,
             principal.realm.id,
@@ -200,13 +213,14 @@ class RoleAssignmentsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return page_view(page, roles.assignment_view)
+        return typed(schemas.RoleAssignmentPage, page_view(page, roles.assignment_view))
 
     @get("/{assignment_id:str}", operation_id="getRoleAssignment", opt={"permission": "realm.roles.read"})
     async def retrieve(
         self, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
-        return roles.assignment_view(await roles.get_assignment(db_session, principal.realm.id, assignment_id))
+    ) -> schemas.RoleAssignment:
+        assignment = await roles.get_assignment(db_session, principal.realm.id, assignment_id)
+        return typed(schemas.RoleAssignment, roles.assignment_view(assignment))
 
     @delete("/{assignment_id:str}", operation_id="revokeRoleAssignment", opt={"permission": "realm.roles.write"})
     async def revoke(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.runs import approvals
@@ -54,7 +56,7 @@ class ManualRunsController(Controller):
         data: JSONBody[StartRun],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.RunWithAttempts:
         """Start a run by hand for one subject; it runs asynchronously (202)."""
         run = await runs.start_manual_run(
             db_session,
@@ -63,7 +65,7 @@ class ManualRunsController(Controller):
             subject_id=data.subject_id,
             organization_id=data.organization_id,
         )
-        return runs.run_view(run, [])
+        return typed(schemas.RunWithAttempts, runs.run_view(run, []))
 
 
 class RunsController(Controller):
@@ -84,7 +86,7 @@ class RunsController(Controller):
         created_before: FromQuery[datetime | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.WorkflowRunPage:
         """Newest first.
 
         ``state_group``: ``failed_any`` (failed, compensated, compensation_failed), ``in_flight`` or
@@ -105,16 +107,19 @@ class RunsController(Controller):
                 created_before=created_before,
             ),
         )
-        return page_view(page, runs.run_view)
+        return typed(schemas.WorkflowRunPage, page_view(page, runs.run_view))
 
     @get("/{run_id:str}", operation_id="getWorkflowRun", opt={"permission": "realm.workflows.read", "reads_only": True})
-    async def show(self, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
+    async def show(
+        self, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> schemas.RunTimeline:
+        """The run's timeline: every attempt, what was undone, its approvals and re-runs."""
         run = await runs.get_run(db_session, principal.realm.id, run_id)
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
         out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
         out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(db_session, run.id)]
-        return out
+        return typed(schemas.RunTimeline, out)
 
     @post(
         "/{run_id:str}/cancel",
@@ -129,12 +134,12 @@ class RunsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[CancelRun | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.RunWithAttempts:
         """Ask the run to stop: it compensates like a failure and ends cancelled."""
         run = await runs.cancel_run(
             db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
         )
-        return runs.run_view(run, await runs.run_attempts(db_session, run.id))
+        return typed(schemas.RunWithAttempts, runs.run_view(run, await runs.run_attempts(db_session, run.id)))
 
     @post(
         "/{run_id:str}/rerun",
@@ -144,10 +149,10 @@ class RunsController(Controller):
     )
     async def rerun(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.RunWithAttempts:
         """Start a new run of the published revision for the same subject and organization (links both ways)."""
         run = await run_controls.rerun_run(db_session, principal.actor(request_id_of(request)), run_id)
-        return runs.run_view(run, [])
+        return typed(schemas.RunWithAttempts, runs.run_view(run, []))
 
     @post(
         "/{run_id:str}/retry-now",
@@ -157,17 +162,17 @@ class RunsController(Controller):
     )
     async def retry_now(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.RunWithAttempts:
         """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
         run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
         out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
-        return out
+        return typed(schemas.RunWithAttempts, out)
 
     @post("/bulk", operation_id="bulkWorkflowRuns", status_code=200, opt={"permission": "realm.workflows.run"})
     async def bulk(
         self, request: AnyRequest, data: JSONBody[BulkRequest], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.BulkOutcome:
         """Cancel or re-run up to 1,000 runs (by ids or by a filter): one result per run, done or refused."""
         where = None
         if data.filter is not None:
@@ -189,4 +194,4 @@ class RunsController(Controller):
             where=where,
             reason=data.reason,
         )
-        return outcome.view()
+        return typed(schemas.BulkOutcome, outcome.view())

@@ -4,13 +4,13 @@ admin tokens for service principals. A minted token is in the answer once, never
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
@@ -47,7 +47,7 @@ class TokensController(Controller):
     @post("/", operation_id="createToken", opt={"audience": "account"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateToken], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.MintedToken:
         """Mint a token for yourself; ``token`` is shown this once (default lifetime 90 days)."""
         token, row = await tokens.mint_own_token(
             db_session,
@@ -58,7 +58,7 @@ class TokensController(Controller):
             credential=principal.via,
             mfa=principal.via == "session" and principal.audience == "admin",
         )
-        return tokens.minted_view(token, row)
+        return typed(schemas.MintedToken, tokens.minted_view(token, row))
 
     @get("/", operation_id="listTokens", opt={"audience": "account"})
     async def list(
@@ -67,12 +67,12 @@ class TokensController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.ApiTokenPage:
         """Your tokens, revoked and expired ones included; never the token itself."""
         page = await tokens.list_tokens(
             db_session, principal.realm.id, user_id=principal.id, cursor=cursor, limit=limit
         )
-        return page_view(page, tokens.token_view)
+        return typed(schemas.ApiTokenPage, page_view(page, tokens.token_view))
 
     @delete("/{token_id:str}", operation_id="revokeToken", opt={"audience": "account"})
     async def revoke(
@@ -101,7 +101,7 @@ class ServicePrincipalTokensController(Controller):
         data: JSONBody[CreateServicePrincipalToken],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.MintedToken:
         """Mint an admin-audience token for the service principal; ``token`` is shown this once."""
         token, row = await tokens.mint_service_principal_token(
             db_session,
@@ -111,7 +111,7 @@ class ServicePrincipalTokensController(Controller):
             expires_in_days=data.expires_in_days,
             authority=principal.authority,
         )
-        return tokens.minted_view(token, row)
+        return typed(schemas.MintedToken, tokens.minted_view(token, row))
 
     @get("/", operation_id="listServicePrincipalTokens", opt={"permission": "realm.tokens.write"})
     async def list(
@@ -121,10 +121,10 @@ class ServicePrincipalTokensController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.ApiTokenPage:
         """The service principal's tokens (to find the one to revoke); never the token itself."""
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
         page = await tokens.list_tokens(
             db_session, principal.realm.id, service_principal_id=sp.id, cursor=cursor, limit=limit
         )
-        return page_view(page, tokens.token_view)
+        return typed(schemas.ApiTokenPage, page_view(page, tokens.token_view))

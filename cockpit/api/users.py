@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, Response, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
@@ -46,7 +46,7 @@ class UsersController(Controller):
     @post("/", operation_id="createUser", opt={"permission": "realm.users.write"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.User:
         check(data.field_issues())
         user = await directory.create_user(
             db_session,
@@ -56,7 +56,7 @@ class UsersController(Controller):
             guest=data.guest,
             password=data.password,
         )
-        return directory.user_view(user)
+        return typed(schemas.User, directory.user_view(user))
 
     @get("/", operation_id="listUsers", opt={"permission": "realm.users.read"})
     async def list(
@@ -68,15 +68,16 @@ class UsersController(Controller):
         guest: FromQuery[bool | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.UserPage:
         page = await directory.list_users(
             db_session, principal.realm.id, q=q, status=status, guest=guest, cursor=cursor, limit=limit
         )
-        return page_view(page, directory.user_view)
+        return typed(schemas.UserPage, page_view(page, directory.user_view))
 
     @get("/{user_id:str}", operation_id="getUser", opt={"permission": "realm.users.read"})
-    async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
-        return directory.user_view(await directory.get_user(db_session, principal.realm.id, user_id))
+    async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> schemas.User:
+        user = await directory.get_user(db_session, principal.realm.id, user_id)
+        return typed(schemas.User, directory.user_view(user))
 
     @patch("/{user_id:str}", operation_id="updateUser", opt={"permission": "realm.users.write"})
     async def update(
@@ -86,7 +87,7 @@ class UsersController(Controller):
         data: JSONBody[UpdateUser],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.User:
         check(text_issue("/display_name", data.display_name) + password_issue("/password", data.password))
         user = await directory.update_user(
             db_session,
@@ -97,18 +98,18 @@ class UsersController(Controller):
             password=data.password,
             authority=principal.authority,
         )
-        return directory.user_view(user)
+        return typed(schemas.User, directory.user_view(user))
 
     @post(
         "/{user_id:str}/suspend", operation_id="suspendUser", status_code=200, opt={"permission": "realm.users.suspend"}
     )
     async def suspend(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.User:
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "suspended", authority=principal.authority
         )
-        return directory.user_view(user)
+        return typed(schemas.User, directory.user_view(user))
 
     @post(
         "/{user_id:str}/reactivate",
@@ -118,11 +119,11 @@ class UsersController(Controller):
     )
     async def reactivate(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.User:
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "active", authority=principal.authority
         )
-        return directory.user_view(user)
+        return typed(schemas.User, directory.user_view(user))
 
     @post(
         "/{user_id:str}/reset-mfa",
@@ -132,12 +133,12 @@ class UsersController(Controller):
     )
     async def reset_mfa(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.User:
         """Remove the user's second factor and end their browser sessions; they enrol again."""
         user = await directory.reset_mfa(
             db_session, principal.actor(request_id_of(request)), user_id, authority=principal.authority
         )
-        return directory.user_view(user)
+        return typed(schemas.User, directory.user_view(user))
 
 
 class CreateSignInLink(Body):
@@ -158,7 +159,7 @@ class SignInLinksController(Controller):
         data: JSONBody[CreateSignInLink],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[dict[str, Any]]:
+    ) -> Response[schemas.SignInLink]:
         """A one-time sign-in link for a user of the realm (15 minutes, counts as a second factor).
 
         The caller must hold every permission the user holds, in every scope (403
@@ -172,8 +173,9 @@ class SignInLinksController(Controller):
         )
         path = f"/realms/{principal.realm.slug}/sign-in/link?token={token}"
         base = str(request.base_url).rstrip("/")
+        link = {"id": row.id, "user_id": row.user_id, "url": base + path, "path": path, "expires_at": row.expires_at}
         return Response(
-            {"id": row.id, "user_id": row.user_id, "url": base + path, "path": path, "expires_at": row.expires_at},
+            typed(schemas.SignInLink, link),
             status_code=201,
             headers={"Cache-Control": "no-store"},
         )
@@ -190,12 +192,12 @@ class ServicePrincipalsController(Controller):
         data: JSONBody[CreateServicePrincipal],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.ServicePrincipal:
         check(text_issue("/name", data.name) + text_issue("/description", data.description, minimum=0, maximum=500))
         sp = await directory.create_service_principal(
             db_session, principal.actor(request_id_of(request)), name=data.name.strip(), description=data.description
         )
-        return directory.service_principal_view(sp)
+        return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))
 
     @get("/", operation_id="listServicePrincipals", opt={"permission": "realm.users.read"})
     async def list(
@@ -204,12 +206,13 @@ class ServicePrincipalsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.ServicePrincipalPage:
         page = await directory.list_service_principals(db_session, principal.realm.id, cursor=cursor, limit=limit)
-        return page_view(page, directory.service_principal_view)
+        return typed(schemas.ServicePrincipalPage, page_view(page, directory.service_principal_view))
 
     @get("/{sp_id:str}", operation_id="getServicePrincipal", opt={"permission": "realm.users.read"})
-    async def get(self, sp_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> dict[str, Any]:
-        return directory.service_principal_view(
-            await directory.get_service_principal(db_session, principal.realm.id, sp_id)
-        )
+    async def get(
+        self, sp_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> schemas.ServicePrincipal:
+        sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
+        return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))

@@ -14,7 +14,9 @@ from litestar import Controller, delete, get, patch, post
 from litestar import get as read_route  # the controller's own ``get`` handler shadows the decorator
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
@@ -46,7 +48,7 @@ class WebhooksController(Controller):
     @post("/", operation_id="createWebhook", opt={"permission": "realm.webhooks.write"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWebhook], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.WebhookWithSecret:
         """Subscribe a destination; the answer carries ``secret``, shown this once."""
         subscription, secret = await webhooks.create_subscription(
             db_session,
@@ -57,7 +59,7 @@ class WebhooksController(Controller):
             event_types=data.event_types,
         )
         view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return view | {"secret": secret}
+        return typed(schemas.WebhookWithSecret, view | {"secret": secret})
 
     @get("/", operation_id="listWebhooks", opt={"permission": "realm.webhooks.read"})
     async def list(
@@ -68,20 +70,22 @@ class WebhooksController(Controller):
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.WebhookPage:
         """Subscriptions oldest first; deleted ones only with ``?state=deleted``."""
         page = await webhooks.list_subscriptions(
             db_session, principal.realm.id, state=state_filter, cursor=cursor, limit=limit
         )
         allows = _operator_allows_private(request)
-        return page_view(page, lambda s: webhooks.webhook_view(s, operator_allows_private=allows))
+        view = page_view(page, lambda s: webhooks.webhook_view(s, operator_allows_private=allows))
+        return typed(schemas.WebhookPage, view)
 
     @get("/{webhook_id:str}", operation_id="getWebhook", opt={"permission": "realm.webhooks.read"})
     async def get(
         self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Webhook:
         subscription = await webhooks.get_subscription(db_session, principal.realm.id, webhook_id)
-        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        return typed(schemas.Webhook, view)
 
     @patch("/{webhook_id:str}", operation_id="updateWebhook", opt={"permission": "realm.webhooks.write"})
     async def update(
@@ -91,7 +95,7 @@ class WebhooksController(Controller):
         data: JSONBody[UpdateWebhook],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Webhook:
         """Change the state (active, paused, disabled), destination, flag or event types
         (``event_types: null`` means every event type)."""
         changes: dict[str, Any] = {}
@@ -106,7 +110,8 @@ class WebhooksController(Controller):
             destination=data.destination,
             **changes,
         )
-        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
+        return typed(schemas.Webhook, view)
 
     @delete("/{webhook_id:str}", operation_id="deleteWebhook", opt={"permission": "realm.webhooks.write"})
     async def remove(
@@ -132,7 +137,7 @@ class WebhooksController(Controller):
     )
     async def rotate(
         self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.WebhookWithSecret:
         """A new secret, shown this once; the previous one still signs until
         ``previous_secret_expires_at`` (24 h)."""
         subscription, secret = await webhooks.rotate_secret(
@@ -142,7 +147,7 @@ class WebhooksController(Controller):
             webhook_id,
         )
         view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return view | {"secret": secret}
+        return typed(schemas.WebhookWithSecret, view | {"secret": secret})
 
     @read_route(
         "/{webhook_id:str}/deliveries",
@@ -157,12 +162,12 @@ class WebhooksController(Controller):
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.WebhookDeliveryPage:
         """The subscription's delivery log, newest first: event, tries, state, last answer and latency."""
         page = await deliveries.list_deliveries(
             db_session, principal.realm.id, webhook_id, state=state_filter, cursor=cursor, limit=limit
         )
-        return page_view(page, deliveries.delivery_view)
+        return typed(schemas.WebhookDeliveryPage, page_view(page, deliveries.delivery_view))
 
     @post(
         "/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver",
@@ -177,8 +182,8 @@ class WebhooksController(Controller):
         delivery_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.WebhookDelivery:
         """Send the delivery's event again, as a new delivery queued behind the subscription's others
         (409 while the subscription is disabled or deleted)."""
         copy = await deliveries.redeliver(db_session, principal.actor(request_id_of(request)), webhook_id, delivery_id)
-        return deliveries.delivery_view(copy)
+        return typed(schemas.WebhookDelivery, deliveries.delivery_view(copy))

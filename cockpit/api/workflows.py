@@ -8,7 +8,9 @@ import msgspec
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
+from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
+from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.platform.errors import NotFound
@@ -36,7 +38,7 @@ class DefinitionBody(Body):
     definition: Any
 
 
-class Decision(Body):
+class DecideRevision(Body):
     comment: str | None = None
 
 
@@ -46,6 +48,10 @@ class RollbackBody(Body):
 
 def _issues(issues: list[Any]) -> list[dict[str, str]]:
     return [{"path": i.path, "code": i.code, "message": i.message} for i in issues]
+
+
+def publication_view(result: Any) -> dict[str, Any]:
+    return {"workflow": workflows.workflow_view(result.workflow), "revision": workflows.revision_view(result.revision)}
 
 
 class WorkflowsController(Controller):
@@ -60,15 +66,16 @@ class WorkflowsController(Controller):
     )
     async def validate(
         self, data: JSONBody[DefinitionBody], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.DefinitionValidation:
         """Validate a definition against the contract and the realm; changes nothing."""
         issues = await workflows.validate_for_realm(db_session, principal.realm.id, data.definition)
-        return {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
+        found = {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
+        return typed(schemas.DefinitionValidation, found)
 
     @post("/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWorkflow], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.CreatedWorkflow:
         has_definition = data.definition is not msgspec.UNSET
         workflow, revision = await workflows.create_workflow(
             db_session,
@@ -82,7 +89,7 @@ class WorkflowsController(Controller):
         )
         out = workflows.workflow_view(workflow)
         out["revision"] = workflows.revision_view(revision) if revision else None
-        return out
+        return typed(schemas.CreatedWorkflow, out)
 
     @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def list(
@@ -93,17 +100,18 @@ class WorkflowsController(Controller):
         q: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.WorkflowPage:
         page = await workflows.list_workflows(
             db_session, principal.realm.id, state=workflow_state, q=q, cursor=cursor, limit=limit
         )
-        return page_view(page, workflows.workflow_view)
+        return typed(schemas.WorkflowPage, page_view(page, workflows.workflow_view))
 
     @get("/{workflow_id:str}", operation_id="getWorkflow", opt={"permission": "realm.workflows.read"})
     async def show(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
-        return workflows.workflow_view(await workflows.get_workflow(db_session, principal.realm.id, workflow_id))
+    ) -> schemas.Workflow:
+        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @patch("/{workflow_id:str}", operation_id="updateWorkflow", opt={"permission": "realm.workflows.write"})
     async def update(
@@ -113,7 +121,7 @@ class WorkflowsController(Controller):
         data: JSONBody[UpdateWorkflow],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Workflow:
         workflow = await workflows.update_workflow(
             db_session,
             principal.actor(request_id_of(request)),
@@ -122,7 +130,7 @@ class WorkflowsController(Controller):
             description=data.description,
             owner_id=data.owner_id,
         )
-        return workflows.workflow_view(workflow)
+        return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @delete(
         "/{workflow_id:str}",
@@ -143,9 +151,9 @@ class WorkflowsController(Controller):
     )
     async def enable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Workflow:
         workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, True)
-        return workflows.workflow_view(workflow)
+        return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @post(
         "/{workflow_id:str}/disable",
@@ -155,9 +163,9 @@ class WorkflowsController(Controller):
     )
     async def disable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.Workflow:
         workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, False)
-        return workflows.workflow_view(workflow)
+        return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @post(
         "/{workflow_id:str}/revisions",
@@ -171,20 +179,22 @@ class WorkflowsController(Controller):
         data: JSONBody[DefinitionBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.WorkflowRevision:
         revision = await workflows.stage_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.definition
         )
-        return workflows.revision_view(revision)
+        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
 
     @get(
         "/{workflow_id:str}/revisions", operation_id="listWorkflowRevisions", opt={"permission": "realm.workflows.read"}
     )
     async def revisions(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
+    ) -> schemas.RevisionPage:
+        """Every revision, oldest first, without their definitions (one page: ``next_cursor`` is null)."""
         items = await workflows.list_revisions(db_session, principal.realm.id, workflow_id)
-        return {"items": [workflows.revision_view(r, with_definition=False) for r in items], "next_cursor": None}
+        page = {"items": [workflows.revision_view(r, with_definition=False) for r in items], "next_cursor": None}
+        return typed(schemas.RevisionPage, page)
 
     @get(
         "/{workflow_id:str}/revisions/{n:int}",
@@ -193,8 +203,9 @@ class WorkflowsController(Controller):
     )
     async def revision(
         self, workflow_id: FromPath[str], n: FromPath[int], db_session: DbSession, principal: CurrentPrincipal
-    ) -> dict[str, Any]:
-        return workflows.revision_view(await workflows.get_revision(db_session, principal.realm.id, workflow_id, n))
+    ) -> schemas.WorkflowRevision:
+        revision = await workflows.get_revision(db_session, principal.realm.id, workflow_id, n)
+        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
 
     @get(
         "/{workflow_id:str}/revisions/{n:int}/diff",
@@ -208,12 +219,15 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         against: FromQuery[int | None] = None,
-    ) -> dict[str, Any]:
+    ) -> schemas.RevisionDiff:
+        """Step-aware and line-by-line differences; ``against`` defaults to the published revision
+        (or the one before when this one is published)."""
         if against is None:
             workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
             published = workflow.published_revision
             against = published if published is not None and published != n else max(n - 1, 1)
-        return await workflows.diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
+        found = await workflows.diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
+        return typed(schemas.RevisionDiff, found)
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/approve",
@@ -228,8 +242,8 @@ class WorkflowsController(Controller):
         n: FromPath[int],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: JSONBody[Decision | None] = None,
-    ) -> dict[str, Any]:
+        data: JSONBody[DecideRevision | None] = None,
+    ) -> schemas.WorkflowRevision:
         revision = await workflows.decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
@@ -238,7 +252,7 @@ class WorkflowsController(Controller):
             approve=True,
             comment=data.comment if data else None,
         )
-        return workflows.revision_view(revision)
+        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/reject",
@@ -253,8 +267,8 @@ class WorkflowsController(Controller):
         n: FromPath[int],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: JSONBody[Decision | None] = None,
-    ) -> dict[str, Any]:
+        data: JSONBody[DecideRevision | None] = None,
+    ) -> schemas.WorkflowRevision:
         revision = await workflows.decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
@@ -263,7 +277,7 @@ class WorkflowsController(Controller):
             approve=False,
             comment=data.comment if data else None,
         )
-        return workflows.revision_view(revision)
+        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/publish",
@@ -278,15 +292,12 @@ class WorkflowsController(Controller):
         n: FromPath[int],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: JSONBody[Decision | None] = None,
-    ) -> dict[str, Any]:
+        data: JSONBody[DecideRevision | None] = None,
+    ) -> schemas.Publication:
         result = await workflows.publish_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment if data else None
         )
-        return {
-            "workflow": workflows.workflow_view(result.workflow),
-            "revision": workflows.revision_view(result.revision),
-        }
+        return typed(schemas.Publication, publication_view(result))
 
     @post(
         "/{workflow_id:str}/rollback",
@@ -301,21 +312,18 @@ class WorkflowsController(Controller):
         data: JSONBody[RollbackBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> dict[str, Any]:
+    ) -> schemas.Publication:
         result = await workflows.rollback(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.revision
         )
-        return {
-            "workflow": workflows.workflow_view(result.workflow),
-            "revision": workflows.revision_view(result.revision),
-        }
+        return typed(schemas.Publication, publication_view(result))
 
 
 class ContractsController(Controller):
     path = "/api/v1/contracts/workflows"
     tags = ["contracts"]
 
-    @get("/{name:str}", operation_id="getWorkflowContract", opt={"public": True})
+    @get("/{name:str}", operation_id="getWorkflowContract", opt={"public": True}, media_type="application/schema+json")
     async def get(self, name: FromPath[str]) -> Response[dict[str, Any]]:
         """The JSON Schemas of the definition (``definition.v1.json``) and of a step call (``step-call.v1.json``)."""
         if name not in CONTRACT_NAMES:

@@ -4,13 +4,10 @@ Any signed-in user of the realm reaches them (an account session is enough: no s
 Everything is shown in names: the workflow, the subject, who started the run, and what the run
 will do once approved, step by step in words. The engine decides who may see what; the subject
 of a run, or anyone not named, gets 404 like an approval that does not exist.
-
-Also here: the administrators' "Notices" page, with each notice's rendered text and its state.
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +23,7 @@ from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory.identity import now as utc_now
 from engine.directory.models import User
 from engine.platform.errors import EngineError, Issue, ValidationFailed
-from engine.runs import approvals, notices
+from engine.runs import approvals
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.workflows.models import Workflow, WorkflowRevision
@@ -325,63 +322,3 @@ class ApprovalLinkPages(Controller):
     async def open(self, token: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
         approval_id = await approvals.redeem_link(db_session, principal.realm.id, principal.id, token, now=utc_now())
         return Redirect(f"/realms/{principal.realm.slug}/approvals/{approval_id}", status_code=303)
-
-
-class NoticesPages(Controller):
-    path = "/realms/{realm:str}/notices"
-    include_in_schema = False
-
-    @get("/", operation_id="noticesPage", opt={"permission": "realm.workflows.read", "reads_only": True})
-    async def list_page(
-        self,
-        request: AnyRequest,
-        db_session: DbSession,
-        principal: CurrentPrincipal,
-        run_id: FromQuery[str | None] = None,
-        user_id: FromQuery[str | None] = None,
-        cursor: FromQuery[str | None] = None,
-    ) -> Template:
-        run_id, user_id = (run_id or "").strip() or None, (user_id or "").strip() or None
-        notices.check_filters(run_id, user_id)
-        found = await notices.list_notices(
-            db_session, principal.realm.id, run_id=run_id, user_id=user_id, cursor=cursor
-        )
-        ids = {n.user_id for n in found.items}
-        people = (
-            {
-                u.id: u.display_name
-                for u in (
-                    await db_session.execute(
-                        select(User).where(User.id.in_(sorted(ids)), User.realm_id == principal.realm.id)  # type: ignore[attr-defined]
-                    )
-                ).scalars()
-            }
-            if ids
-            else {}
-        )
-        workflow_ids = {n.workflow_id for n in found.items if n.workflow_id}
-        workflow_names = (
-            {
-                wid: n
-                for wid, n in await db_session.execute(
-                    select(Workflow.id, Workflow.name).where(Workflow.id.in_(sorted(workflow_ids)))  # type: ignore[attr-defined]
-                )
-            }
-            if workflow_ids
-            else {}
-        )
-        return page(
-            request,
-            "pages/notices/list.html",
-            nav="notices",
-            notices=found.items,
-            # The text as the person read it (the stored body is escaped for mail); escaped again here.
-            texts={n.id: html.unescape(n.body) for n in found.items},
-            next_cursor=found.next_cursor,
-            people=people,
-            workflow_names=workflow_names,
-            run_id=run_id or "",
-            user_id=user_id or "",
-            mail_configured=context_of(request.app).settings.mail is not None,
-            not_configured_text=notices.NOT_CONFIGURED_TEXT,
-        )

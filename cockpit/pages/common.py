@@ -17,7 +17,12 @@ from litestar import Request
 from litestar.response import Template
 
 from cockpit.auth import Principal, principal_of
-from engine.platform.errors import EngineError
+from cockpit.state import AnyRequest, DbSession
+from engine.directory import identity
+from engine.directory.authz import Authority
+from engine.platform.errors import EngineError, invalid
+
+PICKER_LIMIT = 200  # how many choices a page's select offers (people, organizations, workflows)
 
 ACCOUNT_ONLY = "account-only"  # a link for sessions without a second factor (to set one up)
 
@@ -100,3 +105,39 @@ def form_errors(exc: EngineError) -> dict[str, Any]:
 
 def current(request: Request[Any, Any, Any]) -> Principal:
     return principal_of(request)
+
+
+def targets(request: AnyRequest, element_id: str) -> bool:
+    """An htmx request for one component (not a boosted page load)."""
+    return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == element_id
+
+
+def may(principal: Principal, permission: str, organization_id: str | None = None) -> bool:
+    """Whether the caller holds ``permission`` (in the realm, or in ``organization_id``)."""
+    return principal.authority is not None and principal.authority.holds(permission, organization_id)
+
+
+def authority_of(principal: Principal) -> Authority:
+    """The caller's authority, loaded by the guard for every route with a permission."""
+    assert principal.authority is not None
+    return principal.authority
+
+
+async def form_of(request: AnyRequest) -> Any:
+    return await request.form()
+
+
+def field(form: Any, name: str) -> str:
+    """A form's text field, or "" when it is missing or not text."""
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: str = "/email") -> str:
+    """The id of the realm's user with this email, or a field error at ``path``."""
+    if not email.strip():
+        raise invalid(path, "Enter the email of a user of the realm.", "required")
+    user = await identity.user_by_email(db_session, realm_id, email)
+    if user is None:
+        raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
+    return user.id

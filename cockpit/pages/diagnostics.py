@@ -22,7 +22,7 @@ from litestar.response import Redirect, Template
 from cockpit import health_cache
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages import charts
-from cockpit.pages.common import form_errors, page
+from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
 from engine.platform.errors import EngineError, NotFound
 from engine.runs import diagnostics
@@ -43,10 +43,6 @@ STRATEGY_WORDS = {
 
 class ResolveForm(msgspec.Struct):
     note: str = ""
-
-
-def may(principal: Principal, permission: str) -> bool:
-    return principal.authority is not None and principal.authority.holds(permission)
 
 
 class DiagnosticsPages(Controller):

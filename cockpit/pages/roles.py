@@ -17,13 +17,22 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, page
-from cockpit.pages.organizations import PICKER_LIMIT, field, form_of, may, targets, user_by_email
+from cockpit.pages.common import (
+    PICKER_LIMIT,
+    authority_of,
+    field,
+    form_errors,
+    form_of,
+    may,
+    page,
+    targets,
+    user_by_email,
+)
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations as orgs
 from engine.directory import principals as directory
 from engine.directory import roles
-from engine.directory.authz import PERMISSIONS, Authority
+from engine.directory.authz import PERMISSIONS
 from engine.directory.models import Role
 from engine.platform.errors import EngineError, invalid
 from engine.runs import approvals
@@ -40,11 +49,6 @@ FLASHES = {
     "revoked": "Assignment revoked.",
     "deleted": "Role deleted.",
 }
-
-
-def authority_of(principal: Principal) -> Authority:
-    assert principal.authority is not None  # loaded by the guard for every route with a permission
-    return principal.authority
 
 
 def parse_expiry(value: str) -> datetime | None:

@@ -15,7 +15,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, page
+from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
 from engine.directory import tokens
@@ -25,10 +25,6 @@ from engine.platform.errors import EngineError, Issue, ValidationFailed
 READ = {"permission": "realm.users.read"}
 WRITE = {"permission": "realm.users.write"}
 TOKENS = {"permission": "realm.tokens.write"}
-
-
-def may(principal: Principal, permission: str) -> bool:
-    return principal.authority is not None and principal.authority.holds(permission)
 
 
 class ServicePrincipalsPages(Controller):

@@ -13,16 +13,12 @@ from litestar import Controller, Response, get, post
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, page
+from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import notice_templates, policy
 from engine.platform.errors import EngineError, ValidationFailed
 
 NAME = notice_templates.WORKFLOW_NOTICE
-
-
-def _may(principal: Principal, permission: str) -> bool:
-    return principal.authority is not None and principal.authority.holds(permission)
 
 
 def _preview_context(principal: Principal, subject: str, body: str) -> dict[str, Any]:
@@ -58,7 +54,7 @@ class TemplatesPages(Controller):
             body=body,
             notices=notice_templates.NOTICE_TEXTS,
             sample=notice_templates.SAMPLE_VALUES,
-            can_edit=_may(principal, "realm.templates.write"),
+            can_edit=may(principal, "realm.templates.write"),
             saved=request.query_params.get("saved"),
             **_preview_context(principal, subject, body),
             **context,
@@ -113,7 +109,7 @@ class PolicyPages(Controller):
             "pages/settings/policy.html",
             nav="policy",
             policy=await policy.get_policy(db_session, principal.realm.id),
-            can_edit=_may(principal, "realm.policy.write"),
+            can_edit=may(principal, "realm.policy.write"),
             saved=request.query_params.get("saved") == "1",
         )
 

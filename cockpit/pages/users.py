@@ -16,7 +16,7 @@ from litestar.response import Redirect, Template
 
 from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, page
+from cockpit.pages.common import form_errors, may, page, targets
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
@@ -32,15 +32,6 @@ class CreateUserForm(msgspec.Struct):
     display_name: str = ""
     guest: str = ""
     password: str = ""
-
-
-def targets(request: AnyRequest, element_id: str) -> bool:
-    """An htmx request for one component (not a boosted page load)."""
-    return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == element_id
-
-
-def may(principal: Principal, permission: str) -> bool:
-    return principal.authority is not None and principal.authority.holds(permission)
 
 
 class UsersPages(Controller):

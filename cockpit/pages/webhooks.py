@@ -15,7 +15,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, page
+from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
 from engine.directory.audit import TRIGGER_EVENT_TYPES
@@ -31,10 +31,6 @@ STATE_ACTIONS = {"pause": "paused", "resume": "active", "disable": "disabled"}
 
 def _targets_component(request: AnyRequest) -> bool:
     return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == COMPONENT_ID
-
-
-def _may(principal: Principal, permission: str) -> bool:
-    return principal.authority is not None and principal.authority.holds(permission)
 
 
 class WebhooksPages(Controller):
@@ -79,7 +75,7 @@ class WebhooksPages(Controller):
             list_error=list_error,
             event_types=TRIGGER_EVENT_TYPES,
             operator_allows_private=allows,
-            can_write=_may(principal, "realm.webhooks.write"),
+            can_write=may(principal, "realm.webhooks.write"),
             form=form or {"destination": "", "allow_private_network": False, "event_types": []},
             **context,
         )
@@ -163,7 +159,7 @@ class WebhooksPages(Controller):
             state=state or "",
             states=deliveries.STATES,
             list_error=list_error,
-            can_write=_may(principal, "realm.webhooks.write"),
+            can_write=may(principal, "realm.webhooks.write"),
             **context,
         )
 

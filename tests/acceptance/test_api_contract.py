@@ -14,11 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from engine.platform.config import PROJECT_ROOT
 from testing.databases import clone_database, drop_database
@@ -142,7 +147,12 @@ def test_no_operation_answers_5xx_or_off_contract(served: Served) -> None:
             case.call_and_validate(
                 base_url=served.base,
                 headers=served.headers,
-                checks=[not_a_server_error, status_code_conformance, content_type_conformance],
+                checks=[
+                    not_a_server_error,
+                    status_code_conformance,
+                    content_type_conformance,
+                    response_schema_conformance,
+                ],
             )
 
         try:
@@ -161,3 +171,82 @@ def test_problem_details_are_declared(served: Served) -> None:
     operation = document["paths"]["/api/v1/realms/{realm}/users/{user_id}"]["patch"]
     for status in ("401", "403", "404", "409", "422"):
         assert "application/problem+json" in operation["responses"][status]["content"], status
+
+
+TYPED_READS = {
+    "listUsers",
+    "getUser",
+    "listWorkflows",
+    "getWorkflow",
+    "getWorkflowRevision",
+    "diffWorkflowRevisions",
+    "listWorkflowRuns",
+    "getWorkflowRun",
+    "listAuditEvents",
+    "getPolicy",
+    "validateWorkflowDefinition",
+}
+
+
+def _conforming(served: Served, operation: Any, statuses: list[int]) -> Any:
+    """Few derandomized examples of one operation, every answer checked against its declared schema."""
+
+    @settings(
+        max_examples=8,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy())
+    def check(case: Any) -> None:
+        for parameter in case.path_parameters or {}:
+            case.path_parameters[parameter] = served.slug if parameter == "realm" else served.ids[parameter]
+        response = case.call(base_url=served.base, headers=served.headers)
+        statuses.append(response.status_code)
+        case.validate_response(
+            response,
+            checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance],
+        )
+
+    return check
+
+
+def test_typed_answers_conform_to_their_declared_schemas(served: Served) -> None:
+    """A handful of reads and validation, checked member by member against their declared shapes."""
+    schema = schemathesis.openapi.from_url(served.base + "/schema/openapi.json")
+    answered: dict[str, list[int]] = {}
+    failures: list[str] = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        name = operation.definition.raw.get("operationId")
+        if name not in TYPED_READS:
+            continue
+        try:
+            _conforming(served, operation, answered.setdefault(name, []))()
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            failures.append(f"{name}: {str(exc).strip()[:1500]}")
+    assert set(answered) == TYPED_READS
+    assert not failures, "\n\n".join(failures)
+    # Each operation's typed success answer was checked at least once, not only its problems.
+    assert all(any(200 <= s < 300 for s in statuses) for statuses in answered.values()), answered
+
+
+def test_the_declared_shapes_refuse_an_answer_that_drifts(served: Served) -> None:
+    """The run timeline's schema holds its members: an answer without one, or with a wrong type, fails it."""
+    document = httpx.get(served.base + "/schema/openapi.json", timeout=30).json()
+    validator = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/RunTimeline", "components": document["components"]}
+    )
+    answer = httpx.get(
+        f"{served.base}/api/v1/realms/{served.slug}/workflow-runs/{served.ids['run_id']}",
+        headers=served.headers,
+        timeout=30,
+    ).json()
+    assert not list(validator.iter_errors(answer))
+    assert list(validator.iter_errors({k: v for k, v in answer.items() if k != "state"}))
+    assert list(validator.iter_errors(answer | {"attempts": [{"id": 1}]}))
+    assert list(validator.iter_errors(answer | {"trigger": None}))

@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import event
 
 from cockpit.names import resolve_names
-from cockpit.pages.workflows import parse_text
+from cockpit.pages.workflows.editor_text import parse_text
 from engine.directory.models import Group, User, WebhookSubscription
 from engine.platform.ids import new_id
 from engine.workflows.service import get_revision

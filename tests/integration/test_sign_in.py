@@ -14,7 +14,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
-from cockpit.pages.auth import safe_next
+from cockpit.pages.auth.sessions import safe_next
 from engine.directory import identity
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker

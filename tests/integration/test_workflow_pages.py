@@ -15,7 +15,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from cockpit.pages.workflows import line_of, parse_text, pointer_lines, side_by_side
+from cockpit.pages.workflows.diff import side_by_side
+from cockpit.pages.workflows.editor_text import line_of, parse_text, pointer_lines
 from engine.directory.audit import Actor
 from engine.directory.models import RealmPolicy, User
 from engine.workflows import service as workflows

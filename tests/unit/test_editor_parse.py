@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cockpit.pages.workflows import parse_text
+from cockpit.pages.workflows.editor_text import parse_text
 
 
 def test_text_that_cannot_be_read_is_an_issue_not_an_error() -> None:

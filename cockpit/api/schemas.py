@@ -1,0 +1,699 @@
+"""The shapes of the JSON API's answers, as the OpenAPI document states them.
+
+Each struct mirrors one view of the engine member for member, in the same order, with the same
+nulls; members that a view adds only sometimes default to ``UNSET`` and are left out when
+absent. Handlers build their answers with :func:`typed`, which converts a view to its struct
+(a view that does not fit its struct is a bug, and fails loudly) — so the document and the
+bytes on the wire come from one declaration. Values that are free-form by nature (a definition,
+a step's input and result, an audit event's details) stay free-form.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+T = TypeVar("T")
+
+
+class Shape(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every answer struct: a view member the struct does not declare is an error, never dropped."""
+
+
+def typed(shape: type[T], view: Any) -> T:
+    """The engine's view as its declared shape (same members, same order, same values)."""
+    return msgspec.convert(view, shape, strict=True)
+
+
+# --- Directory ------------------------------------------------------------------------------------
+
+
+class User(Shape):
+    id: str
+    email: str
+    display_name: str
+    status: str
+    guest: bool
+    mfa_enrolled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class UserPage(Shape):
+    items: list[User]
+    next_cursor: str | None
+
+
+class ServicePrincipal(Shape):
+    id: str
+    name: str
+    description: str
+    created_at: datetime
+
+
+class ServicePrincipalPage(Shape):
+    items: list[ServicePrincipal]
+    next_cursor: str | None
+
+
+class SignInLink(Shape):
+    """``url`` and ``path`` carry the one-time token: in this answer only."""
+
+    id: str
+    user_id: str
+    url: str
+    path: str
+    expires_at: datetime
+
+
+class Organization(Shape):
+    id: str
+    name: str
+    state: str
+    created_at: datetime
+
+
+class OrganizationPage(Shape):
+    items: list[Organization]
+    next_cursor: str | None
+
+
+class OrganizationMembership(Shape):
+    id: str
+    organization_id: str
+    user_id: str
+    created_at: datetime
+
+
+class OrganizationMember(OrganizationMembership):
+    """A membership with the member's name and status (as lists show it)."""
+
+    email: str
+    display_name: str
+    status: str
+
+
+class OrganizationMemberPage(Shape):
+    items: list[OrganizationMember]
+    next_cursor: str | None
+
+
+class Group(Shape):
+    id: str
+    organization_id: str
+    name: str
+    parent_id: str | None
+    role_ids: list[str]
+    created_at: datetime
+
+
+class GroupPage(Shape):
+    items: list[Group]
+    next_cursor: str | None
+
+
+class GroupMembership(Shape):
+    group_id: str
+    user_id: str
+    added_by: str | None
+    source_run_id: str | None
+    created_at: datetime
+
+
+class GroupMember(GroupMembership):
+    """A group membership with the member's name and status (as lists show it)."""
+
+    email: str
+    display_name: str
+    status: str
+
+
+class GroupMemberPage(Shape):
+    items: list[GroupMember]
+    next_cursor: str | None
+
+
+class Permission(Shape):
+    name: str
+    level: str
+    description: str
+
+
+class PermissionCatalog(Shape):
+    items: list[Permission]
+
+
+class Role(Shape):
+    id: str
+    name: str
+    description: str
+    permissions: list[str]
+    boundary: str
+    requires_approval: bool
+    builtin: bool
+    created_at: datetime
+
+
+class RolePage(Shape):
+    items: list[Role]
+    next_cursor: str | None
+
+
+class RoleAssignment(Shape):
+    id: str
+    role_id: str
+    user_id: str | None
+    service_principal_id: str | None
+    organization_id: str | None
+    expires_at: datetime | None
+    granted_by: str | None
+    approver_id: str | None
+    source_run_id: str | None
+    created_at: datetime
+
+
+class RoleAssignmentPage(Shape):
+    items: list[RoleAssignment]
+    next_cursor: str | None
+
+
+class Webhook(Shape):
+    id: str
+    destination: str
+    state: str
+    allow_private_network: bool
+    event_types: list[str] | None
+    egress_permitted: bool
+    previous_secret_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookWithSecret(Webhook):
+    """A subscription with its signing secret: the answer to a create or a rotation, once."""
+
+    secret: str
+
+
+class WebhookPage(Shape):
+    items: list[Webhook]
+    next_cursor: str | None
+
+
+class WebhookDelivery(Shape):
+    id: str
+    subscription_id: str
+    event_id: str
+    event_type: str
+    state: str
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    last_latency_ms: int | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    redelivery_of: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class WebhookDeliveryPage(Shape):
+    items: list[WebhookDelivery]
+    next_cursor: str | None
+
+
+class NoticeTemplate(Shape):
+    name: str
+    subject: str
+    body: str
+    variables: list[str]
+    overridden: bool
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class PolicyExtensionValues(Shape):
+    workflow_publish_approval: bool
+
+
+class Policy(Shape):
+    extensions: PolicyExtensionValues
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class TokenOwner(Shape):
+    type: str
+    id: str | None
+
+
+class ApiToken(Shape):
+    id: str
+    name: str
+    audience: str
+    owner: TokenOwner
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked: bool
+    revoked_at: datetime | None
+
+
+class ApiTokenPage(Shape):
+    items: list[ApiToken]
+    next_cursor: str | None
+
+
+class MintedToken(Shape):
+    """``token`` is the bearer token itself: in this answer only."""
+
+    id: str
+    name: str
+    audience: str
+    created_at: datetime
+    expires_at: datetime | None
+    token: str
+
+
+class AuditParty(Shape):
+    type: str | None
+    id: str | None
+
+
+class AuditEvent(Shape):
+    """``details`` is free-form: what the event type records."""
+
+    id: str
+    occurred_at: datetime
+    actor: AuditParty
+    category: str
+    type: str
+    subject: AuditParty
+    request_id: str | None
+    correlation_id: str | None
+    details: dict[str, Any]
+
+
+class AuditEventPage(Shape):
+    items: list[AuditEvent]
+    next_cursor: str | None
+
+
+# --- Workflows ------------------------------------------------------------------------------------
+
+
+class Workflow(Shape):
+    id: str
+    name: str
+    description: str
+    owner_id: str | None
+    state: str
+    requires_approval: bool
+    plugin_id: str | None
+    published_revision: int | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkflowPage(Shape):
+    items: list[Workflow]
+    next_cursor: str | None
+
+
+class RevisionSummary(Shape):
+    id: str
+    workflow_id: str
+    number: int
+    status: str
+    hash: str
+    author_id: str | None
+    created_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_comment: str | None
+    published_by: str | None
+    published_at: datetime | None
+
+
+class WorkflowRevision(RevisionSummary):
+    """A revision with its definition, in the author's key order (see ``definition.v1.json``)."""
+
+    definition: dict[str, Any]
+
+
+class RevisionPage(Shape):
+    items: list[RevisionSummary]
+    next_cursor: str | None
+
+
+class CreatedWorkflow(Workflow):
+    """A new workflow, with its first revision when a definition was given."""
+
+    revision: WorkflowRevision | None
+
+
+class Publication(Shape):
+    workflow: Workflow
+    revision: WorkflowRevision
+
+
+class Issue(Shape):
+    path: str
+    code: str
+    message: str
+
+
+class DefinitionValidation(Shape):
+    valid: bool
+    errors: list[Issue]
+
+
+class MemberChange(Shape):
+    """One changed member, as a JSON pointer relative to the compared trigger or step."""
+
+    path: str
+    change: str
+    old: Any
+    new: Any
+
+
+class TopLevelChange(Shape):
+    old: Any
+    new: Any
+    changes: list[MemberChange]
+
+
+class TriggerAtIndex(Shape):
+    index: int
+    trigger: Any
+
+
+class ChangedTrigger(Shape):
+    old_index: int
+    new_index: int
+    type: Any
+    changes: list[MemberChange]
+
+
+class IndexPair(Shape):
+    old_index: int
+    new_index: int
+
+
+class TriggerChanges(Shape):
+    added: list[TriggerAtIndex]
+    removed: list[TriggerAtIndex]
+    changed: list[ChangedTrigger]
+    unchanged: list[IndexPair]
+
+
+class StepAtIndex(Shape):
+    id: str
+    index: int
+    step: Any
+
+
+class ChangedStep(Shape):
+    id: str
+    old_index: int
+    new_index: int
+    changes: list[MemberChange]
+
+
+class MovedStep(Shape):
+    id: str
+    old_index: int
+    new_index: int
+
+
+class StepInOrder(Shape):
+    id: str
+    status: str
+    old_index: int | None
+    new_index: int | None
+    moved: bool
+
+
+class StepChanges(Shape):
+    added: list[StepAtIndex]
+    removed: list[StepAtIndex]
+    changed: list[ChangedStep]
+    moved: list[MovedStep]
+    unchanged: list[str]
+    order: list[StepInOrder]
+
+
+class StructuredDiff(Shape):
+    changed: bool
+    triggers: TriggerChanges
+    steps: StepChanges
+    retry: TopLevelChange | None
+    schema_version: TopLevelChange | None
+
+
+class LineRun(Shape):
+    """A run of lines of the two pretty-printed definitions; line numbers start at 1."""
+
+    op: str
+    old_start: int
+    new_start: int
+    old_lines: list[str]
+    new_lines: list[str]
+
+
+class RevisionDiff(Shape):
+    revision: int
+    against: int
+    structured: StructuredDiff
+    lines: list[LineRun]
+
+
+# --- Runs and approvals ---------------------------------------------------------------------------
+
+
+class RunTrigger(Shape):
+    type: str
+    key: str
+
+
+class StepAttempt(Shape):
+    """``input`` and ``result`` are free-form: what the step type takes and answers."""
+
+    id: str
+    step_id: str
+    step_index: int
+    step_type: str
+    number: int
+    state: str
+    idempotency_key: str
+    input: dict[str, Any]
+    input_version: str
+    error_category: str | None
+    error_message: str | None
+    max_attempts: int
+    backoff_ms: int
+    result: dict[str, Any] | None
+    compensation_strategy: str
+    compensation_state: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+class Compensation(Shape):
+    attempt_id: str
+    step_id: str
+    strategy: str
+    state: str | None
+    attempts: int
+    result: dict[str, Any] | None
+    error: str | None
+    compensated_at: datetime | None
+
+
+class ApprovalDecision(Shape):
+    """An approval step's decision as the run recorded it."""
+
+    approval_id: str
+    step_id: str | None
+    status: str
+    decided_by: str | None
+    decided_at: str | None
+    comment: str | None
+
+
+class WorkflowRun(Shape):
+    """``input`` is free-form: the run's input (its subject and trigger data)."""
+
+    id: str
+    workflow_id: str
+    revision: int
+    subject_id: str
+    organization_id: str | None
+    state: str
+    step_index: int
+    error_category: str | None
+    last_error: str | None
+    trigger: RunTrigger
+    input: dict[str, Any]
+    input_version: int
+    publisher_id: str
+    starter_id: str | None
+    depth: int
+    parent_run_id: str | None
+    rerun_of: str | None
+    correlation_id: str | None
+    due_at: datetime | None
+    cancel_requested_at: datetime | None
+    cancel_requested_by: str | None
+    cancel_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class WorkflowRunPage(Shape):
+    items: list[WorkflowRun]
+    next_cursor: str | None
+
+
+class RunWithAttempts(WorkflowRun):
+    """A run with its attempts, what was undone, and its approval decisions.
+
+    ``next_attempt_at`` is in the answer to retry-now only.
+    """
+
+    attempts: list[StepAttempt]
+    compensations: list[Compensation]
+    approvals: list[ApprovalDecision]
+    next_attempt_at: datetime | UnsetType | None = UNSET
+
+
+class ApprovalDelegation(Shape):
+    from_: str = msgspec.field(name="from")
+    to: str
+    at: str
+
+
+class Approval(Shape):
+    """``request`` is what a role-assignment approval would grant (null for an approval step)."""
+
+    id: str
+    kind: str
+    request: dict[str, Any] | None
+    run_id: str | None
+    workflow_id: str | None
+    step_id: str | None
+    subject_id: str
+    status: str
+    approvers: list[str]
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    comment: str | None
+    delegations: list[ApprovalDelegation]
+    created_at: datetime
+
+
+class ApprovalPage(Shape):
+    items: list[Approval]
+    next_cursor: str | None
+
+
+class RunTimeline(WorkflowRun):
+    """A run with every attempt, what was undone, its approvals, its re-runs and when it goes on."""
+
+    attempts: list[StepAttempt]
+    compensations: list[Compensation]
+    approvals: list[Approval]
+    next_attempt_at: datetime | None
+    reruns: list[str]
+
+
+class PendingRoleAssignment(Shape):
+    """A role that requires approval: nothing is assigned until the approver approves."""
+
+    status: str
+    approval: Approval
+
+
+class BulkResult(Shape):
+    """``done`` (with ``new_run_id`` for a re-run), or ``refused`` with the problem's ``code``,
+    ``status_code`` and ``detail``."""
+
+    run_id: str
+    status: str
+    new_run_id: str | UnsetType = UNSET
+    code: str | UnsetType = UNSET
+    status_code: int | UnsetType = UNSET
+    detail: str | UnsetType = UNSET
+
+
+class BulkOutcome(Shape):
+    action: str
+    matched: int
+    capped: bool
+    done: int
+    refused: int
+    results: list[BulkResult]
+
+
+class Notice(Shape):
+    id: str
+    run_id: str | None
+    approval_id: str | None
+    workflow_id: str | None
+    user_id: str
+    notice: str
+    to: str | None
+    subject: str
+    state: str
+    attempts: int
+    created_at: datetime
+    sent_at: datetime | None
+    next_attempt_at: datetime | None
+    last_error: str | None
+
+
+class NoticePage(Shape):
+    items: list[Notice]
+    next_cursor: str | None
+
+
+# --- Health ---------------------------------------------------------------------------------------
+
+
+class Liveness(Shape):
+    status: str
+
+
+class DatabaseCheck(Shape):
+    ok: bool
+    error: str | UnsetType = UNSET
+
+
+class MigrationsCheck(Shape):
+    ok: bool
+    current: str | UnsetType | None = UNSET
+    head: str | UnsetType | None = UNSET
+
+
+class WorkerCheck(Shape):
+    ok: bool
+    last_heartbeat_age_s: float | None
+
+
+class ReadinessChecks(Shape):
+    database: DatabaseCheck
+    migrations: MigrationsCheck
+    worker: WorkerCheck
+
+
+class Readiness(Shape):
+    """``ready`` only when every check passes (200); otherwise ``not_ready`` with the same document (503)."""
+
+    status: str
+    checks: ReadinessChecks

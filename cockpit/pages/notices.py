@@ -1,0 +1,78 @@
+"""The administrators' "Notices" page (``pages/notices/list.html``): each notice's rendered text,
+who it went to, and its state; filtered by run or person."""
+
+from __future__ import annotations
+
+import html
+
+from litestar import Controller, get
+from litestar.params import FromQuery
+from litestar.response import Template
+from sqlalchemy import select
+
+from cockpit.auth import CurrentPrincipal
+from cockpit.pages.common import page
+from cockpit.state import AnyRequest, DbSession, context_of
+from engine.directory.models import User
+from engine.runs import notices
+from engine.workflows.models import Workflow
+
+
+class NoticesPages(Controller):
+    path = "/realms/{realm:str}/notices"
+    include_in_schema = False
+
+    @get("/", operation_id="noticesPage", opt={"permission": "realm.workflows.read", "reads_only": True})
+    async def list_page(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        run_id: FromQuery[str | None] = None,
+        user_id: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        run_id, user_id = (run_id or "").strip() or None, (user_id or "").strip() or None
+        notices.check_filters(run_id, user_id)
+        found = await notices.list_notices(
+            db_session, principal.realm.id, run_id=run_id, user_id=user_id, cursor=cursor
+        )
+        ids = {n.user_id for n in found.items}
+        people = (
+            {
+                u.id: u.display_name
+                for u in (
+                    await db_session.execute(
+                        select(User).where(User.id.in_(sorted(ids)), User.realm_id == principal.realm.id)  # type: ignore[attr-defined]
+                    )
+                ).scalars()
+            }
+            if ids
+            else {}
+        )
+        workflow_ids = {n.workflow_id for n in found.items if n.workflow_id}
+        workflow_names = (
+            {
+                wid: n
+                for wid, n in await db_session.execute(
+                    select(Workflow.id, Workflow.name).where(Workflow.id.in_(sorted(workflow_ids)))  # type: ignore[attr-defined]
+                )
+            }
+            if workflow_ids
+            else {}
+        )
+        return page(
+            request,
+            "pages/notices/list.html",
+            nav="notices",
+            notices=found.items,
+            # The text as the person read it (the stored body is escaped for mail); escaped again here.
+            texts={n.id: html.unescape(n.body) for n in found.items},
+            next_cursor=found.next_cursor,
+            people=people,
+            workflow_names=workflow_names,
+            run_id=run_id or "",
+            user_id=user_id or "",
+            mail_configured=context_of(request.app).settings.mail is not None,
+            not_configured_text=notices.NOT_CONFIGURED_TEXT,
+        )

@@ -1,0 +1,218 @@
+"""Revisions: the list (``pages/workflows/revisions.html``), one revision (``revision.html``) with
+its diff (``_diff.html``, also alone for ``HX-Target: revision-diff``), and the review actions.
+
+A revision's page compares it with the published revision (or any other, ``?against=``), step
+by step and line by line, and offers the decisions its status allows: approve, reject, publish,
+roll back. Service errors (separation of duties, approval required, the delegation ceiling with
+the steps it names, conflicts) are shown on the page with the API's codes and paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Response, get, post
+from litestar.params import FromPath, FromQuery
+from litestar.response import Redirect, Template
+
+from cockpit.auth import CurrentPrincipal, Principal, request_id_of
+from cockpit.names import ids_in
+from cockpit.pages.common import field, may, page, targets
+from cockpit.pages.workflows.diff import default_against, side_by_side
+from cockpit.pages.workflows.editor_text import EditorIssue, place
+from cockpit.pages.workflows.shared import PUBLISH, READ, as_authored, compact, display_names, flash_of
+from cockpit.state import AnyRequest, DbSession
+from engine.platform.errors import EngineError
+from engine.workflows import service as workflows
+from engine.workflows.definitions import authored_json
+from engine.workflows.definitions.diff import line_diff, structured_diff
+
+DIFF_ID = "revision-diff"
+
+
+def action_error(exc: EngineError, definition: Any | None = None) -> dict[str, Any]:
+    """A service error as the revision page shows it: the API's code, detail and paths."""
+    text = authored_json(definition) if definition is not None else ""
+    issues = place(exc.issues, text) if text else tuple(EditorIssue(i.path, i.code, i.message) for i in exc.issues)
+    return {"status": exc.status, "code": exc.code, "detail": exc.detail, "issues": issues}
+
+
+class WorkflowRevisionPages(Controller):
+    path = "/realms/{realm:str}/workflows"
+    include_in_schema = False
+
+    # --- Revisions --------------------------------------------------------------------------------
+
+    @get("/{workflow_id:str}/revisions", operation_id="workflowRevisionsPage", opt=READ)
+    async def revisions(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        realm_id = principal.realm.id
+        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+        names = await display_names(
+            db_session, principal.realm, [r.author_id for r in revisions] + [r.decided_by for r in revisions]
+        )
+        return page(
+            request,
+            "pages/workflows/revisions.html",
+            nav="workflows",
+            workflow=workflow,
+            revisions=revisions,
+            names=names,
+            can_write=may(principal, "realm.workflows.write"),
+        )
+
+    async def _revision(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        workflow_id: str,
+        number: int,
+        *,
+        against: int | None = None,
+        status_code: int = 200,
+        **context: Any,
+    ) -> Template:
+        realm_id = principal.realm.id
+        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        await db_session.refresh(workflow)  # current values, also after a change that was undone
+        revision = await workflows.get_revision(db_session, realm_id, workflow.id, number)
+        await db_session.refresh(revision)
+        all_revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+        compare_to = against if against is not None else default_against(workflow, number)
+        diff: dict[str, Any] | None = None
+        other_definition: Any = None
+        if compare_to is not None:
+            other = await workflows.get_revision(db_session, realm_id, workflow.id, compare_to)
+            diff = {
+                "against": compare_to,
+                "against_status": other.status,
+                "structured": structured_diff(other.definition, revision.definition),
+                "rows": side_by_side(line_diff(other.definition, revision.definition)),
+            }
+            other_definition = other.definition
+        definition_text = authored_json(as_authored(revision))
+        fragment = targets(request, DIFF_ID)
+        names = await display_names(
+            db_session,
+            principal.realm,
+            [
+                revision.author_id,
+                revision.decided_by,
+                revision.published_by,
+                *ids_in(revision.definition),
+                *ids_in(other_definition),
+            ],
+        )
+        context.setdefault("flash", flash_of(request))
+        return page(
+            request,
+            "pages/workflows/_diff.html" if fragment else "pages/workflows/revision.html",
+            nav="workflows",
+            status_code=status_code,
+            workflow=workflow,
+            revision=revision,
+            revisions=all_revisions,
+            diff=diff,
+            definition_lines=definition_text.splitlines(),
+            names=names,
+            is_author=revision.author_id == principal.id,
+            can_publish=may(principal, "realm.workflows.publish"),
+            can_write=may(principal, "realm.workflows.write"),
+            compact=compact,
+            **context,
+        )
+
+    @get("/{workflow_id:str}/revisions/{n:int}", operation_id="workflowRevisionPage", opt=READ)
+    async def revision(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        against: FromQuery[int | None] = None,
+    ) -> Template:
+        return await self._revision(request, db_session, principal, workflow_id, n, against=against)
+
+    async def _decide(
+        self, request: AnyRequest, workflow_id: str, number: int, db_session: DbSession, principal: Principal, verb: str
+    ) -> Response[Any]:
+        realm_id = principal.realm.id
+        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        revision = await workflows.get_revision(db_session, realm_id, workflow.id, number)
+        definition = as_authored(revision)
+        comment = field(await request.form(), "comment").strip() or None
+        actor = principal.actor(request_id_of(request))
+        try:
+            async with db_session.begin_nested():  # an error undoes only this change
+                if verb in ("approve", "reject"):
+                    await workflows.decide_revision(
+                        db_session, actor, workflow.id, number, approve=verb == "approve", comment=comment
+                    )
+                elif verb == "publish":
+                    await workflows.publish_revision(db_session, actor, workflow.id, number, comment=comment)
+                else:
+                    await workflows.rollback(db_session, actor, workflow.id, number)
+        except EngineError as exc:
+            return await self._revision(
+                request,
+                db_session,
+                principal,
+                workflow.id,
+                number,
+                status_code=exc.status,
+                action=verb,
+                action_error=action_error(exc, definition),
+                comment=comment or "",
+            )
+        done = {"approve": "approved", "reject": "rejected", "publish": "published", "rollback": "rolled-back"}[verb]
+        return Redirect(
+            f"/realms/{principal.realm.slug}/workflows/{workflow.id}/revisions/{number}?done={done}", status_code=303
+        )
+
+    @post("/{workflow_id:str}/revisions/{n:int}/approve", operation_id="workflowRevisionPageApprove", opt=PUBLISH)
+    async def approve(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Response[Any]:
+        return await self._decide(request, workflow_id, n, db_session, principal, "approve")
+
+    @post("/{workflow_id:str}/revisions/{n:int}/reject", operation_id="workflowRevisionPageReject", opt=PUBLISH)
+    async def reject(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Response[Any]:
+        return await self._decide(request, workflow_id, n, db_session, principal, "reject")
+
+    @post("/{workflow_id:str}/revisions/{n:int}/publish", operation_id="workflowRevisionPagePublish", opt=PUBLISH)
+    async def publish(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Response[Any]:
+        return await self._decide(request, workflow_id, n, db_session, principal, "publish")
+
+    @post("/{workflow_id:str}/revisions/{n:int}/rollback", operation_id="workflowRevisionPageRollback", opt=PUBLISH)
+    async def rollback(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Response[Any]:
+        return await self._decide(request, workflow_id, n, db_session, principal, "rollback")

@@ -1,0 +1,302 @@
+"""The API's declared answer shapes: every operation typed, and the bytes what the engine's views say.
+
+The handlers build their answers with ``cockpit.api.schemas.typed`` (an engine view converted to
+its declared struct). Here every conversion made while a realm is used through the API is
+watched, and the struct's JSON must be the view's JSON byte for byte: same members, same order,
+same nulls. The OpenAPI document must give each operation a named, typed answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from cockpit.api import schemas
+from cockpit.app import create_app
+from cockpit.openapi import declare_problem_responses
+from engine.platform.config import Settings
+from tests.factories import RealmHandle
+from tests.integration.test_runner import drain, runner
+
+Client = AsyncTestClient[Litestar]
+
+# Members whose value is free-form by nature: a definition, a step's input and result, an audit
+# event's details, what a role-assignment approval would grant.
+FREE_FORM = {
+    ("AuditEvent", "details"),
+    ("WorkflowRevision", "definition"),
+    ("WorkflowRun", "input"),
+    ("RunWithAttempts", "input"),
+    ("RunTimeline", "input"),
+    ("StepAttempt", "input"),
+    ("StepAttempt", "result"),
+    ("Compensation", "result"),
+    ("Approval", "request"),
+}
+# Answers that are free-form documents themselves: the JSON Schemas of the public contracts.
+FREE_FORM_OPERATIONS = {"getWorkflowContract"}
+
+
+def _document(settings: Settings, database_url: str) -> dict[str, Any]:
+    document: dict[str, Any] = declare_problem_responses(create_app(settings, database_url=database_url)).to_schema()
+    return document
+
+
+def _bare_object(schema: dict[str, Any]) -> bool:
+    """An object that says nothing of its members (``{"type": "object"}``, any values)."""
+    variants = schema.get("oneOf") or schema.get("anyOf") or [schema]
+    for variant in variants:
+        if variant.get("type") == "object" and not variant.get("properties"):
+            extra = variant.get("additionalProperties")
+            if extra in (None, True, {}):
+                return True
+    return False
+
+
+def test_every_operation_answers_a_named_typed_shape(settings: Settings, database_url: str) -> None:
+    document = _document(settings, database_url)
+    components = document["components"]["schemas"]
+    untyped: list[str] = []
+    referenced: set[str] = set()
+    operations = 0
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            operations += 1
+            if operation["operationId"] in FREE_FORM_OPERATIONS:
+                continue
+            for status, response in operation["responses"].items():
+                for media_type, content in (response.get("content") or {}).items():
+                    if not media_type.endswith("json"):
+                        continue
+                    ref = content.get("schema", {}).get("$ref", "")
+                    if not ref.startswith("#/components/schemas/"):
+                        untyped.append(f"{method.upper()} {path} {status}: {content.get('schema')}")
+                        continue
+                    referenced.add(ref.rsplit("/", 1)[1])
+    assert operations > 80
+    assert not untyped, "\n".join(untyped)
+    assert {"RunTimeline", "WorkflowRunPage", "Workflow", "WorkflowRevision", "Problem", "Readiness"} <= referenced
+
+    # Every member of every shape reachable from an answer is typed, except the free-form ones.
+    seen: set[str] = set()
+    bare: list[str] = []
+
+    def walk(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for member, schema in (components[name].get("properties") or {}).items():
+            if _bare_object(schema) and (name, member) not in FREE_FORM:
+                bare.append(f"{name}.{member}")
+            for ref in _refs(schema):
+                walk(ref)
+
+    for name in sorted(referenced):
+        walk(name)
+    assert not bare, bare
+    assert {"StepAttempt", "Approval", "ApprovalDelegation", "StructuredDiff", "ProblemIssue"} <= seen
+
+
+def _refs(schema: Any) -> list[str]:
+    if isinstance(schema, dict):
+        found = [schema["$ref"].rsplit("/", 1)[1]] if "$ref" in schema else []
+        return found + [r for value in schema.values() for r in _refs(value)]
+    if isinstance(schema, list):
+        return [r for value in schema for r in _refs(value)]
+    return []
+
+
+def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, database_url: str) -> None:
+    document = _document(settings, database_url)
+    paths = document["paths"]
+    api = "/api/v1/realms/{realm}"
+
+    def statuses(path: str, method: str) -> set[str]:
+        responses = paths[path][method]["responses"]
+        for status, response in responses.items():
+            if status[0] in "45":
+                assert list(response["content"]) == ["application/problem+json"], (path, method, status)
+                assert response["content"]["application/problem+json"]["schema"] == {
+                    "$ref": "#/components/schemas/Problem"
+                }
+        return set(responses)
+
+    # A change with a body: unreadable, too large, not valid, not allowed, not there, in conflict.
+    assert statuses(f"{api}/users", "post") == {"201", "400", "401", "403", "404", "409", "413", "422"}
+    # A read by id: no body, nothing to conflict with.
+    assert statuses(f"{api}/users/{{user_id}}", "get") == {"200", "401", "403", "404"}
+    # A list: its query parameters can be wrong.
+    assert statuses(f"{api}/workflow-runs", "get") == {"200", "401", "403", "404", "422"}
+    # Validation changes nothing: never a conflict.
+    assert "409" not in statuses(f"{api}/workflows/validate", "post")
+    # The public contracts need no credential.
+    assert statuses("/api/v1/contracts/workflows/{name}", "get") == {"200", "404"}
+    # A role that requires approval answers 202 with the pending approval.
+    created = paths[f"{api}/role-assignments"]["post"]["responses"]
+    assert created["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/RoleAssignment")
+    assert created["202"]["content"]["application/json"]["schema"]["$ref"].endswith("/PendingRoleAssignment")
+    problem = document["components"]["schemas"]["Problem"]
+    assert set(problem["properties"]) == {"type", "title", "status", "code", "detail", "errors"}
+    assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/ProblemIssue"}
+
+
+@pytest.fixture
+def conversions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
+    """Every (view, typed answer) the handlers make while the test runs."""
+    seen: list[tuple[Any, Any]] = []
+    convert = msgspec.convert
+
+    def watching(value: Any, shape: Any, **kwargs: Any) -> Any:
+        out = convert(value, shape, **kwargs)
+        if isinstance(shape, type) and issubclass(shape, schemas.Shape):
+            seen.append((value, out))
+        return out
+
+    monkeypatch.setattr(msgspec, "convert", watching)
+    return seen
+
+
+async def test_typed_answers_are_the_views_byte_for_byte(
+    client: Client, realm: RealmHandle, conversions: list[tuple[Any, Any]]
+) -> None:
+    api, headers = realm.api, realm.headers
+
+    async def call(method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+        response = await client.request(method, api + path, json=body, headers=headers)
+        assert response.status_code == expect, (method, path, response.text)
+        return response.json() if response.content else None
+
+    user = await call("POST", "/users", {"email": "shape@example.com", "display_name": "Shape"}, 201)
+    approver = await realm.user("approver@example.com")
+    await realm.assign(approver, await realm.builtin_role("realm-admin"))
+    as_approver = {"Authorization": f"Bearer {await realm.token(approver)}"}
+    await call("GET", "/users?limit=5")
+    await call("GET", f"/users/{user['id']}")
+    await call("PATCH", f"/users/{user['id']}", {"display_name": "Shape Two"})
+    await call("POST", f"/users/{user['id']}/suspend")
+    await call("POST", f"/users/{user['id']}/reactivate")
+    sp = await call("POST", "/service-principals", {"name": "shape-bot"}, 201)
+    await call("GET", "/service-principals")
+    await call("GET", f"/service-principals/{sp['id']}")
+    await call("POST", f"/service-principals/{sp['id']}/tokens", {"name": "shape"}, 201)
+    await call("GET", f"/service-principals/{sp['id']}/tokens")
+    await call("POST", "/sign-in-links", {"user_id": user["id"]}, 201)
+    org = await call("POST", "/organizations", {"name": "Shapes"}, 201)
+    await call("GET", "/organizations")
+    await call("GET", f"/organizations/{org['id']}")
+    await call("PATCH", f"/organizations/{org['id']}", {"name": "Shapes Inc"})
+    await call("POST", f"/organizations/{org['id']}/members", {"user_id": user["id"]}, 201)
+    await call("GET", f"/organizations/{org['id']}/members")
+    await call("GET", "/permissions")
+    role = await call(
+        "POST", "/roles", {"name": "shape-reader", "permissions": ["realm.users.read"], "boundary": "realm"}, 201
+    )
+    await call("GET", "/roles")
+    await call("PATCH", f"/roles/{role['id']}", {"description": "reads users"})
+    group = await call("POST", f"/organizations/{org['id']}/groups", {"name": "Readers", "role_ids": [role["id"]]}, 201)
+    await call("GET", f"/organizations/{org['id']}/groups")
+    await call("GET", f"/organizations/{org['id']}/groups/{group['id']}")
+    await call("PATCH", f"/organizations/{org['id']}/groups/{group['id']}", {"name": "Readers Two"})
+    await call("POST", f"/organizations/{org['id']}/groups/{group['id']}/members", {"user_id": user["id"]}, 201)
+    await call("GET", f"/organizations/{org['id']}/groups/{group['id']}/members")
+    assignment = await call("POST", "/role-assignments", {"role_id": role["id"], "user_id": user["id"]}, 201)
+    await call("GET", "/role-assignments")
+    await call("GET", f"/role-assignments/{assignment['id']}")
+    gated = await call(
+        "POST",
+        "/roles",
+        {"name": "gated", "permissions": ["realm.users.read"], "boundary": "realm", "requires_approval": True},
+        201,
+    )
+    pending = await call(
+        "POST", "/role-assignments", {"role_id": gated["id"], "user_id": user["id"], "approver_id": approver.id}, 202
+    )
+    assert pending["status"] == "pending_approval"
+    for path in ("/approvals?status=pending", f"/approvals/{pending['approval']['id']}"):
+        assert (await client.get(api + path, headers=as_approver)).status_code == 200
+    approved = await client.post(api + f"/approvals/{pending['approval']['id']}/approve", headers=as_approver)
+    assert approved.status_code == 200, approved.text
+    hook = await call("POST", "/webhooks", {"destination": "https://hooks.example.com/shapes"}, 201)
+    await call("GET", "/webhooks")
+    await call("GET", f"/webhooks/{hook['id']}")
+    await call("PATCH", f"/webhooks/{hook['id']}", {"state": "paused"})
+    await call("POST", f"/webhooks/{hook['id']}/rotate-secret")
+    await call("GET", f"/webhooks/{hook['id']}/deliveries")
+    await call("GET", "/templates/workflow_notice")
+    await call("PUT", "/templates/workflow_notice", {"subject": "About {{workflow}}", "body": "In {{realm}}."})
+    await call("GET", "/policy")
+    await call("PATCH", "/policy", {"extensions": {"workflow_publish_approval": False}})
+
+    first = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role["id"], "scope": "realm"},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    second = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}, {"type": "event", "event_types": ["user.created"]}],
+        "steps": [
+            {"id": "join", "type": "add_to_group", "group_id": group["id"]},
+            {"id": "grant", "type": "assign_role", "role_id": role["id"], "scope": "realm", "expires_in": "720h"},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    await call("POST", "/workflows/validate", {"definition": {"schema_version": 1, "steps": "no"}})
+    workflow = await call("POST", "/workflows", {"name": "Shapes", "definition": first}, 201)
+    await call("GET", "/workflows")
+    await call("GET", f"/workflows/{workflow['id']}")
+    await call("PATCH", f"/workflows/{workflow['id']}", {"description": "shapes"})
+    await call("POST", f"/workflows/{workflow['id']}/revisions/1/publish", {})
+    await call("POST", f"/workflows/{workflow['id']}/revisions", {"definition": second}, 201)
+    await call("GET", f"/workflows/{workflow['id']}/revisions")
+    await call("GET", f"/workflows/{workflow['id']}/revisions/2")
+    diff = await call("GET", f"/workflows/{workflow['id']}/revisions/2/diff?against=1")
+    assert diff["structured"]["steps"]["added"] and diff["structured"]["triggers"]["added"]
+    run = await call("POST", f"/workflows/{workflow['id']}/runs", {"subject_id": approver.id}, 202)
+    await drain(runner(realm))
+    timeline = await call("GET", f"/workflow-runs/{run['id']}")
+    assert timeline["attempts"], timeline
+    await call("GET", "/workflow-runs?limit=5")
+    await call("POST", f"/workflow-runs/{run['id']}/rerun", None, 202)
+    again = await call("POST", f"/workflows/{workflow['id']}/runs", {"subject_id": user["id"]}, 202)
+    await call("POST", f"/workflow-runs/{again['id']}/cancel", {"reason": "shapes"}, 202)
+    await call("POST", "/workflow-runs/bulk", {"action": "cancel", "ids": [run["id"], again["id"]]})
+    await call("POST", f"/workflows/{workflow['id']}/disable")
+    await call("POST", f"/workflows/{workflow['id']}/enable")
+    await call("POST", f"/workflows/{workflow['id']}/revisions/2/publish", {})
+    await call("POST", f"/workflows/{workflow['id']}/rollback", {"revision": 1})
+    await call("GET", "/notices")
+    await call("GET", "/audit-events?limit=20")
+    health = await client.get("/healthz")
+    assert health.json() == {"status": "ok"}
+
+    shapes = {type(typed).__name__ for _, typed in conversions}
+    expected = {
+        "User", "UserPage", "ServicePrincipal", "ServicePrincipalPage", "MintedToken", "ApiTokenPage", "SignInLink",
+        "Organization", "OrganizationPage", "OrganizationMembership", "OrganizationMemberPage", "PermissionCatalog",
+        "Role", "RolePage", "Group", "GroupPage", "GroupMembership", "GroupMemberPage", "RoleAssignment",
+        "RoleAssignmentPage", "PendingRoleAssignment", "Approval", "ApprovalPage", "Webhook", "WebhookWithSecret", "WebhookPage",
+        "WebhookDeliveryPage", "NoticeTemplate", "Policy", "DefinitionValidation", "CreatedWorkflow", "WorkflowPage",
+        "Workflow", "Publication", "WorkflowRevision", "RevisionPage", "RevisionDiff", "RunWithAttempts",
+        "RunTimeline", "WorkflowRunPage", "BulkOutcome", "NoticePage", "AuditEventPage",
+    }  # fmt: skip
+    assert expected <= shapes, expected - shapes
+    for view, typed in conversions:
+        assert msgspec.json.encode(typed) == msgspec.json.encode(view), type(typed).__name__
+
+
+async def test_the_reference_page_names_each_answer_and_links_its_shape(client: Client) -> None:
+    page = (await client.get("/schema")).text
+    for shape in ("RunTimeline", "WorkflowRunPage", "RevisionDiff", "Problem", "ProblemIssue"):
+        assert f'id="schema-{shape}"' in page, shape
+    contract = (await client.get("/schema/openapi.json")).json()["paths"]["/api/v1/contracts/workflows/{name}"]
+    assert list(contract["get"]["responses"]["200"]["content"]) == ["application/schema+json"]
