@@ -1,6 +1,6 @@
 """Engine throughput and event latency, against a pgbench baseline on the same database.
 
-    uv run python bench/engine.py [--runs 100] [--steps 8] [--pgbench-seconds 10] [--samples 60]
+    uv run python bench/engine.py [--runs 500] [--steps 8] [--pgbench-seconds 10] [--samples 60] [--trace]
 
 Uses the embedded PostgreSQL server (under COCKPIT_HOME, default .cockpit) unless
 COCKPIT_DATABASE_URL names a server. Creates a scratch database there, migrates it, and drops it
@@ -21,6 +21,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import glob  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
@@ -69,6 +70,7 @@ class Options:
     samples: int
     keep: bool
     tenant_share: int = 10
+    trace: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,37 @@ PHASES = (
 
 
 @dataclass
+class Trace:
+    """What the workers' runners did over one phase (``--trace``: their DEBUG lines of cockpit.engine.trace)."""
+
+    claims: int = 0
+    empty_claims: int = 0
+    claimed: int = 0
+    commits: int = 0  # transactions that moved runs (a group commit, or one run alone)
+    moved: int = 0
+    busy_s: float = 0.0  # time at least one runner was inside a claim or a transaction
+    idle_s: float = 0.0  # the rest of the phase
+    idle_gaps: int = 0  # stretches of more than 5 ms with no runner inside a claim or a transaction
+    longest_gap_ms: float = 0.0
+    first_claim_ms: float = 0.0  # the runs' commit to the first claim that took some
+    owners: int = 0  # lease owners (runners) that claimed runs
+    claim_ms: float = 0.0  # in claims, all together
+    lock_ms: float = 0.0  # in group commits: the lock, the transitions' statements, the COMMIT
+    steps_ms: float = 0.0
+    commit_ms: float = 0.0
+
+
+@dataclass
 class Measured:
     transitions: int
     seconds: float
     cpu_seconds: float  # user + system time of the worker processes over the phase
+    trace: Trace | None = None
+    db_cpu_seconds: float | None = None  # the database server's processes over the phase (a local server)
+
+    @property
+    def db_cpu_ms(self) -> float | None:
+        return None if self.db_cpu_seconds is None else self.db_cpu_seconds * 1000 / max(1, self.transitions)
 
     @property
     def rate(self) -> float:
@@ -107,6 +136,7 @@ class Measured:
 class Results:
     phases: dict[Phase, Measured] = field(default_factory=dict)
     pgbench_tps: dict[Phase, float] = field(default_factory=dict)  # as many clients as the phase has workers
+    pgbench_db_cpu_ms: dict[int, list[float]] = field(default_factory=dict)  # per transaction, by clients
     latencies_ms: list[float] = field(default_factory=list)
     server_version: str = ""
     load_average: str = ""  # at the start: others' work on the machine shows in the figures
@@ -183,8 +213,8 @@ async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: in
 
 async def throughput(
     sessions: async_sessionmaker[AsyncSession], setup: Setup, subjects: list[str], steps: int
-) -> tuple[int, float]:
-    """Start one run per subject in one transaction; transitions committed per second until all end."""
+) -> tuple[int, float, float]:
+    """Start one run per subject in one transaction: transitions, seconds until all end, and the start."""
     run_ids = await start_manual_runs(sessions, setup.directory.actor, setup.manual_workflow_id, subjects)
     committed = time.time()  # the runs became visible here
     deadline = time.monotonic() + PHASE_TIMEOUT_S
@@ -198,9 +228,9 @@ async def throughput(
         async with sessions() as session:
             row = (await session.execute(query, {"ids": run_ids})).one()
         if row.open == 0:
-            return int(row.transitions), row.last.timestamp() - committed
+            return int(row.transitions), row.last.timestamp() - committed, committed
         if time.monotonic() > deadline:
-            return int(row.transitions), time.time() - committed
+            return int(row.transitions), time.time() - committed, committed
         await asyncio.sleep(0.25)
 
 
@@ -295,7 +325,8 @@ async def prepare_pgbench(sessions: async_sessionmaker[AsyncSession], setup: Set
             )
 
 
-def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> float:
+def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> tuple[float, int]:
+    """pgbench's tps and the transactions it made."""
     env = dict(os.environ)
     lib = Path(pgbench).parent.parent / "lib"
     if lib.is_dir():
@@ -317,7 +348,8 @@ def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int
     failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
     if failed and int(failed.group(1)):
         raise RuntimeError(f"pgbench: {failed.group(1)} transactions failed:\n{done.stdout}")
-    return float(found.group(1))
+    processed = re.search(r"number of transactions actually processed: (\d+)", done.stdout)
+    return float(found.group(1)), int(processed.group(1)) if processed else 0
 
 
 # --- The run --------------------------------------------------------------------------------------
@@ -325,6 +357,77 @@ def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int
 
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def read_trace(log_dir: Path, start: float, end: float) -> Trace:
+    """Claims and commits of the runners between ``start`` and ``end`` (wall clock), and the gaps between."""
+    lines: list[dict[str, Any]] = []
+    for path in sorted(log_dir.glob("worker-*.log")):
+        for raw in path.read_text(errors="replace").splitlines():
+            if '"cockpit.engine.trace"' not in raw:
+                continue
+            with contextlib.suppress(ValueError):
+                line = json.loads(raw)
+                if line["start"] <= end and line["start"] + line["ms"] / 1000 >= start:
+                    lines.append(line)  # at work at some time during the phase (a claim may start before)
+    found = Trace()
+    spans: list[tuple[float, float]] = []
+    owners: set[str] = set()
+    for line in lines:
+        spans.append((line["start"], line["start"] + line["ms"] / 1000))
+        if line["msg"] == "claim":
+            found.claim_ms += line["ms"]
+            found.claims += 1
+            found.claimed += line["runs"]
+            found.empty_claims += not line["runs"]
+            if line["runs"]:
+                owners.add(line["owner"])
+        elif line.get("moved"):
+            found.commits += 1
+            found.moved += line["moved"]
+            found.lock_ms += line.get("lock_ms", 0.0)
+            found.steps_ms += line.get("steps_ms", 0.0)
+            found.commit_ms += line.get("commit_ms", 0.0)
+    found.owners = len(owners)
+    claims = [line["start"] for line in lines if line["msg"] == "claim" and line["runs"]]
+    found.first_claim_ms = (min(claims) - start) * 1000 if claims else 0.0  # below 0: woken before the bench
+    # The union of the spans, from the runs' commit to the last commit; what it leaves is idle.
+    cursor = start
+    for begin, finish in sorted((max(begin, start), finish) for begin, finish in spans):
+        if begin > cursor:
+            gap = begin - cursor
+            found.idle_s += gap
+            if gap > 0.005:
+                found.idle_gaps += 1
+                found.longest_gap_ms = max(found.longest_gap_ms, gap * 1000)
+        cursor = max(cursor, finish)
+    found.busy_s = max(0.0, min(cursor, end) - start - found.idle_s)
+    return found
+
+
+async def server_pid(sessions: async_sessionmaker[AsyncSession]) -> int | None:
+    """The PostgreSQL postmaster's pid when the server runs on this machine and we may read its data directory."""
+    with contextlib.suppress(Exception):
+        async with sessions() as session:
+            directory = str(await session.scalar(text("SHOW data_directory")))
+        return int((Path(directory) / "postmaster.pid").read_text().split()[0])
+    return None
+
+
+def server_cpu(postmaster: int | None) -> float | None:
+    """User + system CPU of the server: the postmaster, its live children, and the children it reaped."""
+    if postmaster is None:
+        return None
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            if pid == postmaster:
+                ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+            elif int(fields[1]) == postmaster:  # ppid
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> str:
@@ -351,8 +454,11 @@ async def measure(url: str, options: Options, work: Path) -> Results:
     results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
+    logging = {"COCKPIT_LOG_LEVEL": "DEBUG", "COCKPIT_LOG_FORMAT": "json"} if options.trace else {}
     base_env = cockpit_env(
-        url, work / "home", COCKPIT_LOG_LEVEL="WARNING", COCKPIT_WORKER_TENANT_SHARE=str(options.tenant_share)
+        url,
+        work / "home",
+        **({"COCKPIT_LOG_LEVEL": "WARNING", "COCKPIT_WORKER_TENANT_SHARE": str(options.tenant_share)} | logging),
     )
     pool = WorkerPool(base_env, work / "logs")
     try:
@@ -365,9 +471,15 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
         await prepare_pgbench(sessions, setup, clients=2)
 
+        postmaster = await server_pid(sessions)
+
         def baseline(clients: int) -> float:
             print(f"  pgbench, {clients} client(s), {options.pgbench_seconds} s …", flush=True)
-            return run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+            db_cpu = server_cpu(postmaster)
+            tps, transactions = run_pgbench(pgbench, url, script, clients, options.pgbench_seconds)
+            if db_cpu is not None and (after := server_cpu(postmaster)) is not None and transactions:
+                results.pgbench_db_cpu_ms.setdefault(clients, []).append((after - db_cpu) * 1000 / transactions)
+            return tps
 
         for number, (phase, batch) in enumerate(zip(PHASES, setup.batches, strict=True)):
             # pgbench right before and right after the phase, with no worker running: on a shared
@@ -383,9 +495,13 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             await wait_for_workers(sessions, phase.workers)
             print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
-            cpu = cpu_seconds(pids)
-            transitions, seconds = await throughput(sessions, setup, batch, options.steps)
+            cpu, db_cpu = cpu_seconds(pids), server_cpu(postmaster)
+            transitions, seconds, began = await throughput(sessions, setup, batch, options.steps)
             results.phases[phase] = Measured(transitions, seconds, cpu_seconds(pids) - cpu)
+            if db_cpu is not None and (db_after := server_cpu(postmaster)) is not None:
+                results.phases[phase].db_cpu_seconds = db_after - db_cpu
+            if options.trace:
+                results.phases[phase].trace = read_trace(work / f"logs-{number}", began, began + seconds)
             if number < len(PHASES) - 1:
                 pool.stop()
                 results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
@@ -412,6 +528,31 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         rows.append((f"engine/pgbench, {phase.name}", f"{measured.rate / results.pgbench_tps[phase]:.3f}"))
     for phase, measured in results.phases.items():
         rows.append((f"worker CPU per transition, {phase.name}", f"{measured.cpu_ms:.2f} ms"))
+    for phase, measured in results.phases.items():
+        if measured.db_cpu_ms is not None:
+            rows.append((f"database CPU per transition, {phase.name}", f"{measured.db_cpu_ms:.2f} ms"))
+    for client_count, per_transaction in sorted(results.pgbench_db_cpu_ms.items()):
+        mean = statistics.mean(per_transaction)
+        rows.append((f"database CPU per pgbench transaction, {client_count} client(s)", f"{mean:.2f} ms"))
+    for phase, measured in results.phases.items():
+        if (t := measured.trace) is not None:
+            rows.append(
+                (
+                    f"trace, {phase.name}",
+                    f"{t.claims} claims ({t.empty_claims} empty, {t.claimed} runs, {t.owners} runners), "
+                    f"{t.commits} commits of {t.moved / max(1, t.commits):.1f} transitions, "
+                    f"busy {t.busy_s:.2f} s, idle {t.idle_s:.2f} s in {t.idle_gaps} gaps > 5 ms "
+                    f"(longest {t.longest_gap_ms:.0f} ms), first claim after {t.first_claim_ms:.0f} ms",
+                )
+            )
+            rows.append(
+                (
+                    f"trace ms per transition, {phase.name}",
+                    f"claims {t.claim_ms / max(1, t.moved):.2f}, "
+                    f"group commits: lock {t.lock_ms / max(1, t.moved):.2f}, "
+                    f"steps {t.steps_ms / max(1, t.moved):.2f}, COMMIT {t.commit_ms / max(1, t.moved):.2f}",
+                )
+            )
     rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
     rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
     width = max(len(name) for name, _ in rows)
@@ -434,15 +575,20 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Engine throughput and event latency against a pgbench baseline.")
-    parser.add_argument("--runs", type=int, default=100, help="runs per throughput phase (default 100)")
+    parser.add_argument("--runs", type=int, default=500, help="runs per throughput phase (default 500)")
     parser.add_argument("--steps", type=int, default=8, help="internal steps per run, 2–20 (default 8)")
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
     parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (for a look afterwards)")
     parser.add_argument("--db-prefix", default="cockpit_bench", help="name prefix of the scratch database")
     parser.add_argument("--tenant-share", type=int, default=10, help="COCKPIT_WORKER_TENANT_SHARE of the workers")
+    parser.add_argument(
+        "--trace", action="store_true", help="workers log each claim and commit (DEBUG): report busy and idle time"
+    )
     args = parser.parse_args(argv)
-    options = Options(args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share)
+    options = Options(
+        args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share, args.trace
+    )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
     started, clock = datetime.now(UTC), time.monotonic()

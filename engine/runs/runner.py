@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -68,6 +69,18 @@ from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow, WorkflowRevision
 
 log = logging.getLogger("cockpit.engine")
+# What a runner does and when, at DEBUG (COCKPIT_LOG_LEVEL=DEBUG): one line per claim and per commit,
+# with the wall-clock start and the duration, so idle time between them can be counted
+# (bench/engine.py --trace reads these lines).
+trace = logging.getLogger("cockpit.engine.trace")
+
+
+def _traced(event: str, started: float, owner: str, **fields: Any) -> None:
+    trace.debug(
+        event,
+        extra={"owner": owner, "start": round(started, 6), "ms": round((time.time() - started) * 1000, 3)} | fields,
+    )
+
 
 MAX_TRANSITIONS = 25
 CATEGORY = "workflow"
@@ -145,6 +158,7 @@ class Runner:
         self.settings = settings or RunnerSettings()
         self.clock = clock or Clock()
         self._last_realm: str | None = None
+        self.last_claim_full = False  # the last pass's claim filled the batch
         self.fast = FastPath(worker_id, self.clock)
         # Calls prepared by a transaction, sent once it has committed (keyed by run).
         self._calls: dict[str, PreparedCall] = {}
@@ -152,19 +166,37 @@ class Runner:
     # --- passes ----------------------------------------------------------------------------------
 
     async def run_pass(self) -> int:
-        """Claim due runs and advance each; returns the transitions made."""
+        """Claim due runs and advance each; returns the transitions made.
+
+        ``last_claim_full`` then says whether the claim filled the batch (more runs may be due: a
+        worker draining its backlog claims again at once).
+        """
+        started = time.time()
+        limit = max(1, min(self.settings.batch_size, runstore.MAX_BATCH))
+        claimed: list[runstore.Claimed] = []
         async with self.sessions() as session, session.begin():
-            claimed = await runstore.claim_due_runs(
-                session,
-                self.worker_id,
-                now=self.clock.now(),
-                lease=self.settings.lease,
-                batch_size=self.settings.batch_size,
-                tenant_share=self.settings.tenant_share,
-                after_realm=self._last_realm,
-            )
-        if claimed:
-            self._last_realm = claimed[-1].realm_id  # the next pass starts with the realm after it
+            # Round after round of the fair claim (round-robin over realms, at most ``tenant_share``
+            # runs of one realm per round) while the batch has room and some realm filled its share
+            # (it may have more due runs): a realm alone fills the batch; realms that compete for
+            # it share it by turns, and every realm with due runs is in the first round.
+            while len(claimed) < limit:
+                found = await runstore.claim_due_runs(
+                    session,
+                    self.worker_id,
+                    now=self.clock.now(),
+                    lease=self.settings.lease,
+                    batch_size=limit - len(claimed),
+                    tenant_share=self.settings.tenant_share,
+                    after_realm=self._last_realm,
+                )
+                claimed += found
+                if found:
+                    self._last_realm = found[-1].realm_id  # the next round starts with the realm after it
+                if not runstore.share_filled(found, self.settings.tenant_share):
+                    break
+        self.last_claim_full = len(claimed) >= limit
+        if trace.isEnabledFor(logging.DEBUG):
+            _traced("claim", started, self.worker_id, runs=len(claimed))
         return await self._advance_together([item.run_id for item in claimed])
 
     async def _advance_together(self, run_ids: list[str]) -> int:
@@ -223,6 +255,7 @@ class Runner:
     async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:
         """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
         outcomes = dict.fromkeys(run_ids, _ALONE)
+        started = time.time()
         now = self.clock.now()
         staged = Staged()
         try:
@@ -231,6 +264,7 @@ class Runner:
                 return outcomes
             async with raw.transaction():
                 locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                marks = [time.time()]  # locked, then each transition made, then committed (the trace)
                 # Runs whose subject's authority another run of this transaction reads or changes
                 # (a publisher, or a subject of two runs) go the ordinary way.
                 subjects = Counter(row["subject_id"] for row in locked.values())
@@ -245,16 +279,33 @@ class Runner:
                     finished = await self.fast.transition(raw, staged, row, now, publishers)
                     if finished is not None:
                         outcomes[run_id] = _FINISHED if finished else _MOVED
+                marks.append(time.time())
         except Exception:
             # Nothing of the group committed: each of its runs makes its transition alone.
             log.warning("a group commit failed; its runs go one per transaction", exc_info=True)
             await conn.drop()
             return dict.fromkeys(run_ids, _ALONE)
         staged.committed()
+        if trace.isEnabledFor(logging.DEBUG):
+            made = sum(1 for o in outcomes.values() if o in (_MOVED, _FINISHED))
+            lock_ms, steps_ms, commit_ms = (
+                round((b - a) * 1000, 3) for a, b in zip([started, *marks], [*marks, time.time()], strict=True)
+            )
+            _traced(
+                "group commit",
+                started,
+                self.worker_id,
+                runs=len(run_ids),
+                moved=made,
+                lock_ms=lock_ms,
+                steps_ms=steps_ms,
+                commit_ms=commit_ms,
+            )
         return outcomes
 
     async def _transition_alone(self, run_id: str, calls: list[PreparedCall] | None = None) -> str:
         """The ordinary transition in its own transaction; one run's trouble never strands the rest."""
+        started = time.time()
         try:
             progressed, finished = await self._transition(run_id, calls)
         except LeaseLost:
@@ -268,6 +319,8 @@ class Runner:
             except Exception:
                 log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
             return _LOST
+        if trace.isEnabledFor(logging.DEBUG):
+            _traced("commit alone", started, self.worker_id, runs=1, moved=int(progressed))
         if not progressed:
             return _IDLE
         return _FINISHED if finished else _MOVED

@@ -132,6 +132,14 @@ async def claim_due_runs(
     return chosen
 
 
+def share_filled(claimed: Sequence[Claimed], tenant_share: int) -> bool:
+    """Whether some realm got its whole share in this claim: it may have more due runs."""
+    counts: dict[str, int] = {}
+    for item in claimed:
+        counts[item.realm_id] = counts.get(item.realm_id, 0) + 1
+    return any(count >= max(1, tenant_share) for count in counts.values())
+
+
 async def lock_leased_run(
     session: AsyncSession, run_id: str, worker_id: str, *, now: datetime, lease: timedelta
 ) -> WorkflowRun:

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.roles import expire_due_assignments
 from engine.platform.db import transaction
+from engine.worker.drain import drain
 from engine.worker.heartbeats import record_heartbeat
 
 log = logging.getLogger("cockpit.worker")
@@ -76,12 +77,16 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
 @app.periodic(cron="* * * * * *", periodic_id="workflows_run")
 @app.task(name="workflows.run", queue="workflows", pass_context=True, queueing_lock="workflows.run")
 async def workflows_run(context: JobContext, timestamp: int) -> None:
-    """The 1-second pass: claim due runs and advance them (LISTEN/NOTIFY wakes workers sooner)."""
+    """The 1-second pass: claim due runs and advance them, pass after pass while work is due.
+
+    LISTEN/NOTIFY wakes workers sooner; this is the safety net, and it drains a backlog by itself
+    too (when notifications are lost or the listening connection is down).
+    """
     runtime = runtime_of(context)
     if runtime.runner is None or runtime.pass_lock.locked():
         return  # this process's previous pass is still going and covers this second too
     async with runtime.pass_lock:
-        await runtime.runner.run_pass()
+        await drain(runtime.runner)
 
 
 @app.periodic(cron="* * * * * *", periodic_id="outbox_dispatch")

@@ -26,6 +26,7 @@ from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import NOTIFY_CHANNEL
 from engine.runs.service import dispatch_outbox
 from engine.worker import queue
+from engine.worker.drain import drain
 from engine.worker.heartbeats import new_worker_id, record_heartbeat, record_stopped
 
 log = logging.getLogger("cockpit.worker")
@@ -53,7 +54,6 @@ async def _beat(sessions: async_sessionmaker[AsyncSession], worker_id: str, inte
 
 
 LISTEN_OWNER_SUFFIX = ".listen"
-MAX_WAKE_PASSES = 100
 
 
 def make_runners(
@@ -76,22 +76,23 @@ async def wake_pass(
     *,
     dispatch: Callable[[AsyncSession], Awaitable[int]] = dispatch_outbox,
 ) -> int:
-    """What a notification triggers: dispatch the outbox, then run passes until one makes no progress.
+    """What a notification triggers: dispatch the outbox, then drain the due runs (:func:`drain`).
 
     A failing dispatch is logged and the run pass still happens (the periodic dispatch retries).
     """
+    transitions, _ = await _wake(runner, sessions, dispatch)
+    return transitions
+
+
+async def _wake(
+    runner: Runner, sessions: async_sessionmaker[AsyncSession], dispatch: Callable[[AsyncSession], Awaitable[int]]
+) -> tuple[int, bool]:
     try:
         async with transaction(sessions) as session:
             await dispatch(session)
     except Exception:
         log.warning("outbox dispatch after a notification failed; running the pass anyway", exc_info=True)
-    transitions = 0
-    for _ in range(MAX_WAKE_PASSES):
-        made = await runner.run_pass()
-        transitions += made
-        if not made:
-            break
-    return transitions
+    return await drain(runner)
 
 
 async def _listen(
@@ -134,9 +135,12 @@ async def _listen(
                     continue
                 wake.clear()
                 try:
-                    await wake_pass(runner, sessions)
+                    _, more = await _wake(runner, sessions, dispatch_outbox)
                 except Exception:
                     log.warning("pass after a notification failed", exc_info=True)
+                else:
+                    if more:
+                        wake.set()  # work is left: go on at once (the outbox gets a look in between)
         finally:
             if not conn.is_closed():
                 await conn.close()
