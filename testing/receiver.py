@@ -133,6 +133,10 @@ class Receiver:
                 return
 
         class QuietServer(ThreadingHTTPServer):
+            # A worker's batch can call many endpoints at once: a backlog of 5 (the default) would
+            # drop connections a real server accepts.
+            request_queue_size = 128
+
             def handle_error(self, request: Any, client_address: Any) -> None:
                 return  # a caller that hung up (a timeout, a killed worker) is part of the tests
 
