@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 
 from cockpit.state import context_of
 from engine.directory import credentials, identity
-from engine.directory.models import ServicePrincipal
+from engine.directory.models import Group, GroupMember, GroupRole, ServicePrincipal
 from engine.platform.db import driver_connection
 from engine.platform.ids import new_id
 from tests.factories import HTML, RealmHandle, bearer, browser_session
@@ -269,3 +271,71 @@ async def token_id_of(realm: RealmHandle, token: str) -> str:
         caller = await credentials.check_token(conn, token)
     assert caller is not None
     return caller.credential_id
+
+
+# Every table the authority is read from, changed behind the product's back (raw SQL, as a
+# migration, an operator or a run's fast path would): the triggers move an epoch, so the next
+# request reads the authority again. The holder has the permission directly, or through a group
+# whose parent grants it.
+DIRECT_CHANGES = {
+    "assignment deleted": "DELETE FROM role_assignments WHERE id = :assignment",
+    "assignment expired": "UPDATE role_assignments SET expires_at = now() - interval '1 minute' WHERE id = :assignment",
+    "assignment moved to another user": "UPDATE role_assignments SET user_id = :other WHERE id = :assignment",
+    "role's permissions narrowed": "UPDATE roles SET permissions = ARRAY['realm.audit.read'] WHERE id = :role",
+    "role deleted": "DELETE FROM roles WHERE id = :role",
+}
+GROUP_CHANGES = {
+    "child group re-parented": "UPDATE groups SET parent_id = NULL WHERE id = :child",
+    "parent group's role taken away": "DELETE FROM group_roles WHERE group_id = :parent",
+    "group role re-pointed": "UPDATE group_roles SET role_id = :idle WHERE group_id = :parent",
+    "membership of the child group ended": "DELETE FROM group_members WHERE group_id = :child",
+    "membership moved to another user": "UPDATE group_members SET user_id = :other WHERE group_id = :child",
+    "role deleted": "DELETE FROM roles WHERE id = :role",
+}
+
+
+async def _change(realm: RealmHandle, statement: str, values: dict[str, str]) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text(statement), values)
+
+
+@pytest.mark.parametrize("change", sorted(DIRECT_CHANGES))
+async def test_any_change_to_a_direct_grant_reaches_the_next_request(
+    client: Client, realm: RealmHandle, change: str
+) -> None:
+    role = await realm.role("editor", ["realm.workflows.write"])
+    user, other = await realm.user(), await realm.user()
+    assignment = await realm.assign(user, role)
+    token = await realm.token(user)
+    assert await validate(client, realm, token) == 200
+    assert await validate(client, realm, token) == 200  # kept now
+
+    await _change(realm, DIRECT_CHANGES[change], {"assignment": assignment.id, "role": role.id, "other": other.id})
+    assert await validate(client, realm, token) == 403
+
+
+@pytest.mark.parametrize("change", sorted(GROUP_CHANGES))
+async def test_any_change_to_an_inherited_grant_reaches_the_next_request(
+    client: Client, realm: RealmHandle, change: str
+) -> None:
+    role = await realm.role("editor", ["realm.workflows.write"])
+    idle = await realm.role("idle", ["realm.audit.read"])
+    org = await realm.organization("Engineering")
+    user, other = await realm.user(), await realm.user()
+    await realm.member(org, user)
+    token = await realm.token(user)
+    async with realm.sessions() as session, session.begin():
+        parent = Group(id=new_id("grp"), realm_id=realm.id, organization_id=org.id, name="Writers")
+        session.add(parent)
+        await session.flush()
+        child = Group(id=new_id("grp"), realm_id=realm.id, organization_id=org.id, name="Docs", parent_id=parent.id)
+        session.add(child)
+        await session.flush()
+        session.add(GroupRole(group_id=parent.id, role_id=role.id))
+        session.add(GroupMember(group_id=child.id, user_id=user.id, realm_id=realm.id))
+    assert await validate(client, realm, token) == 200
+    assert await validate(client, realm, token) == 200  # kept now
+
+    values = {"parent": parent.id, "child": child.id, "role": role.id, "idle": idle.id, "other": other.id}
+    await _change(realm, GROUP_CHANGES[change], values)
+    assert await validate(client, realm, token) == 403
