@@ -212,34 +212,51 @@ async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: in
 
 
 async def throughput(
-    sessions: async_sessionmaker[AsyncSession], setup: Setup, subjects: list[str], steps: int
-) -> tuple[int, float, float]:
-    """Start one run per subject in one transaction: transitions, seconds until all end, and the start."""
+    sessions: async_sessionmaker[AsyncSession], setup: Setup, subjects: list[str]
+) -> tuple[list[str], float, bool]:
+    """Start one run per subject in one transaction; wait until all end: the runs, the start, all ended."""
     run_ids = await start_manual_runs(sessions, setup.directory.actor, setup.manual_workflow_id, subjects)
     committed = time.time()  # the runs became visible here
     deadline = time.monotonic() + PHASE_TIMEOUT_S
+    # Polled every 250 ms while the workers run: probes of the runs' primary key only. (Counting their
+    # attempts here scanned step_attempts, which pgbench's rows fill, with 500 ids per row: a core's
+    # worth of database CPU taken from the workers and counted as theirs.)
+    still_open = text("SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND finished_at IS NULL")
+    while True:
+        async with sessions() as session:
+            open_runs = await session.scalar(still_open, {"ids": run_ids})
+        if open_runs == 0:
+            return run_ids, committed, True
+        if time.monotonic() > deadline:
+            return run_ids, committed, False
+        await asyncio.sleep(0.25)
+
+
+async def tally(
+    sessions: async_sessionmaker[AsyncSession], run_ids: list[str], committed: float, ended: bool
+) -> tuple[int, float]:
+    """Transitions of the phase and its seconds, read once the CPU figures are taken."""
     query = text(
         # One committed transition per succeeded attempt (a run's start shares its first step's commit).
         "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = ANY(:ids) AND state = 'succeeded') AS transitions, "
-        "(SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND finished_at IS NULL) AS open, "
         "(SELECT max(finished_at) FROM workflow_runs WHERE id = ANY(:ids)) AS last"
     )
-    while True:
-        async with sessions() as session:
-            row = (await session.execute(query, {"ids": run_ids})).one()
-        if row.open == 0:
-            return int(row.transitions), row.last.timestamp() - committed, committed
-        if time.monotonic() > deadline:
-            return int(row.transitions), time.time() - committed, committed
-        await asyncio.sleep(0.25)
+    async with sessions() as session:
+        row = (await session.execute(query, {"ids": run_ids})).one()
+    if ended:
+        return int(row.transitions), row.last.timestamp() - committed
+    return int(row.transitions), time.time() - committed
 
 
 async def event_latency(sessions: async_sessionmaker[AsyncSession], setup: Setup) -> list[float]:
     """Membership committed → the first ``workflow.step.succeeded`` of the run it triggered, in ms."""
     actor = setup.directory.actor
+    # The first succeeded attempt's end: the same transaction as its ``workflow.step.succeeded`` event,
+    # found through indexes (polled every 5 ms, so it must not compete with the workers for a core).
     query = text(
-        "SELECT min(a.occurred_at) FROM audit_events a JOIN workflow_runs r ON a.correlation_id = r.id "
-        "WHERE r.workflow_id = :workflow AND r.subject_id = :subject AND a.type = 'workflow.step.succeeded'"
+        "SELECT min(a.finished_at) FROM workflow_runs r JOIN step_attempts a ON a.run_id = r.id "
+        "WHERE r.realm_id = :realm AND r.subject_id = :subject AND r.workflow_id = :workflow "
+        "AND a.state = 'succeeded'"
     )
     latencies: list[float] = []
     for subject in setup.newcomers:
@@ -250,7 +267,10 @@ async def event_latency(sessions: async_sessionmaker[AsyncSession], setup: Setup
         deadline = time.monotonic() + SAMPLE_TIMEOUT_S
         while True:
             async with sessions() as session:
-                first = await session.scalar(query, {"workflow": setup.event_workflow_id, "subject": subject})
+                first = await session.scalar(
+                    query,
+                    {"realm": setup.directory.realm_id, "workflow": setup.event_workflow_id, "subject": subject},
+                )
             if first is not None:
                 latencies.append((first.timestamp() - started) * 1000)
                 break
@@ -323,6 +343,19 @@ async def prepare_pgbench(sessions: async_sessionmaker[AsyncSession], setup: Set
                     "owner": f"pgbench-{client}",
                 },
             )
+
+
+def forget_pgbench_rows(url: str) -> None:
+    """Remove the baseline's rows and refresh the statistics, outside every measured window.
+
+    pgbench writes tens of thousands of attempts and audit events for its two runs. Left in place,
+    they teach the planner that a run has thousands of attempts, and a worker that prepares its
+    statements then scans ``step_attempts`` instead of probing its index — a skew no real table has.
+    """
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
+        conn.execute("DELETE FROM step_attempts WHERE run_id LIKE 'wrn_pgbench_%'")
+        conn.execute("DELETE FROM audit_events WHERE subject_id LIKE 'wrn_pgbench_%'")
+        conn.execute("VACUUM (ANALYZE) step_attempts, audit_events, workflow_runs")
 
 
 def run_pgbench(pgbench: str, url: str, script: Path, clients: int, seconds: int) -> tuple[float, int]:
@@ -485,6 +518,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             # pgbench right before and right after the phase, with no worker running: on a shared
             # machine the load moves, and the ratio compares like with like.
             before = baseline(phase.workers)
+            forget_pgbench_rows(url)
             env = base_env | {
                 "COCKPIT_WORKER_GROUP_COMMIT": str(phase.group_commit),
                 "COCKPIT_WORKER_FAST_PATH": "true" if phase.fast_path else "false",
@@ -496,15 +530,18 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
             cpu, db_cpu = cpu_seconds(pids), server_cpu(postmaster)
-            transitions, seconds, began = await throughput(sessions, setup, batch, options.steps)
-            results.phases[phase] = Measured(transitions, seconds, cpu_seconds(pids) - cpu)
-            if db_cpu is not None and (db_after := server_cpu(postmaster)) is not None:
+            run_ids, began, ended = await throughput(sessions, setup, batch)
+            worker_cpu, db_after = cpu_seconds(pids) - cpu, server_cpu(postmaster)
+            transitions, seconds = await tally(sessions, run_ids, began, ended)
+            results.phases[phase] = Measured(transitions, seconds, worker_cpu)
+            if db_cpu is not None and db_after is not None:
                 results.phases[phase].db_cpu_seconds = db_after - db_cpu
             if options.trace:
                 results.phases[phase].trace = read_trace(work / f"logs-{number}", began, began + seconds)
             if number < len(PHASES) - 1:
                 pool.stop()
                 results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
+                forget_pgbench_rows(url)
         print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
         results.latencies_ms = await event_latency(sessions, setup)
         pool.stop()
