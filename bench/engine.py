@@ -27,6 +27,7 @@ import platform  # noqa: E402
 import re  # noqa: E402
 import secrets  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -58,7 +59,7 @@ from testing.chaos import (  # noqa: E402
 from testing.processes import cockpit_env  # noqa: E402
 
 PHASE_TIMEOUT_S = 60.0  # a throughput phase stops counting after this (the rate is still valid)
-WORKER_START_TIMEOUT_S = 60.0
+WORKER_START_TIMEOUT_S = 180.0  # the first phase drains the setup's outbox (a user.created per user)
 SAMPLE_TIMEOUT_S = 10.0
 
 
@@ -71,6 +72,7 @@ class Options:
     keep: bool
     tenant_share: int = 10
     trace: bool = False
+    profile: str | None = None  # a perf.data file: a system-wide profile of the 2-worker phase
 
 
 @dataclass(frozen=True)
@@ -530,7 +532,18 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
             cpu, db_cpu = cpu_seconds(pids), server_cpu(postmaster)
+            profiler = None
+            if options.profile and phase is PHASES[-1]:
+                profiler = subprocess.Popen(
+                    ["perf", "record", "-a", "--call-graph", "dwarf,16384", "-F", "499", "-o", options.profile],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                await asyncio.sleep(1.0)  # perf is recording
             run_ids, began, ended = await throughput(sessions, setup, batch)
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(timeout=120)
             worker_cpu, db_after = cpu_seconds(pids) - cpu, server_cpu(postmaster)
             transitions, seconds = await tally(sessions, run_ids, began, ended)
             results.phases[phase] = Measured(transitions, seconds, worker_cpu)
@@ -622,9 +635,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--trace", action="store_true", help="workers log each claim and commit (DEBUG): report busy and idle time"
     )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="record a system-wide `perf record -g` profile of the 2-worker phase into FILE (needs perf)",
+    )
     args = parser.parse_args(argv)
     options = Options(
-        args.runs, args.steps, args.pgbench_seconds, args.samples, args.keep, args.tenant_share, args.trace
+        args.runs,
+        args.steps,
+        args.pgbench_seconds,
+        args.samples,
+        args.keep,
+        args.tenant_share,
+        args.trace,
+        args.profile,
     )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
