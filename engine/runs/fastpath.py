@@ -37,7 +37,6 @@ from engine.directory.authz import AUTHORITY_SQL, Authority, Grant, authority_ga
 from engine.platform.ids import new_id
 from engine.runs import runstore
 from engine.runs.retry import Clock, policy_for
-from engine.runs.runstore import Positional
 from engine.runs.states import (
     ATTEMPT_SUCCEEDED,
     COMP_NOT_NEEDED,
@@ -101,7 +100,7 @@ class CachedAuthority:
 class Effect:
     """What one fast transition writes besides the attempt and the advance."""
 
-    statement: Positional
+    kind: str  # assign_role, add_to_group or none: the effect columns of runstore.FAST_TRANSITIONS
     values: dict[str, Any]
     result: dict[str, Any]
     strategy: str
@@ -143,9 +142,10 @@ class Staged:
 class FastPath:
     """One per runner: its caches and the fast form of a transition."""
 
-    def __init__(self, worker_id: str, clock: Clock) -> None:
+    def __init__(self, worker_id: str, clock: Clock, lease: timedelta) -> None:
         self.worker_id = worker_id
         self.clock = clock
+        self.lease = lease  # a run that goes on is held this long from its advance
         self.revisions: dict[str, Revision] = {}
         self.roles: dict[str, CachedRole] = {}
         self.groups: dict[str, CachedGroup] = {}
@@ -153,9 +153,9 @@ class FastPath:
 
     # --- reads --------------------------------------------------------------------------------
 
-    async def lock(self, conn: Any, run_ids: list[str], *, now: datetime, lease: timedelta) -> dict[str, Any]:
-        """Renew and lock the runs this worker still holds; what each transition needs, by run id."""
-        values = {"run_ids": run_ids, "worker_id": self.worker_id, "now": now, "lease_expires_at": now + lease}
+    async def lock(self, conn: Any, run_ids: list[str], *, now: datetime) -> dict[str, Any]:
+        """Lock the runs this worker still holds; what each transition needs, by run id."""
+        values = {"run_ids": run_ids, "worker_id": self.worker_id, "now": now}
         rows = await conn.fetch(runstore.LOCK_FOR_TRANSITION.sql, *runstore.LOCK_FOR_TRANSITION.args(values))
         return {row["id"]: row for row in rows}
 
@@ -240,9 +240,9 @@ class FastPath:
 
     async def transition(
         self, conn: Any, staged: Staged, run: Mapping[str, Any], now: datetime, publishers: Collection[str]
-    ) -> bool | None:
-        """Make the run's next internal step here: True when the run finished, False when it moved on,
-        None when nothing was written and the step must be taken the ordinary way.
+    ) -> Move | None:
+        """The run's next internal step, ready to be made with the group's others (``apply``); None when
+        it cannot be made here and the step must be taken the ordinary way.
 
         ``publishers`` are the accountable publishers of every run in this transaction, and every
         subject of more than one of its runs: a run whose subject is one of them changes an authority
@@ -274,7 +274,7 @@ class FastPath:
         elif step_type.name == "add_to_group":
             effect = await self._add_to_group(conn, staged, run, step, authority)
         else:
-            effect = Effect(runstore.PLAIN_TRANSITION, {}, {}, STRATEGY_NONE, COMP_NOT_NEEDED, None, ends_run=True)
+            effect = Effect("none", {}, {}, STRATEGY_NONE, COMP_NOT_NEEDED, None, ends_run=True)
         if effect is None:
             return None
         if step_type.name in ("assign_role", "add_to_group"):
@@ -288,7 +288,7 @@ class FastPath:
             )
             if authority_gaps(authority, subject):
                 return None
-        return await self._commit_step(conn, run, revision, step, index, organization_id, effect, now)
+        return self._move(run, revision, step, index, organization_id, effect, now)
 
     async def _assign_role(
         self,
@@ -323,7 +323,7 @@ class FastPath:
             return None
         assignment_id = new_id("ras")
         return Effect(
-            runstore.ASSIGN_ROLE_TRANSITION,
+            "assign_role",
             {
                 "role_id": step["role_id"],
                 "organization_id": grant_org,
@@ -363,7 +363,7 @@ class FastPath:
                 return None
         details = {"group_id": step["group_id"], "organization_id": group.organization_id}
         return Effect(
-            runstore.ADD_TO_GROUP_TRANSITION,
+            "add_to_group",
             {"group_id": step["group_id"], "organization_id": group.organization_id},
             dict(details),
             STRATEGY_UNDO,
@@ -371,9 +371,8 @@ class FastPath:
             ("directory", "group.member_added", "user", details),
         )
 
-    async def _commit_step(
+    def _move(
         self,
-        conn: Any,
         run: Mapping[str, Any],
         revision: Revision,
         step: dict[str, Any],
@@ -381,13 +380,12 @@ class FastPath:
         organization_id: str | None,
         effect: Effect,
         now: datetime,
-    ) -> bool | None:
+    ) -> Move:
         steps = revision.definition.get("steps", [])
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)
         number = int(run["attempts"]) + 1
         finished = effect.ends_run or index + 1 >= len(steps)
-        wall = datetime.now(UTC)
         idempotency_key = f"{run['id']}.{step['id']}"
         audit: list[tuple[str, str, str, str | None, dict[str, Any]]] = []  # category, type, subject, id, details
         if effect.audit is not None:
@@ -405,46 +403,75 @@ class FastPath:
         if finished:
             audit.append(("workflow", "workflow.run.succeeded", "workflow_run", run["id"], {}))
         moved_at = self.clock.now()
-        values: dict[str, Any] = {
-            "run_id": run["id"],
-            "realm_id": run["realm_id"],
-            "subject_id": run["subject_id"],
-            "publisher_id": run["publisher_id"],
-            "worker_id": self.worker_id,
-            "from_state": run["state"],
-            "target": SUCCEEDED if finished else RUNNING,
-            "step_index": index,
-            "next_index": index + 1,
-            "due_at": None if finished else now,
-            "now": moved_at,
+        row = {
+            "run_ids": run["id"],
+            "realm_ids": run["realm_id"],
+            "subject_ids": run["subject_id"],
+            "publisher_ids": run["publisher_id"],
+            "from_states": run["state"],
+            "targets": SUCCEEDED if finished else RUNNING,
+            "step_indexes": index,
             "finished": finished,
-            "wall_now": wall,
-            "attempt_id": new_id("wsa"),
-            "step_id": step["id"],
-            "step_type": step_type.name,
-            "number": number,
-            "idempotency_key": idempotency_key,
-            "input": _json({"step": step, "subject_id": run["subject_id"], "organization_id": organization_id}),
-            "input_version": input_version(revision.number, revision.hash, run["input_version"]),
-            "result": _json(effect.result),
+            "lease_expires_ats": now + self.lease,
+            "moved_ats": moved_at,
+            "wall_nows": datetime.now(UTC),
+            "attempt_ids": new_id("wsa"),
+            "step_ids": step["id"],
+            "step_types": step_type.name,
+            "numbers": number,
+            "idempotency_keys": idempotency_key,
+            "inputs": _json({"step": step, "subject_id": run["subject_id"], "organization_id": organization_id}),
+            "input_versions": input_version(revision.number, revision.hash, run["input_version"]),
+            "results": _json(effect.result),
             "max_attempts": policy.max_attempts if step_type.retried else 1,
-            "backoff_ms": policy.backoff_ms if step_type.retried else 0,
-            "strategy": effect.strategy,
-            "compensation_state": effect.compensation_state,
-            "started_at": now,
-            "finished_at": moved_at,
-            "audit_ids": [new_id("aud") for _ in audit],
-            "audit_times": [wall] * len(audit),
-            "audit_categories": [a[0] for a in audit],
-            "audit_types": [a[1] for a in audit],
-            "audit_subject_types": [a[2] for a in audit],
-            "audit_subject_ids": [a[3] for a in audit],
-            "audit_details": [_json(a[4]) for a in audit],
-        } | effect.values
-        moved = await conn.fetchval(effect.statement.sql, *effect.statement.args(values))
-        if not moved:
-            return None  # the effect cannot be made as it stands: the ordinary path says why
-        return finished
+            "backoffs_ms": policy.backoff_ms if step_type.retried else 0,
+            "strategies": effect.strategy,
+            "compensation_states": effect.compensation_state,
+            "started_ats": now,
+            "effects": effect.kind,
+            "role_ids": effect.values.get("role_id"),
+            "organization_ids": effect.values.get("organization_id"),
+            "assignment_ids": effect.values.get("assignment_id"),
+            "expires_ats": effect.values.get("expires_at"),
+            "group_ids": effect.values.get("group_id"),
+        }
+        return Move(run["id"], finished, row, [(new_id("aud"), *entry[:4], _json(entry[4])) for entry in audit])
+
+    async def apply(self, conn: Any, moves: list[Move]) -> set[str]:
+        """Make the moves of a group in one statement: the runs that moved (the others wrote nothing)."""
+        if not moves:
+            return set()
+        values: dict[str, Any] = {name: [move.row[name] for move in moves] for name in _MOVE_COLUMNS}
+        audit = [(move.run_id, *event) for move in moves for event in move.audit]
+        for position, name in enumerate(_AUDIT_COLUMNS):
+            values[name] = [event[position] for event in audit]
+        values["worker_id"] = self.worker_id
+        q = runstore.FAST_TRANSITIONS
+        return {row[0] for row in await conn.fetch(q.sql, *q.args(values))}
 
 
-__all__ = ["ATTEMPT_SUCCEEDED", "FAST_STEP_TYPES", "FastPath", "Staged"]
+@dataclass(frozen=True)
+class Move:
+    """One run's transition, ready for ``FastPath.apply``: a row of ``runstore.FAST_TRANSITIONS``."""
+
+    run_id: str
+    finished: bool
+    row: dict[str, Any]  # one value per array of the statement
+    audit: list[tuple[str, str, str, str, str | None, str]]  # id, category, type, subject type and id, details
+
+
+_AUDIT_COLUMNS = (
+    "audit_run_ids",
+    "audit_ids",
+    "audit_categories",
+    "audit_types",
+    "audit_subject_types",
+    "audit_subject_ids",
+    "audit_details",
+)
+_MOVE_COLUMNS = tuple(
+    name for name in runstore.FAST_TRANSITIONS.names if name not in _AUDIT_COLUMNS and name != "worker_id"
+)
+
+
+__all__ = ["ATTEMPT_SUCCEEDED", "FAST_STEP_TYPES", "FastPath", "Move", "Staged"]

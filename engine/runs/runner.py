@@ -29,7 +29,7 @@ from engine.endpoints.transport import CallOutcome
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
 from engine.runs import approvals, metrics, runstore
-from engine.runs.fastpath import FastPath, Staged
+from engine.runs.fastpath import FastPath, Move, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
     COMPENSATION_BACKOFF_MS,
@@ -127,12 +127,25 @@ class _PassConnection:
         if self.connection is None:
             self.connection = await self.bind.connect()
             self.driver = (await self.connection.get_raw_connection()).driver_connection
+            # The fast path's statements are fixed and read by key only, and they are prepared once:
+            # - a generic plan serves every group size (left to choose, the server plans a lone run's
+            #   transition anew at every execution, its custom plans looking cheaper);
+            # - no sequential scans: a plan made while a table was nearly empty (a new database, the
+            #   first burst of runs) would otherwise scan it until the statistics catch up.
+            await self.driver.execute("SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off")
         return self.driver
 
     async def drop(self) -> None:
         connection, self.connection = self.connection, None
         if connection is not None:
             with contextlib.suppress(Exception):
+                if not self.driver.is_closed():
+                    try:
+                        # back to the pool as it came
+                        await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan")
+                    except Exception:
+                        await connection.invalidate()
+                        raise
                 if self.driver.is_closed():
                     await connection.invalidate()  # the server went away: never hand it out again
                 await connection.close()
@@ -159,7 +172,7 @@ class Runner:
         self.clock = clock or Clock()
         self._last_realm: str | None = None
         self.last_claim_full = False  # the last pass's claim filled the batch
-        self.fast = FastPath(worker_id, self.clock)
+        self.fast = FastPath(worker_id, self.clock, self.settings.lease)
         # Calls prepared by a transaction, sent once it has committed (keyed by run).
         self._calls: dict[str, PreparedCall] = {}
 
@@ -263,22 +276,28 @@ class Runner:
             if raw is None:
                 return outcomes
             async with raw.transaction():
-                locked = await self.fast.lock(raw, run_ids, now=now, lease=self.settings.lease)
+                locked = await self.fast.lock(raw, run_ids, now=now)
                 marks = [time.time()]  # locked, then each transition made, then committed (the trace)
                 # Runs whose subject's authority another run of this transaction reads or changes
                 # (a publisher, or a subject of two runs) go the ordinary way.
                 subjects = Counter(row["subject_id"] for row in locked.values())
                 publishers = {row["publisher_id"] for row in locked.values()}
                 publishers |= {subject for subject, count in subjects.items() if count > 1}
+                moves: list[Move] = []
                 for run_id in run_ids:
                     row = locked.get(run_id)
                     if row is None:
                         log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
                         outcomes[run_id] = _LOST
                         continue
-                    finished = await self.fast.transition(raw, staged, row, now, publishers)
-                    if finished is not None:
-                        outcomes[run_id] = _FINISHED if finished else _MOVED
+                    move = await self.fast.transition(raw, staged, row, now, publishers)
+                    if move is not None:
+                        moves.append(move)
+                # One statement for the group; a run it could not move wrote nothing and goes alone.
+                moved = await self.fast.apply(raw, moves)
+                for move in moves:
+                    if move.run_id in moved:
+                        outcomes[move.run_id] = _FINISHED if move.finished else _MOVED
                 marks.append(time.time())
         except Exception:
             # Nothing of the group committed: each of its runs makes its transition alone.

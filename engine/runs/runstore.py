@@ -384,16 +384,15 @@ def positional(sql: str) -> Positional:
     return Positional(_PARAMETER.sub(number, sql), tuple(names))
 
 
-# Renew the lease of every listed run this worker still holds and lock it for this transaction
-# (a run missing from the result was lost: its lease expired or another worker holds it); read with
-# it what a transition needs: its workflow's state, its publisher's status and authorization epochs,
-# and the attempts of its current step (a step's index names it within the pinned revision).
+# Lock every listed run this worker still holds, for this transaction (a run missing from the result
+# was lost: its lease expired or another worker holds it); read with it what a transition needs: its
+# workflow's state, its publisher's status and authorization epochs, and the attempts of its current
+# step (a step's index names it within the pinned revision). A row lock writes no new version of the
+# row: the lease is renewed by the advance itself (``_ADVANCE_AND_RECORD``), and a run the fast path
+# leaves to the ordinary transition is renewed there.
 LOCK_FOR_TRANSITION = positional(
     """
-    UPDATE workflow_runs r
-       SET lease_expires_at = :lease_expires_at
-     WHERE r.id = ANY(:run_ids::text[]) AND r.lease_owner = :worker_id AND r.lease_expires_at > :now
-    RETURNING r.id, r.realm_id, r.workflow_id, r.revision_id, r.subject_id, r.organization_id, r.input_version,
+    SELECT r.id, r.realm_id, r.workflow_id, r.revision_id, r.subject_id, r.organization_id, r.input_version,
               r.publisher_id, r.state, r.step_index, r.due_at, r.cancel_requested_at,
               (SELECT w.state FROM workflows w WHERE w.id = r.workflow_id) AS workflow_state,
               (SELECT u.status FROM users u WHERE u.id = r.publisher_id) AS publisher_status,
@@ -404,6 +403,9 @@ LOCK_FOR_TRANSITION = positional(
                 WHERE a.run_id = r.id AND a.step_index = r.step_index) AS attempts,
               (SELECT count(*) FROM step_attempts a
                 WHERE a.run_id = r.id AND a.step_index = r.step_index AND a.state = 'succeeded') AS succeeded
+      FROM workflow_runs r
+     WHERE r.id = ANY(:run_ids::text[]) AND r.lease_owner = :worker_id AND r.lease_expires_at > :now
+       FOR NO KEY UPDATE OF r
     """
 )
 
@@ -432,103 +434,120 @@ GROUP_WITH_ROLES = positional(
     """
 )
 
-# The tail every fast transition shares. ``applicable`` (defined by each effect) says that the
-# effect can be made; when it cannot, nothing at all is written and the runner takes the step the
-# ordinary way, which reports why. Otherwise, in one statement: the run's advance (under the lease,
-# from the state it was read in), the succeeded attempt — refused by uq_step_attempts_succeeded if
-# the step already has one — and the audit events of the effect, the step and the run.
-_ADVANCE_AND_RECORD = """
+# The transitions of a group commit, every run at once, in one statement. Each run is one row of the
+# input (``moves``, unnested from one array per column) and names its effect: ``assign_role``,
+# ``add_to_group`` or ``none`` (``end``, and any step without an effect of its own). ``applicable``
+# keeps the runs whose effect can be made as the database stands; a run it drops writes nothing at
+# all, and the runner takes its step the ordinary way, which reports why. The runs of one group are
+# independent (no run's subject is another run's publisher or subject), so one snapshot serves all.
+# For the runs kept, together: the advance (under the lease, from the state each was read in), the
+# succeeded attempt — refused by uq_step_attempts_succeeded if the step already has one, which fails
+# the whole group — the audit events of the effect, the step and the run, and the effect.
+#
+# A run that goes on keeps its due time (it stays due, since the same moment) and has its lease
+# renewed: unless its state changes too, no indexed column changes, and the advance is a HOT update
+# that adds nothing to the run's indexes.
+#
+# The effects' conditions: ``assign_role`` — the subject is a user of the realm, the organization
+# (when the grant names one) is the realm's, and the subject does not hold the role in that scope
+# yet (an expired grant does not count); ``add_to_group`` — the subject is a user of the realm and a
+# member of the group's organization, and not in the group yet. The grant ceiling and the publisher's
+# authority were checked before, in Python.
+FAST_TRANSITIONS = positional(
+    """
+    WITH moves AS (
+        SELECT *
+          FROM unnest(:run_ids::text[], :realm_ids::text[], :subject_ids::text[], :publisher_ids::text[],
+                      :from_states::text[], :targets::text[], :step_indexes::int[], :finished::boolean[],
+                      :lease_expires_ats::timestamptz[], :moved_ats::timestamptz[], :wall_nows::timestamptz[],
+                      :attempt_ids::text[], :step_ids::text[], :step_types::text[], :numbers::int[],
+                      :idempotency_keys::text[], :inputs::jsonb[], :input_versions::text[], :results::jsonb[],
+                      :max_attempts::int[], :backoffs_ms::int[], :strategies::text[], :compensation_states::text[],
+                      :started_ats::timestamptz[], :effects::text[], :role_ids::text[], :organization_ids::text[],
+                      :assignment_ids::text[], :expires_ats::timestamptz[], :group_ids::text[])
+               AS m(run_id, realm_id, subject_id, publisher_id, from_state, target, step_index, finished,
+                    lease_expires_at, moved_at, wall_now, attempt_id, step_id, step_type, number, idempotency_key,
+                    input, input_version, result, max_attempts, backoff_ms, strategy, compensation_state,
+                    started_at, effect, role_id, organization_id, assignment_id, expires_at, group_id)
+    ),
+    -- Every condition is a scalar probe of a key, never EXISTS: the planner may turn a correlated
+    -- EXISTS into a hash of the whole table, built at every execution (users, memberships, group
+    -- members), and with a cached plan made while the tables were small it does.
+    applicable AS (
+        SELECT m.*
+          FROM moves m
+         WHERE CASE m.effect
+               WHEN 'assign_role' THEN
+                    coalesce((SELECT u.realm_id FROM users u WHERE u.id = m.subject_id) = m.realm_id, false)
+                    AND (m.organization_id IS NULL OR coalesce(
+                         (SELECT o.realm_id FROM organizations o WHERE o.id = m.organization_id) = m.realm_id, false))
+                    AND (SELECT 1 FROM role_assignments ra
+                          WHERE ra.realm_id = m.realm_id AND ra.role_id = m.role_id AND ra.user_id = m.subject_id
+                            AND ra.organization_id IS NOT DISTINCT FROM m.organization_id
+                            AND (ra.expires_at IS NULL OR ra.expires_at > m.wall_now)
+                          LIMIT 1) IS NULL
+               WHEN 'add_to_group' THEN
+                    coalesce((SELECT u.realm_id FROM users u WHERE u.id = m.subject_id) = m.realm_id, false)
+                    AND (SELECT 1 FROM memberships ms
+                          WHERE ms.organization_id = m.organization_id AND ms.user_id = m.subject_id
+                          LIMIT 1) IS NOT NULL
+                    AND (SELECT 1 FROM group_members gm
+                          WHERE gm.group_id = m.group_id AND gm.user_id = m.subject_id
+                          LIMIT 1) IS NULL
+               ELSE true
+               END
+    ),
     advanced AS (
-        UPDATE workflow_runs
-           SET state = :target, step_index = :next_index, due_at = :due_at, updated_at = :now,
-               finished_at = CASE WHEN :finished::boolean THEN :now ELSE finished_at END,
-               lease_owner = CASE WHEN :finished::boolean THEN NULL ELSE lease_owner END,
-               lease_expires_at = CASE WHEN :finished::boolean THEN NULL ELSE lease_expires_at END
-         WHERE id = :run_id AND state = :from_state AND step_index = :step_index AND lease_owner = :worker_id
-           AND EXISTS (SELECT FROM applicable)
-        RETURNING id
+        UPDATE workflow_runs r
+           SET state = a.target, step_index = a.step_index + 1, updated_at = a.moved_at,
+               due_at = CASE WHEN a.finished THEN NULL ELSE r.due_at END,
+               finished_at = CASE WHEN a.finished THEN a.moved_at ELSE r.finished_at END,
+               lease_owner = CASE WHEN a.finished THEN NULL ELSE r.lease_owner END,
+               lease_expires_at = CASE WHEN a.finished THEN NULL ELSE a.lease_expires_at END
+          FROM applicable a
+         WHERE r.id = ANY(:run_ids::text[])  -- the group's runs, by key, whatever the join's plan
+           AND r.id = a.run_id AND r.state = a.from_state AND r.step_index = a.step_index
+           AND r.lease_owner = :worker_id
+        RETURNING r.id
+    ),
+    made AS (
+        SELECT a.* FROM applicable a JOIN advanced v ON v.id = a.run_id
     ),
     attempted AS (
         INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number, idempotency_key,
                                    state, input, input_version, result, max_attempts, backoff_ms,
                                    compensation_strategy, compensation_state, compensation_attempts,
                                    started_at, finished_at)
-        SELECT :attempt_id, :run_id, :realm_id, :step_id, :step_index, :step_type, :number, :idempotency_key,
-               'succeeded', :input::jsonb, :input_version, :result::jsonb, :max_attempts, :backoff_ms,
-               :strategy, :compensation_state, 0, :started_at, :finished_at
-          FROM advanced
+        SELECT attempt_id, run_id, realm_id, step_id, step_index, step_type, number, idempotency_key,
+               'succeeded', input, input_version, result, max_attempts, backoff_ms,
+               strategy, compensation_state, 0, started_at, moved_at
+          FROM made
     ),
     audited AS (
         INSERT INTO audit_events (id, realm_id, occurred_at, actor_type, actor_id, category, type, subject_type,
                                   subject_id, request_id, correlation_id, details)
-        SELECT e.id, :realm_id, e.occurred_at, 'user', :publisher_id, e.category, e.type, e.subject_type,
-               e.subject_id, :run_id, :run_id, e.details
-          FROM advanced,
-               unnest(:audit_ids::text[], :audit_times::timestamptz[], :audit_categories::text[],
-                      :audit_types::text[], :audit_subject_types::text[], :audit_subject_ids::text[],
-                      :audit_details::jsonb[]) AS e(id, occurred_at, category, type, subject_type, subject_id, details)
-    )
-"""
-
-# ``assign_role``: the subject is a user of the realm, the organization (when the grant names one)
-# is the realm's, and the subject does not hold the role in that scope yet (an expired grant does
-# not count). The grant ceiling and the publisher's authority were checked before, in Python.
-ASSIGN_ROLE_TRANSITION = positional(
-    """
-    WITH applicable AS (
-        SELECT
-         WHERE EXISTS (SELECT FROM users u WHERE u.id = :subject_id AND u.realm_id = :realm_id)
-           AND (:organization_id::text IS NULL OR EXISTS (
-                SELECT FROM organizations o WHERE o.id = :organization_id AND o.realm_id = :realm_id))
-           AND NOT EXISTS (
-                SELECT FROM role_assignments ra
-                 WHERE ra.realm_id = :realm_id AND ra.role_id = :role_id AND ra.user_id = :subject_id
-                   AND ra.organization_id IS NOT DISTINCT FROM :organization_id
-                   AND (ra.expires_at IS NULL OR ra.expires_at > :wall_now))
+        SELECT e.id, m.realm_id, m.wall_now, 'user', m.publisher_id, e.category, e.type, e.subject_type,
+               e.subject_id, m.run_id, m.run_id, e.details
+          FROM unnest(:audit_run_ids::text[], :audit_ids::text[], :audit_categories::text[], :audit_types::text[],
+                      :audit_subject_types::text[], :audit_subject_ids::text[], :audit_details::jsonb[])
+               AS e(run_id, id, category, type, subject_type, subject_id, details)
+          JOIN made m ON m.run_id = e.run_id
     ),
-    """
-    + _ADVANCE_AND_RECORD
-    + """,
     granted AS (
         INSERT INTO role_assignments (id, realm_id, role_id, user_id, organization_id, expires_at, granted_by,
                                       source_run_id, created_at)
-        SELECT :assignment_id, :realm_id, :role_id, :subject_id, :organization_id, :expires_at, :publisher_id,
-               :run_id, :wall_now
-          FROM advanced
-    )
-    SELECT count(*) FROM advanced
-    """
-)
-
-# ``add_to_group``: the subject is a user of the realm and a member of the group's organization,
-# and not in the group yet.
-ADD_TO_GROUP_TRANSITION = positional(
-    """
-    WITH applicable AS (
-        SELECT
-         WHERE EXISTS (SELECT FROM users u WHERE u.id = :subject_id AND u.realm_id = :realm_id)
-           AND EXISTS (SELECT FROM memberships m WHERE m.organization_id = :organization_id AND m.user_id = :subject_id)
-           AND NOT EXISTS (SELECT FROM group_members gm WHERE gm.group_id = :group_id AND gm.user_id = :subject_id)
+        SELECT assignment_id, realm_id, role_id, subject_id, organization_id, expires_at, publisher_id,
+               run_id, wall_now
+          FROM made
+         WHERE effect = 'assign_role'
     ),
-    """
-    + _ADVANCE_AND_RECORD
-    + """,
     joined AS (
         INSERT INTO group_members (group_id, user_id, realm_id, added_by, source_run_id, created_at)
-        SELECT :group_id, :subject_id, :realm_id, :publisher_id, :run_id, :wall_now FROM advanced
+        SELECT group_id, subject_id, realm_id, publisher_id, run_id, wall_now
+          FROM made
+         WHERE effect = 'add_to_group'
     )
-    SELECT count(*) FROM advanced
-    """
-)
-
-# ``end``, and any step without an effect of its own: only the attempt, the advance and the audit.
-PLAIN_TRANSITION = positional(
-    """
-    WITH applicable AS (SELECT),
-    """
-    + _ADVANCE_AND_RECORD
-    + """
-    SELECT count(*) FROM advanced
+    SELECT id FROM advanced
     """
 )
 
