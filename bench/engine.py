@@ -625,7 +625,7 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Engine throughput and event latency against a pgbench baseline.")
-    parser.add_argument("--runs", type=int, default=500, help="runs per throughput phase (default 500)")
+    parser.add_argument("--runs", type=int, default=1500, help="runs per throughput phase (default 1500)")
     parser.add_argument("--steps", type=int, default=8, help="internal steps per run, 2–20 (default 8)")
     parser.add_argument("--pgbench-seconds", type=int, default=10, help="pgbench duration per client count")
     parser.add_argument("--samples", type=int, default=60, help="event latency samples (default 60)")
