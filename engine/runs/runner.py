@@ -131,8 +131,12 @@ class _PassConnection:
             # - a generic plan serves every group size (left to choose, the server plans a lone run's
             #   transition anew at every execution, its custom plans looking cheaper);
             # - no sequential scans: a plan made while a table was nearly empty (a new database, the
-            #   first burst of runs) would otherwise scan it until the statistics catch up.
-            await self.driver.execute("SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off")
+            #   first burst of runs) would otherwise scan it until the statistics catch up;
+            # - no JIT: before PostgreSQL 18 a disabled scan adds a huge cost, which would cross
+            #   jit_above_cost, and key probes gain nothing from compiling.
+            await self.driver.execute(
+                "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off; SET jit = off"
+            )
         return self.driver
 
     async def drop(self) -> None:
@@ -142,7 +146,7 @@ class _PassConnection:
                 if not self.driver.is_closed():
                     try:
                         # back to the pool as it came
-                        await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan")
+                        await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
                     except Exception:
                         await connection.invalidate()
                         raise
