@@ -141,18 +141,19 @@ class _PassConnection:
 
     async def drop(self) -> None:
         connection, self.connection = self.connection, None
-        if connection is not None:
+        if connection is None:
+            return
+        try:
+            if not self.driver.is_closed():
+                # back to the pool as it came
+                await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
+        except Exception:
             with contextlib.suppress(Exception):
-                if not self.driver.is_closed():
-                    try:
-                        # back to the pool as it came
-                        await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
-                    except Exception:
-                        await connection.invalidate()
-                        raise
-                if self.driver.is_closed():
-                    await connection.invalidate()  # the server went away: never hand it out again
-                await connection.close()
+                await connection.invalidate()  # its settings are unknown: never hand it out again
+        with contextlib.suppress(Exception):
+            if self.driver.is_closed():
+                await connection.invalidate()  # the server went away: never hand it out again
+            await connection.close()
 
     async def __aenter__(self) -> _PassConnection:
         return self

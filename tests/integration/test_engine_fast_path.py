@@ -439,3 +439,77 @@ async def test_a_subject_stronger_than_the_publisher_is_never_changed(realm: Rea
     held = "SELECT count(*) FROM role_assignments WHERE user_id = :u AND role_id = :r"
     assert await scalar(realm, held, u=strong.id, r=role.id) == 0
     assert await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=strong.id) == 0
+
+
+async def test_in_one_group_a_run_whose_effect_cannot_be_made_writes_nothing_and_the_others_go_on(
+    realm: RealmHandle,
+) -> None:
+    """The group's one statement keeps the runs whose conditions hold; the one whose subject holds
+    the role already writes nothing there and makes its step the ordinary way, which reports it."""
+    org_id, role, group = await directory_for_runs(realm)
+    fresh = await subjects(realm, org_id, 3)
+    holder = (await subjects(realm, org_id, 1))[0]
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await roles.create_assignment(session, realm.actor, authority, role_id=role.id, user_id=holder.id)
+    wid = await publish(realm, three_steps(role, group))
+    everyone = [fresh[0], holder, *fresh[1:]]
+    run_ids = [await start(realm, wid, s.id) for s in everyone]
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    fast = runner(realm, clock)
+    await drain(fast)
+
+    for run_id, subject in zip(run_ids, everyone, strict=True):
+        run, attempts = await load(realm, run_id)
+        grants = await scalar(realm, "SELECT count(*) FROM role_assignments WHERE user_id = :u", u=subject.id)
+        assigned = await scalar(
+            realm,
+            "SELECT count(*) FROM audit_events WHERE correlation_id = :r AND type = 'role.assigned'",
+            r=run_id,
+        )
+        assert grants == 1, "one grant per subject, never two"
+        if subject is holder:
+            assert assigned == 0
+            assert [a.step_id for a in attempts][:1] == ["grant"]
+            assert len([a for a in attempts if a.step_id == "grant"]) == 1
+        else:
+            assert run.state == "succeeded" and assigned == 1
+            assert [(a.step_id, a.state, a.number) for a in attempts] == [
+                ("grant", "succeeded", 1),
+                ("join", "succeeded", 1),
+                ("done", "succeeded", 1),
+            ]
+    # The three others made all their steps on the fast path, in groups.
+    assert fast.fast.roles and fast.fast.groups
+
+
+async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_settings(realm: RealmHandle) -> None:
+    """The pass's connection plans generically and never scans; the pool gets it back as it was."""
+    from engine.runs.runner import _PassConnection
+
+    bind = realm.sessions.kw["bind"]
+
+    async def settings(conn: Any) -> tuple[str, str, str, int]:
+        row = await conn.fetchrow(
+            "SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),"
+            " current_setting('jit'), pg_backend_pid()"
+        )
+        return row[0], row[1], row[2], row[3]
+
+    async with bind.connect() as plain:
+        defaults = (await settings((await plain.get_raw_connection()).driver_connection))[:3]
+    assert defaults[0] == "auto" and defaults[1] == "on"
+
+    async with _PassConnection(bind) as pass_connection:
+        raw = await pass_connection.raw()
+        *inside, pid = await settings(raw)
+        assert inside == ["force_generic_plan", "off", "off"]
+    # Every connection the pool holds now, that one included, has the server's settings again.
+    held = [await bind.connect() for _ in range(3)]
+    try:
+        seen = [await settings((await c.get_raw_connection()).driver_connection) for c in held]
+    finally:
+        for c in held:
+            await c.close()
+    assert pid in {s[3] for s in seen}
+    assert {tuple(s[:3]) for s in seen} == {defaults}
