@@ -1,13 +1,13 @@
-"""The fast path of internal steps: one statement per transition, several runs per commit.
+"""The fast path of internal steps: one statement for the transitions of a whole group commit.
 
 The ordinary transition (engine/runs/runner.py) reads the run, its revision, its attempts and its
 publisher's authority through the ORM and makes the effect through the domain functions: some
 twenty round trips. Most transitions of internal steps can only succeed, and for them this module
-does the same work in two statements on the raw asyncpg connection — the lease renewal and lock
-(``runstore.LOCK_FOR_TRANSITION``, shared by every run of a group commit) and one data-modifying
-statement per run that makes the effect, records the succeeded attempt and the audit events, and
-advances the run (``runstore.*_TRANSITION``) — with what never changes, or changes rarely, kept
-in memory:
+does the same work for a group of runs in two statements on the raw asyncpg connection — the lock
+of every run of the group (``runstore.LOCK_FOR_TRANSITION``, a row lock under the lease) and one
+data-modifying statement for all of them (``runstore.FAST_TRANSITIONS``: each run's effect, its
+succeeded attempt and audit events, and its advance, which renews the lease) — with what never
+changes, or changes rarely, kept in memory:
 
 - a revision is immutable once written: cached by id;
 - the publisher's authority, and the roles and groups the grant ceiling reads, are cached with

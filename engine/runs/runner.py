@@ -143,17 +143,19 @@ class _PassConnection:
         connection, self.connection = self.connection, None
         if connection is None:
             return
+        clean = False
         try:
-            if not self.driver.is_closed():
-                # back to the pool as it came
-                await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
-        except Exception:
+            # Back to the pool as it came, or not at all: a connection still inside a transaction
+            # (its rollback failed or was interrupted) would undo the RESET when it rolls back.
+            if not self.driver.is_closed() and not self.driver.is_in_transaction():
+                with contextlib.suppress(Exception):
+                    await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
+                    clean = True
+        finally:
             with contextlib.suppress(Exception):
-                await connection.invalidate()  # its settings are unknown: never hand it out again
-        with contextlib.suppress(Exception):
-            if self.driver.is_closed():
-                await connection.invalidate()  # the server went away: never hand it out again
-            await connection.close()
+                if not clean:
+                    await connection.invalidate()  # its settings are unknown, or the server went away
+                await connection.close()
 
     async def __aenter__(self) -> _PassConnection:
         return self
@@ -258,16 +260,19 @@ class Runner:
             if outcomes[run_id] in (_MOVED, _FINISHED):
                 done[run_id] += 1
         # Nothing to do now, or its 25 transitions made: the lease goes back to the pool.
+        # A run that made its 25 and is still due goes behind the runs that became due meanwhile.
         spent = {r for r in going if done[r] >= MAX_TRANSITIONS}
-        stopped = [r for r in going if outcomes[r] == _IDLE or (outcomes[r] == _MOVED and r in spent)]
+        idle = [r for r in going if outcomes[r] == _IDLE]
+        requeued = [r for r in going if outcomes[r] == _MOVED and r in spent]
         going = [r for r in going if outcomes[r] == _MOVED and r not in spent]
-        if stopped:
+        if idle or requeued:
             try:
                 async with self.sessions() as session, session.begin():
-                    await runstore.release_leases(session, stopped, self.worker_id)
+                    await runstore.release_leases(session, idle, self.worker_id)
+                    await runstore.release_leases(session, requeued, self.worker_id, due_again_at=self.clock.now())
             except Exception:
                 # The leases expire by themselves; the other runs of the pass go on.
-                log.warning("could not hand back leases", exc_info=True, extra={"runs": len(stopped)})
+                log.warning("could not hand back leases", exc_info=True, extra={"runs": len(idle) + len(requeued)})
         return going
 
     async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:

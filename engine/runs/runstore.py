@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, func, literal, or_, select, text, update
+from sqlalchemy import String, case, func, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -388,7 +388,7 @@ def positional(sql: str) -> Positional:
 # was lost: its lease expired or another worker holds it); read with it what a transition needs: its
 # workflow's state, its publisher's status and authorization epochs, and the attempts of its current
 # step (a step's index names it within the pinned revision). A row lock writes no new version of the
-# row: the lease is renewed by the advance itself (``_ADVANCE_AND_RECORD``), and a run the fast path
+# row: the lease is renewed by the advance itself (``FAST_TRANSITIONS``), and a run the fast path
 # leaves to the ordinary transition is renewed there.
 LOCK_FOR_TRANSITION = positional(
     """
@@ -552,11 +552,24 @@ FAST_TRANSITIONS = positional(
 )
 
 
-async def release_leases(session: AsyncSession, run_ids: Sequence[str], worker_id: str) -> None:
-    """Hand back the leases of several runs at once (the end of a group-committed pass)."""
+async def release_leases(
+    session: AsyncSession, run_ids: Sequence[str], worker_id: str, *, due_again_at: datetime | None = None
+) -> None:
+    """Hand back the leases of several runs at once (the end of a group-committed pass).
+
+    ``due_again_at``: runs still due that made their 25 transitions go to the back of their realm's
+    queue — due from then, behind the runs that became due meanwhile — instead of keeping the due
+    time their internal steps kept (``FAST_TRANSITIONS``).
+    """
     if run_ids:
+        values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+        if due_again_at is not None:
+            values["due_at"] = case(
+                (WorkflowRun.due_at < due_again_at, due_again_at),  # type: ignore[operator]
+                else_=WorkflowRun.due_at,
+            )
         await session.execute(
             update(WorkflowRun)
             .where(WorkflowRun.id.in_(list(run_ids)), WorkflowRun.lease_owner == worker_id)  # type: ignore[attr-defined]
-            .values(lease_owner=None, lease_expires_at=None)
+            .values(**values)
         )

@@ -7,7 +7,9 @@ no indexed column changed. Leaving a fifth of each page free lets most advances 
 
 Autoanalyze sorted every sampled JSON document of the hot tables — the attempts' input and result,
 the runs' input and context, the audit events' details, the outbox's payloads — to build
-statistics no query uses: no plan filters or joins on those columns. Their statistics target is 0.
+statistics no query uses: no plan joins on those columns, and the one filter on them (a paused
+run's ``context->>'paused_due_at'``) is an expression, which the column's statistics do not serve.
+Their statistics target is 0.
 
 Revision ID: 0015
 Revises: 0014
