@@ -146,6 +146,7 @@ class FastPath:
         self.worker_id = worker_id
         self.clock = clock
         self.lease = lease  # a run that goes on is held this long from its advance
+        self.moved = 0  # transitions made and committed here, in this runner's life
         self.revisions: dict[str, Revision] = {}
         self.roles: dict[str, CachedRole] = {}
         self.groups: dict[str, CachedGroup] = {}

@@ -315,8 +315,9 @@ class Runner:
             await conn.drop()
             return dict.fromkeys(run_ids, _ALONE)
         staged.committed()
+        made = sum(1 for o in outcomes.values() if o in (_MOVED, _FINISHED))
+        self.fast.moved += made
         if trace.isEnabledFor(logging.DEBUG):
-            made = sum(1 for o in outcomes.values() if o in (_MOVED, _FINISHED))
             lock_ms, steps_ms, commit_ms = (
                 round((b - a) * 1000, 3) for a, b in zip([started, *marks], [*marks, time.time()], strict=True)
             )

@@ -157,8 +157,9 @@ async def test_the_fast_path_writes_what_the_ordinary_path_writes(realm: RealmHa
         got = await trail(realm, run_id, subject.id)
         for key in expected:
             assert got[key] == expected[key], key
-    # …and it was the fast path: the revision, the publisher's authority, the role and the group
-    # were read once and kept.
+    # …and it was the fast path: every transition was made there, and the revision, the
+    # publisher's authority, the role and the group were read once and kept.
+    assert fast.fast.moved == 3 * len(fast_runs)
     assert fast.fast.revisions and fast.fast.roles and fast.fast.groups
     assert (realm.id, realm.admin.id) in fast.fast.authorities
 
@@ -171,8 +172,10 @@ async def test_each_run_committing_alone_writes_the_same(realm: RealmHandle) -> 
     a = await start(realm, wid, first.id)
     await drain(runner(realm, clock, fast=False))
     b = await start(realm, wid, second.id)
-    await drain(runner(realm, clock, group=1))
+    alone = runner(realm, clock, group=1)
+    await drain(alone)
     assert await trail(realm, b, second.id) == await trail(realm, a, first.id)
+    assert alone.fast.moved == 3
 
 
 async def epochs(realm: RealmHandle, user_id: str) -> tuple[int, int]:
@@ -479,8 +482,11 @@ async def test_in_one_group_a_run_whose_effect_cannot_be_made_writes_nothing_and
                 ("join", "succeeded", 1),
                 ("done", "succeeded", 1),
             ]
-    # The three others made all their steps on the fast path, in groups.
-    assert fast.fast.roles and fast.fast.groups
+    # The three others made all their steps on the fast path, in groups; the holder's grant went
+    # the ordinary way, which refused it.
+    assert fast.fast.moved == 3 * 3
+    run, attempts = await load(realm, run_ids[1])
+    assert run.state == "failed" and [(a.step_id, a.state) for a in attempts] == [("grant", "failed")]
 
 
 async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_settings(realm: RealmHandle) -> None:
