@@ -519,3 +519,55 @@ async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_set
             await c.close()
     assert pid in {s[3] for s in seen}
     assert {tuple(s[:3]) for s in seen} == {defaults}
+
+
+async def test_a_publisher_who_holds_an_organization_only_makes_its_steps_there_on_the_fast_path(
+    realm: RealmHandle,
+) -> None:
+    """A grant bounded by an organization, and a group whose role is, are checked in that
+    organization: a publisher who holds what they need there, and nowhere else, makes every step
+    on the fast path, and writes what the ordinary path writes."""
+    org = await realm.organization("Eng")
+    member_role = await realm.role("org-members", ["org.members.write"], boundary="organization")
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        group, _ = await organizations.create_group(
+            session, realm.actor, authority, org.id, name="Stewards", role_ids=[member_role.id]
+        )
+    publisher = await realm.user()
+    await realm.assign(publisher, await realm.role("publisher", ["realm.workflows.*"]))
+    org_admin = await realm.role("org-admin", ["org.*"], boundary="organization")
+    await realm.assign(publisher, org_admin, organization_id=org.id)
+    actor = Actor(type="user", id=publisher.id, realm_id=realm.id)
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {
+                "id": "grant",
+                "type": "assign_role",
+                "role_id": member_role.id,
+                "scope": "organization",
+                "organization_id": org.id,
+            },
+            {"id": "join", "type": "add_to_group", "group_id": group.id},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    wid = await _publish_as(realm, actor, definition)
+    ordinary_subject, *fast_subjects = await subjects(realm, org.id, 3)
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    ordinary_run = await start(realm, wid, ordinary_subject.id)
+    await drain(runner(realm, clock, fast=False))
+    fast_runs = [await start(realm, wid, s.id) for s in fast_subjects]
+    fast = runner(realm, clock)
+    await drain(fast)
+
+    expected = await trail(realm, ordinary_run, ordinary_subject.id)
+    assert expected["run"][0] == "succeeded", expected
+    assert [g[1] for g in expected["grants"]] == [org.id]  # the grant is bounded by the organization
+    for run_id, subject in zip(fast_runs, fast_subjects, strict=True):
+        got = await trail(realm, run_id, subject.id)
+        for key in expected:
+            assert got[key] == expected[key], key
+    assert fast.fast.moved == 3 * len(fast_runs)
