@@ -317,10 +317,9 @@ class FastPath:
             if expires_at <= datetime.now(UTC):
                 return None
         # The step's requirement (role_ceiling) and the grant ceiling: every permission of the role,
-        # held where the grant takes effect.
-        ceiling_scope = None if role.boundary == "realm" or step.get("scope") == "realm" else organization_id
-        grant_scope = grant_org if role.boundary == "organization" else None
-        if not all(authority.holds(p, ceiling_scope) and authority.holds(p, grant_scope) for p in role.permissions):
+        # held where the grant takes effect. Past the boundary check above, both are one scope: the
+        # organization for a role bounded by one (granted there), the whole realm for any other.
+        if not all(authority.holds(p, grant_org) for p in role.permissions):
             return None
         assignment_id = new_id("ras")
         return Effect(

@@ -19,8 +19,11 @@ from engine.directory import principals as directory
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Role, User
+from engine.runs import runstore
+from engine.runs.fastpath import _AUTHORITY
 from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
+from testing.statements import recording
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
 
@@ -131,14 +134,14 @@ async def trail(realm: RealmHandle, run_id: str, subject_id: str) -> dict[str, A
 
 
 async def ordinary_then_fast(
-    realm: RealmHandle, wid: str, people: list[User], clock: FixedClock
+    realm: RealmHandle, wid: str, people: list[User], clock: FixedClock, *, organization_id: str | None = None
 ) -> tuple[dict[str, Any], Runner]:
     """The first person's run the ordinary way, the others' on the fast path: what the ordinary run
     wrote, once each fast run was found to have written the same, and the fast runner."""
     ordinary_subject, *fast_subjects = people
-    ordinary_run = await start(realm, wid, ordinary_subject.id)
+    ordinary_run = await start(realm, wid, ordinary_subject.id, organization_id)
     await drain(runner(realm, clock, fast=False))
-    fast_runs = [await start(realm, wid, s.id) for s in fast_subjects]
+    fast_runs = [await start(realm, wid, s.id, organization_id) for s in fast_subjects]
     fast = runner(realm, clock)
     await drain(fast)
     expected = await trail(realm, ordinary_run, ordinary_subject.id)
@@ -567,3 +570,99 @@ async def test_a_publisher_who_holds_an_organization_only_makes_its_steps_there_
     assert expected["run"][0] == "succeeded", expected
     assert [g[1] for g in expected["grants"]] == [org.id]  # the grant is bounded by the organization
     assert fast.fast.moved == 3 * 2
+
+
+async def test_an_expiring_realm_wide_grant_in_a_run_about_an_organization_is_made_on_the_fast_path(
+    realm: RealmHandle,
+) -> None:
+    """A run about an organization grants a realm-wide role that expires: the fast path grants it
+    realm-wide (not in the run's organization), expiring at the run's time plus the step's duration,
+    exactly as the ordinary path does."""
+    org_id, role, group = await directory_for_runs(realm)
+    definition = three_steps(role, group)
+    definition["steps"][0]["expires_in"] = "720h"
+    wid = await publish(realm, definition)
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    people = await subjects(realm, org_id, 3)
+    expected, fast = await ordinary_then_fast(realm, wid, people, clock, organization_id=org_id)
+    assert expected["run"][0] == "succeeded", expected
+    assert [(g[0], g[1], g[2]) for g in expected["grants"]] == [(role.id, None, clock.now() + timedelta(hours=720))]
+    assert fast.fast.moved == 2 * 3
+
+
+async def _refusing_change(realm: RealmHandle, what: str, granted: Role, group: Group, org_id: str) -> None:
+    """The granted role, or the group's roles, come to need a permission the publisher does not hold."""
+    strong = await realm.role("strong", ["realm.users.write"]) if what == "group" else None
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        if strong is None:
+            await roles.update_role(
+                session, realm.actor, authority, granted.id, permissions=["realm.audit.read", "realm.users.write"]
+            )
+        else:
+            await organizations.update_group(session, realm.actor, authority, org_id, group.id, role_ids=[strong.id])
+
+
+@pytest.mark.parametrize("what", ["role", "group"])
+async def test_a_role_or_group_changed_after_it_was_kept_is_read_again(realm: RealmHandle, what: str) -> None:
+    """The fast path keeps the roles and groups it read, with the realm's authorization epoch: once
+    the granted role, or the roles a group gives, need a permission the publisher does not hold,
+    the next run's step is refused (the publisher lacks what it now needs), never made from the
+    kept copy."""
+    org_id, _, group = await directory_for_runs(realm)
+    early, late = await subjects(realm, org_id, 2)
+    granted = await realm.role("granted", ["realm.audit.read"])
+    publisher = await realm.user()
+    await realm.assign(publisher, await realm.role("power", ["realm.workflows.*", "realm.audit.read", "org.*"]))
+    wid = await _publish_as(realm, Actor(type="user", id=publisher.id, realm_id=realm.id), three_steps(granted, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock)
+    await start(realm, wid, early.id)
+    await drain(r)
+    assert r.fast.moved == 3 and granted.id in r.fast.roles and group.id in r.fast.groups
+
+    await _refusing_change(realm, what, granted, group, org_id)
+    second = await start(realm, wid, late.id)
+    clock.advance(seconds=1)
+    await drain(r)
+    run, attempts = await load(realm, second)
+    # The grant fails as the first step (nothing to undo); the join fails after the grant, undone.
+    failed, state = ("grant", "failed") if what == "role" else ("join", "compensated")
+    assert (run.state, run.error_category) == (state, "publisher_lacks_authority"), run.last_error
+    assert [(a.step_id, a.state) for a in attempts if a.state == "failed"] == [(failed, "failed")]
+    joined = await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=late.id)
+    granted_now = await scalar(
+        realm, "SELECT count(*) FROM role_assignments WHERE user_id = :u AND role_id = :r", u=late.id, r=granted.id
+    )
+    # Whatever the run had made before the refused step was undone by its compensation.
+    assert (granted_now, joined) == (0, 0)
+
+
+async def test_a_second_group_of_runs_reads_again_only_what_its_runs_changed(realm: RealmHandle) -> None:
+    """What the fast path keeps, it does not read again: for the second group of runs of a
+    workflow, the revision, the role, the group and the publisher's authority come from memory.
+    Only each new subject's authority is read: before the grant and again before joining the
+    group, because the grant moved that subject's epoch."""
+    org_id, role, group = await directory_for_runs(realm)
+    people = await subjects(realm, org_id, 6)
+    wid = await publish(realm, three_steps(role, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock)
+    for person in people[:3]:
+        await start(realm, wid, person.id)
+    await drain(r)
+    assert r.fast.moved == 3 * 3
+
+    engine = realm.sessions.kw["bind"]
+    with recording(engine) as log:
+        await engine.dispose()  # the connections made from here on note what they send
+        for person in people[3:]:
+            await start(realm, wid, person.id)
+        clock.advance(seconds=1)
+        log.clear()
+        await drain(r)
+    assert r.fast.moved == 2 * 3 * 3
+    sent = log.queries
+    for kept in (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql):
+        assert kept not in sent, kept
+    assert sent.count(_AUTHORITY.sql) == 2 * 3
