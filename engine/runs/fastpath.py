@@ -110,7 +110,8 @@ class Effect:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+    """A ``jsonb`` parameter's text: the server parses it, so its spacing is not kept."""
+    return json.dumps(value)
 
 
 class Staged:

@@ -666,3 +666,38 @@ async def test_a_second_group_of_runs_reads_again_only_what_its_runs_changed(rea
     for kept in (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql):
         assert kept not in sent, kept
     assert sent.count(_AUTHORITY.sql) == 2 * 3
+
+
+async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_wide(realm: RealmHandle) -> None:
+    """A publisher who holds ``org.*`` in one organization only adds nobody to a group of it whose
+    role is realm-wide with an ``org.`` permission: a realm-wide role's permissions are needed in
+    the whole realm, on the fast path as on the ordinary one. (Publishing checks that too: the
+    group comes to give the role after the workflow was published.)"""
+    org = await realm.organization("Eng")
+    wide = await realm.role("members-everywhere", ["org.members.write"])  # bounded by nothing
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Everywhere")
+    publisher = await realm.user()
+    await realm.assign(publisher, await realm.role("publisher", ["realm.workflows.*"]))
+    await realm.assign(
+        publisher, await realm.role("org-admin", ["org.*"], boundary="organization"), organization_id=org.id
+    )
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "join", "type": "add_to_group", "group_id": group.id}, {"id": "done", "type": "end"}],
+    }
+    wid = await _publish_as(realm, Actor(type="user", id=publisher.id, realm_id=realm.id), definition)
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await organizations.update_group(session, realm.actor, authority, org.id, group.id, role_ids=[wide.id])
+    subject = (await subjects(realm, org.id, 1))[0]
+    run_id = await start(realm, wid, subject.id)
+    r = runner(realm, FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0))
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.error_category) == ("failed", "publisher_lacks_authority"), run.last_error
+    assert [(a.step_id, a.state) for a in attempts] == [("join", "failed")]
+    assert not await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id)
+    assert r.fast.moved == 0
