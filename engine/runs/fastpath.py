@@ -259,7 +259,7 @@ class FastPath:
         revision = await self._revision(conn, run["revision_id"])
         if revision is None:
             return None
-        steps: list[dict[str, Any]] = revision.definition.get("steps", [])
+        steps: list[dict[str, Any]] = revision.definition["steps"]
         index: int = run["step_index"]
         if index >= len(steps):
             return None
@@ -382,7 +382,7 @@ class FastPath:
         effect: Effect,
         now: datetime,
     ) -> Move:
-        steps = revision.definition.get("steps", [])
+        steps = revision.definition["steps"]  # a valid definition always has them
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)
         number = int(run["attempts"]) + 1

@@ -701,3 +701,24 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     assert [(a.step_id, a.state) for a in attempts] == [("join", "failed")]
     assert not await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id)
     assert r.fast.moved == 0
+
+
+async def test_a_workflow_without_an_end_step_succeeds_after_its_last_step_on_the_fast_path(realm: RealmHandle) -> None:
+    """The last step ends the run in its own transition, whether or not it is an ``end`` step."""
+    org_id, role, group = await directory_for_runs(realm)
+    definition = three_steps(role, group)
+    definition["steps"] = definition["steps"][:2]  # grant, join: no end step
+    wid = await publish(realm, definition)
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    people = await subjects(realm, org_id, 3)
+    expected, fast = await ordinary_then_fast(realm, wid, people[:2], clock)
+    assert expected["run"][:2] == ("succeeded", 2), expected["run"]  # past its last step
+    assert [a[0] for a in expected["audit"]][-2:] == ["workflow.step.succeeded", "workflow.run.succeeded"]
+    assert fast.fast.moved == 2
+    # Two steps, two transitions: no third one to notice that the run has nothing left.
+    await start(realm, wid, people[2].id)
+    r = runner(realm, clock)
+    made = 0
+    while passed := await r.run_pass():
+        made += passed
+    assert (made, r.fast.moved) == (2, 2)
