@@ -424,8 +424,9 @@ class FastPath:
             "inputs": _json({"step": step, "subject_id": run["subject_id"], "organization_id": organization_id}),
             "input_versions": input_version(revision.number, revision.hash, run["input_version"]),
             "results": _json(effect.result),
-            "max_attempts": policy.max_attempts if step_type.retried else 1,
-            "backoffs_ms": policy.backoff_ms if step_type.retried else 0,
+            # Every step type with a fast form is retried (only approvals and waits are not).
+            "max_attempts": policy.max_attempts,
+            "backoffs_ms": policy.backoff_ms,
             "strategies": effect.strategy,
             "compensation_states": effect.compensation_state,
             "started_ats": now,

@@ -666,6 +666,11 @@ async def test_a_second_group_of_runs_reads_again_only_what_its_runs_changed(rea
     for kept in (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql):
         assert kept not in sent, kept
     assert sent.count(_AUTHORITY.sql) == 2 * 3
+    # The pass: the claim, then one round per step, each the group's lock and one statement for the
+    # whole group (each new subject's authority read between them), then a claim that finds nothing.
+    rounds = [q for q in sent if q in (runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql)]
+    assert rounds == [runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql] * 3
+    assert (log.count("BEGIN"), log.count("COMMIT")) == (5, 5), log.summary()
 
 
 async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_wide(realm: RealmHandle) -> None:

@@ -146,3 +146,12 @@ def test_named_parameters_become_numbered_once_each_in_order_of_first_use() -> N
     assert statement.sql == "SELECT $1, $2::timestamptz, x::text, $1, $3"
     assert statement.names == ("run_id", "now", "step")
     assert statement.args({"step": "s", "now": 2, "run_id": "r", "unused": 0}) == ["r", 2, "s"]
+
+
+def test_every_step_type_with_a_fast_form_is_retried_like_its_ordinary_form() -> None:
+    """The fast path records the retry policy of every step it makes (engine/runs/fastpath.py)."""
+    from engine.runs.fastpath import FAST_STEP_TYPES
+    from engine.runs.steps import STEP_TYPES
+
+    assert FAST_STEP_TYPES == {"assign_role", "add_to_group", "end"}
+    assert all(STEP_TYPES[name].retried for name in FAST_STEP_TYPES)
