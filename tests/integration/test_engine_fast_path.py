@@ -638,24 +638,31 @@ async def test_a_role_or_group_changed_after_it_was_kept_is_read_again(realm: Re
     assert (granted_now, joined) == (0, 0)
 
 
-async def test_a_second_group_of_runs_reads_again_only_what_its_runs_changed(realm: RealmHandle) -> None:
-    """What the fast path keeps, it does not read again: for the second group of runs of a
-    workflow, the revision, the role, the group and the publisher's authority come from memory.
-    Only each new subject's authority is read: before the grant and again before joining the
-    group, because the grant moved that subject's epoch."""
+async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_runs_changed(realm: RealmHandle) -> None:
+    """In one group commit, the revision, the role, the group and the publisher's authority are
+    read once for all its runs; the next group of runs of the workflow reads none of them again.
+    Each new subject's authority is read before the grant and again before joining the group,
+    because the grant moved that subject's epoch."""
     org_id, role, group = await directory_for_runs(realm)
     people = await subjects(realm, org_id, 6)
     wid = await publish(realm, three_steps(role, group))
     clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
     r = runner(realm, clock)
-    for person in people[:3]:
-        await start(realm, wid, person.id)
-    await drain(r)
-    assert r.fast.moved == 3 * 3
-
     engine = realm.sessions.kw["bind"]
+    reads = (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql)
+
     with recording(engine) as log:
         await engine.dispose()  # the connections made from here on note what they send
+        for person in people[:3]:
+            await start(realm, wid, person.id)
+        log.clear()
+        await drain(r)
+    assert r.fast.moved == 3 * 3
+    assert [log.queries.count(q) for q in reads] == [1, 1, 1]
+    assert log.queries.count(_AUTHORITY.sql) == 1 + 2 * 3  # the publisher's, then each subject's twice
+
+    with recording(engine) as log:
+        await engine.dispose()
         for person in people[3:]:
             await start(realm, wid, person.id)
         clock.advance(seconds=1)
@@ -663,14 +670,42 @@ async def test_a_second_group_of_runs_reads_again_only_what_its_runs_changed(rea
         await drain(r)
     assert r.fast.moved == 2 * 3 * 3
     sent = log.queries
-    for kept in (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql):
-        assert kept not in sent, kept
+    assert [sent.count(q) for q in reads] == [0, 0, 0]
     assert sent.count(_AUTHORITY.sql) == 2 * 3
     # The pass: the claim, then one round per step, each the group's lock and one statement for the
     # whole group (each new subject's authority read between them), then a claim that finds nothing.
     rounds = [q for q in sent if q in (runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql)]
     assert rounds == [runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql] * 3
     assert (log.count("BEGIN"), log.count("COMMIT")) == (5, 5), log.summary()
+
+
+async def test_in_one_group_runs_granting_different_roles_each_grant_their_own(realm: RealmHandle) -> None:
+    """Two workflows grant two roles; their runs share group commits, and each grant is recorded
+    with its own role, as the ordinary path records it."""
+    org_id, viewer, group = await directory_for_runs(realm)
+    auditor = await realm.role("auditor", ["realm.audit.read"])
+    by_role = {viewer.id: await publish(realm, three_steps(viewer, group), name="Viewers")}
+    by_role[auditor.id] = await publish(realm, three_steps(auditor, group), name="Auditors")
+    people = await subjects(realm, org_id, 4)
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    granted = [viewer, auditor, viewer, auditor]
+    for person, role in zip(people, granted, strict=True):
+        await start(realm, by_role[role.id], person.id)
+    r = runner(realm, clock)
+    await drain(r)
+    assert r.fast.moved == 4 * 3
+    for person, role in zip(people, granted, strict=True):
+        async with realm.sessions() as session:
+            recorded = (
+                await session.execute(
+                    text(
+                        "SELECT details->>'role_id', details->>'role' FROM audit_events"
+                        " WHERE type = 'role.assigned' AND subject_id = :u"
+                    ),
+                    {"u": person.id},
+                )
+            ).all()
+        assert [tuple(row) for row in recorded] == [(role.id, role.name)]
 
 
 async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_wide(realm: RealmHandle) -> None:
