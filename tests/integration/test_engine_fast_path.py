@@ -326,7 +326,17 @@ async def _outlive(realm: RealmHandle, publisher: User, assignment_id: str, cloc
     clock.advance(seconds=2 * 3600)  # past the grant's expiry; nothing deleted it yet
 
 
-@pytest.mark.parametrize("lose_authority", [_revoke, _suspend, _outlive], ids=["revoked", "suspended", "expired"])
+async def _reach_expiry(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
+    # One second before the grant's expiry: the run then starts at the very instant it expires.
+    expires_at = await scalar(realm, "SELECT expires_at FROM role_assignments WHERE id = :a", a=assignment_id)
+    clock.current = expires_at - timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(
+    "lose_authority",
+    [_revoke, _suspend, _outlive, _reach_expiry],
+    ids=["revoked", "suspended", "expired", "at the instant it expires"],
+)
 async def test_a_publisher_who_lost_authority_is_caught_despite_the_cache(
     realm: RealmHandle, lose_authority: Any
 ) -> None:
