@@ -456,3 +456,76 @@ async def test_compensation_leaves_a_membership_the_run_did_not_make(realm: Real
     assert run.state == "compensated", (run.state, run.error_category)
     assert (join.step_id, join.compensation_result) == ("join", {"removed": False, "reason": "already_gone"})
     assert kept == 1
+
+
+async def test_compensation_takes_the_subject_out_of_each_group_the_run_put_them_in(realm: RealmHandle) -> None:
+    """Two groups joined, then a failure: each undo takes the subject out of its own group only."""
+    subject = await realm.user("subject@example.com")
+    _, first = await member_group(realm, subject.id, "First")
+    _, second = await member_group(realm, subject.id, "Second")
+    elsewhere = await realm.organization("Elsewhere")
+    done = await run_steps(
+        realm,
+        subject.id,
+        {"id": "join-first", "type": "add_to_group", "group_id": first},
+        {"id": "join-second", "type": "add_to_group", "group_id": second},
+        {**FAIL, "organization_id": elsewhere.id},
+    )
+    assert done.run.state == "compensated", (done.run.error_category, done.run.last_error)
+    assert [(a.step_id, a.compensation_result) for a in done.attempts[:2]] == [
+        ("join-first", {"removed": True}),
+        ("join-second", {"removed": True}),
+    ]
+    undone = [e[3] for e in done.events if e[0] == "group.member_removed"]
+    assert undone == [{"group_id": second, "reason": "compensation"}, {"group_id": first, "reason": "compensation"}]
+
+
+async def test_adding_a_subject_already_in_the_group_is_a_permanent_conflict(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
+            {"g": group_id, "u": subject.id, "r": realm.id},
+        )
+    done = await run_steps(realm, subject.id, {"id": "join", "type": "add_to_group", "group_id": group_id})
+    refused(done, "already_a_member", "The user is already in this group.")
+
+
+async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_a_group(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
+            {"g": group_id, "u": subject.id, "r": realm.id},
+        )
+    await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
+    _, actor = await publisher_with(realm, "publisher@example.com", "org.*")
+    done = await run_steps(
+        realm, subject.id, {"id": "out", "type": "remove_from_group", "group_id": group_id}, publisher=actor
+    )
+    refused(
+        done,
+        "target_outranks_actor",
+        "This user holds permissions you do not hold (realm.users.write); you cannot change their groups.",
+    )
+    async with realm.sessions() as session:
+        kept = await session.scalar(
+            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
+            {"g": group_id, "u": subject.id},
+        )
+    assert kept == 1
+
+
+async def test_a_run_never_suspends_a_subject_stronger_than_its_publisher(realm: RealmHandle) -> None:
+    subject = await realm.user("subject@example.com")
+    await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
+    _, actor = await publisher_with(realm, "publisher@example.com", "realm.users.suspend")
+    done = await run_steps(realm, subject.id, {"id": "off", "type": "suspend_user"}, publisher=actor)
+    refused(
+        done,
+        "target_outranks_actor",
+        "This user holds permissions you do not hold (realm.users.write); you cannot change their status.",
+    )
+    assert await user_status(realm, subject.id) == "active"
