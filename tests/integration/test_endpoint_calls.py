@@ -17,10 +17,11 @@ import jsonschema
 import pytest
 from sqlalchemy import select, text
 
-from engine.directory import webhooks
+from engine.directory import organizations, webhooks
 from engine.directory.models import AuditEvent, WebhookSubscription
 from engine.endpoints.calls import EndpointSettings
 from engine.platform.ids import new_id
+from engine.runs import service as runs
 from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from testing.receiver import Received, Receiver
@@ -562,3 +563,36 @@ async def test_the_overlap_of_a_rotated_secret_is_judged_at_the_runs_clock_for_b
     ]
     # Signed at the run's time (so no receiver accepts the timestamp today): one signature each.
     assert [len((r.header("Webhook-Signature") or "").split(" ")) for r in got] == [1, 1, 1]
+
+
+async def test_a_call_for_an_event_names_the_event_and_the_runs_organization(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """A run started by a membership event: its call names the run's organization, and the
+    event's type and id as its trigger, so the endpoint can tell which change it answers."""
+    hook = await subscribe(realm, receiver)
+    org = await realm.organization("Eng")
+    definition = calling(hook)
+    definition["triggers"] = [{"type": "event", "event_types": ["organization.membership.added"]}]
+    wid = await publish(realm, definition, name="On joining")
+    subject = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        await organizations.add_member(session, realm.actor, org.id, subject.id)
+    async with realm.sessions() as session, session.begin():
+        assert await runs.dispatch_outbox(session) >= 1
+    await drain(call_runner(realm))
+    [got] = receiver.wait_for(1)
+    async with realm.sessions() as session:
+        run_input, run_org, state = (
+            await session.execute(
+                text("SELECT input, organization_id, state FROM workflow_runs WHERE workflow_id = :w"), {"w": wid}
+            )
+        ).one()
+    assert state == "succeeded"
+    assert run_input["event_id"]
+    assert (got.json["organization_id"], run_org) == (org.id, org.id)
+    assert got.json["trigger"] == {
+        "type": "event",
+        "event_type": "organization.membership.added",
+        "event_id": run_input["event_id"],
+    }
