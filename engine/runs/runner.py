@@ -75,7 +75,9 @@ log = logging.getLogger("cockpit.engine")
 trace = logging.getLogger("cockpit.engine.trace")
 
 
-def _traced(event: str, started: float, owner: str, **fields: Any) -> None:
+# Diagnostics for people (the trace and the log lines) are left out of mutation testing: no rule
+# depends on their words (docs/testing.md, "Mutation testing").
+def _traced(event: str, started: float, owner: str, **fields: Any) -> None:  # pragma: no mutate block
     trace.debug(
         event,
         extra={"owner": owner, "start": round(started, 6), "ms": round((time.time() - started) * 1000, 3)} | fields,
@@ -215,7 +217,7 @@ class Runner:
                 if not runstore.share_filled(found, self.settings.tenant_share):
                     break
         self.last_claim_full = len(claimed) >= limit
-        if trace.isEnabledFor(logging.DEBUG):
+        if trace.isEnabledFor(logging.DEBUG):  # pragma: no mutate block
             _traced("claim", started, self.worker_id, runs=len(claimed))
         return await self._advance_together([item.run_id for item in claimed])
 
@@ -317,7 +319,7 @@ class Runner:
         staged.committed()
         made = sum(1 for o in outcomes.values() if o in (_MOVED, _FINISHED))
         self.fast.moved += made
-        if trace.isEnabledFor(logging.DEBUG):
+        if trace.isEnabledFor(logging.DEBUG):  # pragma: no mutate block
             lock_ms, steps_ms, commit_ms = (
                 round((b - a) * 1000, 3) for a, b in zip([started, *marks], [*marks, time.time()], strict=True)
             )
@@ -349,7 +351,7 @@ class Runner:
             except Exception:
                 log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
             return _LOST
-        if trace.isEnabledFor(logging.DEBUG):
+        if trace.isEnabledFor(logging.DEBUG):  # pragma: no mutate block
             _traced("commit alone", started, self.worker_id, runs=1, moved=int(progressed))
         if not progressed:
             return _IDLE
