@@ -35,7 +35,6 @@ from engine.runs.retry import (
     COMPENSATION_BACKOFF_MS,
     COMPENSATION_MAX_ATTEMPTS,
     Clock,
-    RetryPolicy,
     delay_ms,
     policy_for,
 )
@@ -466,7 +465,6 @@ class Runner:
         step_type: StepType,
         attempt: StepAttempt,
         ctx: StepContext,
-        policy: RetryPolicy,
     ) -> bool:
         """Record the attempt ``started`` (committed with this transaction) and prepare the call."""
         assert isinstance(step_type, CallWebhook)
@@ -475,7 +473,7 @@ class Runner:
                 await self._recheck_authority(session, ctx, step)
                 call = await step_type.prepare(ctx, attempt, self.settings.endpoints)
         except StepFailure as failure:
-            await self._record_failure(session, run, attempt, failure, policy)
+            await self._record_failure(session, run, attempt, failure)
             return True
         attempt.state = ATTEMPT_STARTED
         await runstore.record_attempt(session, attempt)
@@ -496,7 +494,7 @@ class Runner:
             return
         attempt.result = {"status_code": result.status_code, "latency_ms": result.latency_ms}
         failure = StepFailure(result.category or "error", result.message, permanent=result.permanent)
-        await self._record_failure(session, run, attempt, failure, None)
+        await self._record_failure(session, run, attempt, failure)
 
     async def _record_compensation_call(
         self, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt | None, result: CallOutcome
@@ -588,7 +586,7 @@ class Runner:
                 "The worker stopped between the endpoint call and its outcome; retried with the same Idempotency-Key.",
                 permanent=False,
             )
-            await self._record_failure(session, run, started[-1], interrupted, policy)
+            await self._record_failure(session, run, started[-1], interrupted)
             return True
         number = len(attempts) + 1
         attempt = StepAttempt(
@@ -624,7 +622,7 @@ class Runner:
             mail_configured=self.settings.mail_configured,
         )
         if step_type.kind == EXTERNAL:
-            return await self._start_call(session, run, step, step_type, attempt, ctx, policy)
+            return await self._start_call(session, run, step, step_type, attempt, ctx)
         try:
             async with session.begin_nested():
                 await self._recheck_authority(session, ctx, step)
@@ -635,15 +633,13 @@ class Runner:
                     # a permanent conflict, not a reason to retry the transaction forever.
                     raise StepFailure("conflict", error_summary(exc), permanent=True) from exc
         except StepFailure as failure:
-            await self._record_failure(session, run, attempt, failure, policy)
+            await self._record_failure(session, run, attempt, failure)
             return True
         except (TransitionRefused, IntegrityError):
             raise
         except Exception as exc:  # infrastructure: transient
             log.warning("step failed unexpectedly", exc_info=exc, extra={"run_id": run.id, "step_id": step["id"]})
-            await self._record_failure(
-                session, run, attempt, StepFailure("error", error_summary(exc), permanent=False), policy
-            )
+            await self._record_failure(session, run, attempt, StepFailure("error", error_summary(exc), permanent=False))
             return True
         await self._step_succeeded(session, run, attempt, outcome, len(steps))
         return True
@@ -719,7 +715,7 @@ class Runner:
                 "None of the named approvers may decide (suspended, a guest, the subject, or gone).",
                 permanent=True,
             )
-            await self._record_failure(session, run, attempt, failure, RetryPolicy(1, 0))
+            await self._record_failure(session, run, attempt, failure)
             return True
         due = min(d for d in (approval.remind_at, approval.expires_at) if d is not None)
         await runstore.move_run(session, run, AWAITING_APPROVAL, worker_id=self.worker_id, due_at=due, now=now)
@@ -734,7 +730,7 @@ class Runner:
         if approval is None:
             attempt = self._attempt(run, revision, step, STEP_TYPES["approval"], 1)
             failure = StepFailure("approval_missing", "The run's approval record is missing.", permanent=True)
-            await self._record_failure(session, run, attempt, failure, RetryPolicy(1, 0))
+            await self._record_failure(session, run, attempt, failure)
             return True
         if approval.status == approvals.PENDING:
             if approval.expires_at <= now:
@@ -790,9 +786,7 @@ class Runner:
             "approval_rejected": "The approval was rejected.",
             "approval_expired": "The approval expired before anyone decided.",
         }.get(category, "The approval was cancelled.")
-        await self._record_failure(
-            session, run, attempt, StepFailure(category, words, permanent=True), RetryPolicy(1, 0)
-        )
+        await self._record_failure(session, run, attempt, StepFailure(category, words, permanent=True))
         return True
 
     async def _end_wait(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
@@ -863,8 +857,9 @@ class Runner:
         run: WorkflowRun,
         attempt: StepAttempt,
         failure: StepFailure,
-        policy: RetryPolicy | None,
     ) -> None:
+        """A failed attempt: retried by the policy the attempt recorded (its ``max_attempts`` and
+        ``backoff_ms``), or the run compensates."""
         now = self.clock.now()
         attempt.state = ATTEMPT_FAILED
         attempt.error_category = failure.category
