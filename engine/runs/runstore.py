@@ -214,13 +214,17 @@ async def move_run(
 
 
 async def set_due(session: AsyncSession, run: WorkflowRun, *, worker_id: str, due_at: datetime, now: datetime) -> None:
-    """A later due time without a state change (a retry or a compensation waiting)."""
-    await session.execute(
+    """A later due time without a state change (a retry or a compensation waiting), lease held."""
+    result = await session.execute(
         update(WorkflowRun)
         .where(WorkflowRun.id == run.id, WorkflowRun.lease_owner == worker_id)
         .values(due_at=due_at, updated_at=now)
+        .returning(WorkflowRun.id)
     )
+    if result.scalar_one_or_none() is None:
+        raise TransitionRefused(f"run {run.id} is not held by {worker_id}")
     run.due_at = due_at
+    run.updated_at = now
 
 
 async def attempts_of_step(session: AsyncSession, run_id: str, step_id: str) -> list[StepAttempt]:

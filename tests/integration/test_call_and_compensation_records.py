@@ -1,0 +1,468 @@
+"""What endpoint calls, their compensation and the run store's lease and due-time verbs write.
+
+Endpoint calls go to a real receiver on 127.0.0.1 (testing/receiver.py) with both private-egress
+switches on. Each test pins the exact records: an attempt's ``result``, a compensation's result,
+error and tries, the audit event and its details, and a run's due time, update time and lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from engine.runs import runstore
+from engine.runs import service as runs
+from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.retry import FixedClock
+from engine.runs.runner import Runner
+from engine.runs.states import TransitionRefused
+from engine.workflows import service as workflows
+from testing.receiver import Received, Receiver
+from tests.factories import RealmHandle
+from tests.integration.test_endpoint_calls import call_runner, calling, run_one, subscribe
+from tests.integration.test_engine_rules import definition, member_group, outage, outage_over
+from tests.integration.test_runner import drain, load, publish, start
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver().start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def undone_by_the_endpoint(hook: str) -> dict[str, Any]:
+    """A call the endpoint can undo, then a call the endpoint rejects for good (so the first is undone)."""
+    return {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook, "compensate": True},
+            {"id": "reject", "type": "call_webhook", "subscription_id": hook},
+        ],
+    }
+
+
+def answering(compensation_tries: dict[int, int]) -> Any:
+    """The receiver's answers: 400 to ``reject``, the given status to each compensation try, else 200."""
+
+    def answer(r: Received) -> int:
+        body = r.json
+        if body["step_id"] == "reject":
+            return 400
+        if body["action"] == "compensate":
+            return compensation_tries[body["attempt"]]
+        return 200
+
+    return answer
+
+
+async def claim(realm: RealmHandle, worker: Runner, clock: FixedClock) -> list[str]:
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, worker.worker_id, now=clock.now(), lease=LEASE, batch_size=10, tenant_share=10
+        )
+    return [c.run_id for c in claimed]
+
+
+async def trail(realm: RealmHandle, run_id: str) -> list[tuple[str, str | None, str | None, Any]]:
+    """(type, subject type, subject id, details) of the run's workflow audit events, oldest first."""
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text(
+                "SELECT type, subject_type, subject_id, details FROM audit_events "
+                "WHERE correlation_id = :r AND type LIKE 'workflow.%' ORDER BY id"
+            ),
+            {"r": run_id},
+        )
+        return [(t, st, si, d) for t, st, si, d in rows]
+
+
+def timing(result: dict[str, Any] | None, status: int) -> None:
+    """An endpoint answer as recorded: exactly its status code and its latency in milliseconds."""
+    assert result is not None
+    assert sorted(result) == ["latency_ms", "status_code"], result
+    assert result["status_code"] == status
+    assert isinstance(result["latency_ms"], int) and result["latency_ms"] >= 0
+
+
+def the(attempts: list[StepAttempt], step_id: str) -> StepAttempt:
+    [attempt] = [a for a in attempts if a.step_id == step_id]
+    return attempt
+
+
+# --- an endpoint call's attempt ----------------------------------------------------------------------
+
+
+async def test_a_failed_call_records_the_answers_status_and_latency_on_its_attempt(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """An answer that fails the step still leaves its status code and latency on the attempt, beside
+    the error category and message; the retry that succeeds records the same two keys."""
+    answers = iter([500, 200])
+    receiver.respond = lambda _r: next(answers)
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    [failed] = attempts
+    assert (failed.state, failed.error_category, failed.error_message) == ("failed", "http_500", "HTTP 500")
+    timing(failed.result, 500)
+    assert (run.state, run.error_category, run.last_error) == ("running", "http_500", "HTTP 500")
+    clock.advance(seconds=5)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    assert run.state == "succeeded"
+    first, second = (a for a in attempts if a.step_id == "sync")
+    timing(first.result, 500)
+    assert (second.number, second.state, second.error_category) == (2, "succeeded", None)
+    timing(second.result, 200)
+
+
+# --- compensation by the endpoint ---------------------------------------------------------------------
+
+
+async def test_a_failed_compensation_call_is_recorded_and_waits_its_backoff_then_the_next_try_completes_it(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """A compensation call answered 503 is one failed try: its category and message on the attempt,
+    the run due again after the 30 s backoff; the try that gets through records the endpoint's
+    answer as the compensation result and audits it on the run."""
+    receiver.respond = answering({1: 503, 2: 200})
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, undone_by_the_endpoint(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    failed_at = clock.now()
+    worker = call_runner(realm, clock=clock)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert (run.state, run.error_category) == ("compensating", "http_400")
+    assert (run.due_at, run.updated_at, run.lease_owner) == (failed_at + timedelta(seconds=30), failed_at, None)
+    assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == (
+        "pending",
+        1,
+        "http_503: HTTP 503",
+    )
+    assert sync.compensation_result is None and sync.compensated_at is None
+    kinds = [kind for kind, _, _, _ in await trail(realm, run_id)]
+    assert "workflow.step.compensated" not in kinds and "workflow.step.compensation_failed" not in kinds
+
+    clock.advance(seconds=29)
+    await drain(worker)  # not due yet: no second try
+    assert [r.json["attempt"] for r in receiver.requests() if r.json["action"] == "compensate"] == [1]
+    clock.advance(seconds=1)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert run.state == "compensated"
+    assert (sync.compensation_state, sync.compensation_attempts, sync.compensated_at) == ("done", 2, clock.now())
+    timing(sync.compensation_result, 200)
+    compensated = [(st, si, d) for kind, st, si, d in await trail(realm, run_id) if kind == "workflow.step.compensated"]
+    assert compensated == [
+        ("workflow_run", run_id, {"step_id": "sync", "attempt": 1, "result": sync.compensation_result})
+    ]
+
+
+async def test_a_compensation_call_rejected_for_good_fails_the_compensation_at_once(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """410 to a compensation call is permanent: no further try. The attempt records the category
+    and message, the audit event the step, category and tries, and the run is due at that moment
+    (written then) so the next transition ends it compensation_failed."""
+    receiver.respond = answering({1: 410})
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, undone_by_the_endpoint(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    worker = call_runner(realm, clock=clock)
+    assert await claim(realm, worker, clock) == [run_id]
+    assert await worker._transition(run_id) == (True, False)  # sync called and succeeded
+    assert await worker._transition(run_id) == (True, False)  # reject answered 400: compensating
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.due_at, run.updated_at) == ("compensating", clock.now(), clock.now())
+    clock.advance(seconds=5)
+    assert await worker._transition(run_id) == (True, False)  # the compensation call, answered 410
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == (
+        "failed",
+        1,
+        "gone: HTTP 410",
+    )
+    assert sync.compensation_result is None
+    assert (run.state, run.due_at, run.updated_at, run.lease_owner) == (
+        "compensating",
+        clock.now(),
+        clock.now(),
+        worker.worker_id,
+    )
+    failed = [
+        (st, si, d) for kind, st, si, d in await trail(realm, run_id) if kind == "workflow.step.compensation_failed"
+    ]
+    assert failed == [("workflow_run", run_id, {"step_id": "sync", "error_category": "gone", "tries": 1})]
+    assert await worker._transition(run_id) == (True, True)
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.error_category, run.due_at) == ("compensation_failed", "http_400", None)
+    assert (await trail(realm, run_id))[-1][0::3] == (
+        "workflow.run.compensation_failed",
+        {"error_category": "http_400"},
+    )
+    assert len([r for r in receiver.requests() if r.json["action"] == "compensate"]) == 1
+
+
+async def test_a_compensation_answer_arriving_after_the_compensation_was_recorded_changes_nothing(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """Two tries of one compensation in flight: the second gets through and is recorded; the first
+    one's late rejection is ignored — the step stays compensated, its result is the second answer,
+    nothing more is audited and the run ends compensated."""
+    receiver.respond = answering({1: 410, 2: 200})
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, undone_by_the_endpoint(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    worker = call_runner(realm, clock=clock)
+    assert await claim(realm, worker, clock) == [run_id]
+    assert await worker._transition(run_id) == (True, False)
+    assert await worker._transition(run_id) == (True, False)
+    in_flight: list[Any] = []
+    assert await worker._transition(run_id, in_flight) == (True, False)  # try 1 counted, not answered yet
+    [late] = in_flight
+    assert await worker._transition(run_id) == (True, False)  # try 2 sent and answered 200
+    run, attempts = await load(realm, run_id)
+    done_at = clock.now()
+    assert run.state == "compensating"
+    recorded = the(attempts, "sync").compensation_result
+    timing(recorded, 200)
+    clock.advance(seconds=2)
+    assert await worker._complete_call(late) is False  # try 1 answered 410, after the fact
+    assert [r.json["attempt"] for r in receiver.requests() if r.json["action"] == "compensate"] == [2, 1]
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == ("done", 2, None)
+    assert (sync.compensation_result, sync.compensated_at) == (recorded, done_at)
+    assert (run.state, run.due_at, run.updated_at) == ("compensating", done_at, done_at)
+    assert await worker._transition(run_id) == (True, True)
+    run, _ = await load(realm, run_id)
+    assert run.state == "compensated"
+    kinds = [kind for kind, _, _, _ in await trail(realm, run_id)]
+    assert kinds.count("workflow.step.compensated") == 1 and "workflow.step.compensation_failed" not in kinds
+    assert kinds[-1] == "workflow.run.compensated"
+
+
+# --- recording a call's outcome: trouble, and what the pass learns --------------------------------
+
+
+async def test_an_outcome_that_cannot_be_recorded_hands_the_lease_back_and_the_next_pass_takes_the_run(
+    realm: RealmHandle, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The endpoint answered but writing its outcome failed: one error line names the run, the
+    lease goes back at once (not after it expires), and the next pass closes the started attempt
+    as interrupted."""
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    assert await claim(realm, worker, clock) == [run_id]
+    calls: list[Any] = []
+    assert await worker._transition(run_id, calls) == (True, False)
+    [call] = calls
+    await outage(realm, "step_attempts", "UPDATE")
+    with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
+        assert await worker._complete_call_alone(call) == "lost"
+    assert len(receiver.requests()) == 1
+    lines = [r for r in caplog.records if r.name == "cockpit.engine" and getattr(r, "run_id", None) == run_id]
+    assert [(r.levelno, r.exc_info is not None) for r in lines] == [(logging.ERROR, True)]
+    assert "endpoint call" in lines[0].getMessage()
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.lease_owner, run.lease_expires_at, run.due_at) == ("running", None, None, clock.now())
+    assert [(a.state, a.result) for a in attempts] == [("started", None)]
+    await outage_over(realm, "step_attempts")
+    await drain(worker)  # the same moment: the lease was handed back, not left to expire
+    run, attempts = await load(realm, run_id)
+    assert [(a.state, a.error_category) for a in attempts] == [("failed", "interrupted")]
+    assert run.state == "running"
+
+
+async def test_when_the_lease_cannot_be_handed_back_either_the_run_is_left_to_its_expiry(
+    realm: RealmHandle, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database refuses every change to the run: the outcome is not recorded and the lease not
+    handed back — an error and a warning, both naming the run — and the pass goes on."""
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, calling(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    assert await claim(realm, worker, clock) == [run_id]
+    calls: list[Any] = []
+    assert await worker._transition(run_id, calls) == (True, False)
+    [call] = calls
+    await outage(realm, "workflow_runs", "UPDATE")
+    with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
+        assert await worker._complete_call_alone(call) == "lost"
+    await outage_over(realm, "workflow_runs")
+    lines = [r for r in caplog.records if r.name == "cockpit.engine" and getattr(r, "run_id", None) == run_id]
+    assert [(r.levelno, r.exc_info is not None) for r in lines] == [(logging.ERROR, True), (logging.WARNING, True)]
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.lease_owner, run.lease_expires_at) == ("running", worker.worker_id, clock.now() + LEASE)
+    assert [a.state for a in attempts] == ["started"]
+
+
+async def test_a_run_its_endpoint_call_finished_is_done_for_the_pass(
+    realm: RealmHandle, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call that is the run's last step ends the run: the pass counts one transition and does not
+    look for the run again (no "lease lost" line); recorded alone, the outcome says finished."""
+    hook = await subscribe(realm, receiver)
+    last_step = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "sync", "type": "call_webhook", "subscription_id": hook}],
+    }
+    _, run_id = await run_one(realm, last_step)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = call_runner(realm, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
+        assert await worker.run_pass() == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "cockpit.engine"] == []
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.lease_owner) == ("succeeded", None)
+
+    _, other_id = await run_one(realm, last_step)
+    _, going_on_id = await run_one(realm, calling(hook))
+    assert sorted(await claim(realm, worker, clock)) == sorted([other_id, going_on_id])
+    calls: list[Any] = []
+    assert await worker._transition(other_id, calls) == (True, False)
+    assert await worker._transition(going_on_id, calls) == (True, False)
+    assert [await worker._complete_call_alone(c) for c in calls] == ["finished", "moved"]
+    assert [(await load(realm, r))[0].state for r in (other_id, going_on_id)] == ["succeeded", "running"]
+
+
+# --- the run store: due times, leases, cancellation --------------------------------------------------
+
+
+async def three_claimed_runs(realm: RealmHandle, now: datetime) -> tuple[str, str, str]:
+    """Two runs leased by worker A and one by worker B (due, nothing done yet)."""
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    for _ in range(3):
+        await start(realm, wid, subject.id)
+    async with realm.sessions() as session, session.begin():
+        a = await runstore.claim_due_runs(
+            session, "worker-a-1-aaaa", now=now, lease=LEASE, batch_size=2, tenant_share=2
+        )
+        b = await runstore.claim_due_runs(
+            session, "worker-b-1-bbbb", now=now, lease=LEASE, batch_size=1, tenant_share=1
+        )
+    (a1, a2), (b1,) = [c.run_id for c in a], [c.run_id for c in b]
+    return a1, a2, b1
+
+
+async def rows(realm: RealmHandle, *run_ids: str) -> list[tuple[Any, ...]]:
+    """(due_at, updated_at, lease_owner, lease_expires_at) of each run."""
+    found = []
+    for run_id in run_ids:
+        run, _ = await load(realm, run_id)
+        found.append((run.due_at, run.updated_at, run.lease_owner, run.lease_expires_at))
+    return found
+
+
+async def test_set_due_moves_only_the_named_run_and_is_refused_without_this_workers_lease(realm: RealmHandle) -> None:
+    """A later due time, written with its update time, for the one run named, held by this worker;
+    the worker's other run keeps its own. A run another worker holds is refused and keeps its due
+    time, though it was loaded in the refused transaction."""
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    a1, a2, b1 = await three_claimed_runs(realm, now)
+    before = await rows(realm, a1, a2, b1)
+    later, moment = now + timedelta(hours=1), now + timedelta(seconds=2)
+    async with realm.sessions() as session, session.begin():
+        mine = await session.get(WorkflowRun, a1)
+        assert mine is not None
+        await runstore.set_due(session, mine, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
+    with pytest.raises(TransitionRefused):
+        async with realm.sessions() as session, session.begin():
+            theirs = await session.get(WorkflowRun, b1)
+            assert theirs is not None
+            await runstore.set_due(session, theirs, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
+    assert await rows(realm, a1, a2, b1) == [
+        (later, moment, "worker-a-1-aaaa", now + LEASE),
+        before[1],
+        before[2],
+    ]
+
+
+async def test_release_lease_hands_back_only_the_named_run_and_only_this_workers_lease(realm: RealmHandle) -> None:
+    """One run's lease goes back; the worker's other run and another worker's run keep theirs."""
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    a1, a2, b1 = await three_claimed_runs(realm, now)
+    async with realm.sessions() as session, session.begin():
+        await runstore.release_lease(session, a1, "worker-a-1-aaaa")
+        await runstore.release_lease(session, b1, "worker-a-1-aaaa")
+    leases = [row[2:] for row in await rows(realm, a1, a2, b1)]
+    assert leases == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
+
+
+async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_time(realm: RealmHandle) -> None:
+    """Disabling the workflow keeps the run's due time in its context; cancelling makes it due now
+    and drops the kept time, so enabling the workflow again gives it nothing back."""
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    run_id = await start(realm, wid, subject.id)
+    async with realm.sessions() as session, session.begin():
+        await workflows.set_enabled(session, realm.actor, wid, False)
+    run, _ = await load(realm, run_id)
+    assert run.due_at is None and "paused_due_at" in run.context
+    async with realm.sessions() as session, session.begin():
+        await runs.cancel_run(session, realm.actor, run_id, reason="stop")
+    run, _ = await load(realm, run_id)
+    assert run.cancel_requested_at is not None
+    assert (run.due_at, run.updated_at, run.cancel_reason) == (run.cancel_requested_at, run.cancel_requested_at, "stop")
+    assert "paused_due_at" not in run.context
+    async with realm.sessions() as session, session.begin():
+        await workflows.set_enabled(session, realm.actor, wid, True)
+    run, _ = await load(realm, run_id)
+    assert run.due_at == run.cancel_requested_at and "paused_due_at" not in run.context
+
+
+async def test_the_cancel_statement_takes_only_runs_in_a_forward_state(realm: RealmHandle) -> None:
+    """Whatever the caller checked before: a run that finished, or compensates, is not marked for
+    cancellation — no cancel fields, no new due time."""
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    elsewhere = await realm.organization("Elsewhere")  # the subject is no member there
+    compensating_wid = await publish(
+        realm,
+        definition(
+            {"id": "team", "type": "add_to_group", "group_id": group_id},
+            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
+        ),
+        name="Compensates",
+    )
+    finished_wid = await publish(realm, definition({"id": "done", "type": "end"}), name="Finishes")
+    compensating_id = await start(realm, compensating_wid, subject.id)
+    finished_id = await start(realm, finished_wid, subject.id)
+    await outage(realm, "group_members", "DELETE")  # the undo waits for its retry
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    await drain(Runner(realm.sessions, "worker-cancel-1-aaaa", clock=clock))
+    states = {r: (await load(realm, r))[0].state for r in (compensating_id, finished_id)}
+    assert states == {compensating_id: "compensating", finished_id: "succeeded"}
+    for run_id in (compensating_id, finished_id):
+        before, _ = await load(realm, run_id)
+        async with realm.sessions() as session, session.begin():
+            marked = await runstore.request_cancel(
+                session, run_id, realm.id, by=realm.admin.id, reason="stop", now=clock.now() + timedelta(seconds=5)
+            )
+        assert marked is None
+        after, _ = await load(realm, run_id)
+        assert (after.cancel_requested_at, after.cancel_requested_by, after.cancel_reason) == (None, None, None)
+        assert (after.due_at, after.updated_at) == (before.due_at, before.updated_at)
