@@ -760,15 +760,16 @@ async def test_a_workflow_without_an_end_step_succeeds_after_its_last_step_on_th
     definition["steps"] = definition["steps"][:2]  # grant, join: no end step
     wid = await publish(realm, definition)
     clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
-    people = await subjects(realm, org_id, 3)
+    people = await subjects(realm, org_id, 4)
     expected, fast = await ordinary_then_fast(realm, wid, people[:2], clock)
     assert expected["run"][:2] == ("succeeded", 2), expected["run"]  # past its last step
     assert [a[0] for a in expected["audit"]][-2:] == ["workflow.step.succeeded", "workflow.run.succeeded"]
     assert fast.fast.moved == 2
-    # Two steps, two transitions: no third one to notice that the run has nothing left.
-    await start(realm, wid, people[2].id)
-    r = runner(realm, clock)
-    made = 0
-    while passed := await r.run_pass():
-        made += passed
-    assert (made, r.fast.moved) == (2, 2)
+    # Two steps, two transitions, on either path: no third one to notice that nothing is left.
+    for person, on_fast_path in ((people[2], True), (people[3], False)):
+        await start(realm, wid, person.id)
+        r = runner(realm, clock, fast=on_fast_path)
+        made = 0
+        while passed := await r.run_pass():
+            made += passed
+        assert (made, r.fast.moved) == (2, 2 if on_fast_path else 0)
