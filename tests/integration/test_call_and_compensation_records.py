@@ -412,6 +412,17 @@ async def test_release_lease_hands_back_only_the_named_run_and_only_this_workers
     assert leases == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
 
 
+async def test_release_leases_hands_back_only_the_named_runs_and_only_this_workers_leases(realm: RealmHandle) -> None:
+    """The end of a round hands back the leases of the runs named (one of this worker's, one of
+    another's); the worker's other run, still going, keeps its lease, and so does the other worker."""
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    a1, a2, b1 = await three_claimed_runs(realm, now)
+    async with realm.sessions() as session, session.begin():
+        await runstore.release_leases(session, [a1, b1], "worker-a-1-aaaa")
+    leases = [row[2:] for row in await rows(realm, a1, a2, b1)]
+    assert leases == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
+
+
 async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_time(realm: RealmHandle) -> None:
     """Disabling the workflow keeps the run's due time in its context; cancelling makes it due now
     and drops the kept time, so enabling the workflow again gives it nothing back."""
