@@ -477,3 +477,40 @@ async def test_the_cancel_statement_takes_only_runs_in_a_forward_state(realm: Re
         after, _ = await load(realm, run_id)
         assert (after.cancel_requested_at, after.cancel_requested_by, after.cancel_reason) == (None, None, None)
         assert (after.due_at, after.updated_at) == (before.due_at, before.updated_at)
+
+
+async def test_a_compensated_run_leaves_its_whole_trail_on_the_run_and_undoes_in_the_steps_organization(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """A call made in the step's own organization, then a step the endpoint rejects: the
+    compensation call names the same organization as the call it undoes (not the run's), and the
+    run's workflow events are exactly these, each about the run."""
+    receiver.respond = answering({1: 200})
+    hook = await subscribe(realm, receiver)
+    org = await realm.organization("Elsewhere")
+    definition = undone_by_the_endpoint(hook)
+    definition["steps"][0]["organization_id"] = org.id
+    _, run_id = await run_one(realm, definition)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    await drain(call_runner(realm, clock=clock))
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.organization_id) == ("compensated", None)
+    sent = [(r.json["step_id"], r.json["action"], r.json["organization_id"]) for r in receiver.requests()]
+    assert sent == [("sync", "execute", org.id), ("reject", "execute", None), ("sync", "compensate", org.id)]
+    events = await trail(realm, run_id)
+    kinds = [
+        "workflow.run.started",
+        "workflow.step.succeeded",
+        "workflow.step.failed",
+        "workflow.run.failed",
+        "workflow.step.compensated",
+        "workflow.run.compensated",
+    ]
+    assert [(kind, st, si) for kind, st, si, _ in events] == [(kind, "workflow_run", run_id) for kind in kinds]
+    details = [d for *_, d in events]
+    assert details[1] == {"step_id": "sync", "attempt": 1, "idempotency_key": f"{run_id}.sync"}
+    assert details[2] == {"step_id": "reject", "attempt": 1, "error_category": "http_400"}
+    assert details[3] == {"reason": "http_400", "error_category": "http_400", "phase": "compensating"}
+    timing(details[4].pop("result"), 200)
+    assert details[4] == {"step_id": "sync", "attempt": 1}
+    assert details[5] == {"error_category": "http_400"}
