@@ -514,3 +514,46 @@ async def test_a_compensated_run_leaves_its_whole_trail_on_the_run_and_undoes_in
     timing(details[4].pop("result"), 200)
     assert details[4] == {"step_id": "sync", "attempt": 1}
     assert details[5] == {"error_category": "http_400"}
+
+
+async def test_a_compensation_call_that_cannot_be_made_is_a_failed_try_then_made_when_it_can(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """The subscription is paused when the call that undoes a step is due: nothing is sent, the try
+    counts as failed with the reason, and the run waits the backoff; once the subscription is active
+    again, the next try is sent and the compensation is done."""
+    receiver.respond = answering({2: 200})  # the second try is the first sent
+    hook = await subscribe(realm, receiver)
+    _, run_id = await run_one(realm, undone_by_the_endpoint(hook))
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    worker = call_runner(realm, clock=clock)
+    assert await claim(realm, worker, clock) == [run_id]
+    assert await worker._transition(run_id) == (True, False)  # sync called and succeeded
+    assert await worker._transition(run_id) == (True, False)  # reject answered 400: compensating
+
+    async def subscription_state(state: str) -> None:
+        async with realm.sessions() as session, session.begin():
+            await session.execute(
+                text("UPDATE webhook_subscriptions SET state = :s WHERE id = :h"), {"s": state, "h": hook}
+            )
+
+    await subscription_state("paused")
+    assert await worker._transition(run_id) == (True, False)  # a try, failed before any call
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == (
+        "pending",
+        1,
+        f"subscription_paused: The webhook subscription {hook} is paused; retried later.",
+    )
+    assert (run.state, run.due_at, run.updated_at) == ("compensating", clock.now() + timedelta(seconds=30), clock.now())
+    assert [r.json["action"] for r in receiver.requests()] == ["execute", "execute"]
+
+    await subscription_state("active")
+    clock.advance(seconds=30)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    sync = the(attempts, "sync")
+    assert run.state == "compensated"
+    assert (sync.compensation_state, sync.compensation_attempts) == ("done", 2)
+    assert [r.json["action"] for r in receiver.requests()] == ["execute", "execute", "compensate"]
