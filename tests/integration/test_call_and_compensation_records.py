@@ -557,3 +557,28 @@ async def test_a_compensation_call_that_cannot_be_made_is_a_failed_try_then_made
     assert run.state == "compensated"
     assert (sync.compensation_state, sync.compensation_attempts) == ("done", 2)
     assert [r.json["action"] for r in receiver.requests()] == ["execute", "execute", "compensate"]
+
+
+async def test_one_runs_failed_compensation_does_not_decide_how_another_run_ends(
+    realm: RealmHandle, receiver: Receiver
+) -> None:
+    """Two runs compensate in the same passes; the endpoint refuses for good to undo the first's
+    call only. The first ends compensation_failed, the second compensated: each run's end is
+    decided by its own attempts."""
+    runs_refused: set[str] = set()
+
+    def answer(r: Received) -> int:
+        body = r.json
+        if body["step_id"] == "reject":
+            return 400
+        if body["action"] == "compensate":
+            return 410 if body["run_id"] in runs_refused else 200
+        return 200
+
+    receiver.respond = answer
+    hook = await subscribe(realm, receiver)
+    _, refused = await run_one(realm, undone_by_the_endpoint(hook))
+    _, undone = await run_one(realm, undone_by_the_endpoint(hook))
+    runs_refused.add(refused)
+    await drain(call_runner(realm, clock=FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)))
+    assert [(await load(realm, r))[0].state for r in (refused, undone)] == ["compensation_failed", "compensated"]

@@ -324,3 +324,73 @@ async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_hand
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
     run, _ = await load(realm, theirs)
     assert (run.lease_owner, run.lease_expires_at) == ("worker-b-1-bbbb", now + lease)
+
+
+async def _already_applied(realm: RealmHandle, run_id: str, step_id: str, step_index: int, step_type: str) -> None:
+    """A succeeded attempt of the run's step, as if a transaction that made it had committed."""
+    from engine.platform.ids import new_id
+
+    now = datetime.now(UTC)
+    async with realm.sessions() as session, session.begin():
+        session.add(
+            StepAttempt(
+                id=new_id("wsa"),
+                run_id=run_id,
+                realm_id=realm.id,
+                step_id=step_id,
+                step_index=step_index,
+                step_type=step_type,
+                number=1,
+                idempotency_key=f"{run_id}.{step_id}",
+                state="succeeded",
+                input={},
+                input_version="already",
+                started_at=now,
+                finished_at=now,
+            )
+        )
+
+
+async def test_a_step_already_applied_is_skipped_never_applied_again(realm: RealmHandle) -> None:
+    """The run finds its step with a succeeded attempt: it goes on to the next step in that same
+    transition, due at once, without making the step's effect a second time; an already applied
+    last step ends the run."""
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    steps = [
+        {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+        {"id": "leave", "type": "remove_membership", "organization_id": org.id},
+    ]
+    wid = await publish(realm, {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps})
+    run_id = await start(realm, wid, subject.id)
+    await _already_applied(realm, run_id, "grant", 0, "assign_role")
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    r = runner(realm, clock)
+    made = 0
+    while passed := await r.run_pass():
+        made += passed
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.step_index) == ("succeeded", 2), run.last_error
+    assert made == 2  # the skip and the removal, each one transition
+    assert [(a.step_id, a.state, a.input_version) for a in attempts] == [
+        ("grant", "succeeded", "already"),
+        ("leave", "succeeded", attempts[1].input_version),
+    ]
+    async with realm.sessions() as session:
+        grants = await session.scalar(
+            text("SELECT count(*) FROM role_assignments WHERE user_id = :u"), {"u": subject.id}
+        )
+    assert grants == 0  # the grant was never made here
+
+    last = await start(realm, wid, (await realm.user("other@example.com")).id)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE workflow_runs SET step_index = 1 WHERE id = :r"), {"r": last})
+    await _already_applied(realm, last, "leave", 1, "remove_membership")
+    made = 0
+    while passed := await r.run_pass():
+        made += passed
+    run, attempts = await load(realm, last)
+    assert (run.state, run.step_index, made) == ("succeeded", 2, 1)
+    assert [a.step_id for a in attempts] == ["leave"]
