@@ -8,7 +8,6 @@ error and tries, the audit event and its details, and a run's due time, update t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,15 +28,6 @@ from tests.integration.test_engine_rules import definition, member_group, outage
 from tests.integration.test_runner import drain, load, publish, start
 
 LEASE = timedelta(seconds=30)
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver().start()
-    try:
-        yield r
-    finally:
-        r.stop()
 
 
 def undone_by_the_endpoint(hook: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ subscription's ``allow_private_network`` and the operator's) unless the test is 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,15 +28,6 @@ from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver().start()
-    try:
-        yield r
-    finally:
-        r.stop()
 
 
 def call_runner(

@@ -129,6 +129,15 @@ async def publisher_with(realm: RealmHandle, email: str, *permissions: str) -> t
     return user, Actor(type="user", id=user.id, realm_id=realm.id)
 
 
+async def put_in_group_by_hand(realm: RealmHandle, group_id: str, user_id: str) -> None:
+    """A membership made outside any run (no source run)."""
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
+            {"g": group_id, "u": user_id, "r": realm.id},
+        )
+
+
 # --- refusals: category, message, permanent -------------------------------------------------------
 
 
@@ -434,11 +443,7 @@ async def test_compensation_leaves_a_membership_the_run_did_not_make(realm: Real
         clock=clock,
     )
     assert waiting.run.state == "waiting", (waiting.run.error_category, waiting.run.last_error)
-    async with realm.sessions() as session, session.begin():
-        await session.execute(
-            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
-            {"g": group_id, "u": subject.id, "r": realm.id},
-        )
+    await put_in_group_by_hand(realm, group_id, subject.id)
     clock.advance(hours=2)
     runner = Runner(
         realm.sessions, "worker-steps-2-bbbb", settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock
@@ -483,11 +488,7 @@ async def test_compensation_takes_the_subject_out_of_each_group_the_run_put_them
 async def test_adding_a_subject_already_in_the_group_is_a_permanent_conflict(realm: RealmHandle) -> None:
     subject = await realm.user("subject@example.com")
     _, group_id = await member_group(realm, subject.id)
-    async with realm.sessions() as session, session.begin():
-        await session.execute(
-            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
-            {"g": group_id, "u": subject.id, "r": realm.id},
-        )
+    await put_in_group_by_hand(realm, group_id, subject.id)
     done = await run_steps(realm, subject.id, {"id": "join", "type": "add_to_group", "group_id": group_id})
     refused(done, "already_a_member", "The user is already in this group.")
 
@@ -495,11 +496,7 @@ async def test_adding_a_subject_already_in_the_group_is_a_permanent_conflict(rea
 async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_a_group(realm: RealmHandle) -> None:
     subject = await realm.user("subject@example.com")
     _, group_id = await member_group(realm, subject.id)
-    async with realm.sessions() as session, session.begin():
-        await session.execute(
-            text("INSERT INTO group_members (group_id, user_id, realm_id) VALUES (:g, :u, :r)"),
-            {"g": group_id, "u": subject.id, "r": realm.id},
-        )
+    await put_in_group_by_hand(realm, group_id, subject.id)
     await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
     _, actor = await publisher_with(realm, "publisher@example.com", "org.*")
     done = await run_steps(
