@@ -166,7 +166,7 @@ async def require_authority_over(
     target_type: str,
     target_id: str,
     *,
-    what: str = "change this principal",
+    what: str,
 ) -> None:
     """The rule for every change made to a principal or to what a principal holds.
 

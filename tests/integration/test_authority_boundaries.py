@@ -126,6 +126,10 @@ async def test_tokens_write_cannot_mint_a_token_for_a_stronger_service_principal
         f"{realm.api}/service-principals/{strong.id}/tokens", json={"name": "escalate"}, headers=headers
     )
     assert refused.status_code == 403 and refused.json()["code"] == "target_outranks_actor", refused.text
+    # The refusal names the kind of principal, what the actor lacks, and what was refused.
+    detail = refused.json()["detail"]
+    assert detail.startswith("This service principal holds permissions you do not hold ("), detail
+    assert "realm.roles.write" in detail and detail.endswith("; you cannot mint a token for it."), detail
     assert await scalar(realm, "SELECT count(*) FROM api_tokens WHERE service_principal_id = :s", s=strong.id) == 0
     minted = await client.post(f"{realm.api}/service-principals/{weak.id}/tokens", json={"name": "ok"}, headers=headers)
     assert minted.status_code == 201
@@ -134,6 +138,7 @@ async def test_tokens_write_cannot_mint_a_token_for_a_stronger_service_principal
     admin_token_id = await scalar(realm, "SELECT id FROM api_tokens WHERE user_id = :u", u=realm.admin.id)
     revoke = await client.delete(f"{realm.api}/tokens/{admin_token_id}", headers=headers)
     assert revoke.status_code == 403
+    assert revoke.json()["detail"].startswith("This user holds permissions you do not hold ("), revoke.text
     assert await scalar(realm, "SELECT revoked_at FROM api_tokens WHERE id = :t", t=admin_token_id) is None
 
 
