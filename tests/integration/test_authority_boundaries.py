@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyotp
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -130,6 +132,8 @@ async def test_tokens_write_cannot_mint_a_token_for_a_stronger_service_principal
     detail = refused.json()["detail"]
     assert detail.startswith("This service principal holds permissions you do not hold ("), detail
     assert "realm.roles.write" in detail and detail.endswith("; you cannot mint a token for it."), detail
+    lacking = detail[detail.index("(") + 1 : detail.index(")")].split(", ")
+    assert len(lacking) > 1 and all(re.fullmatch(r"[a-z_]+(\.([a-z_]+|\*))+", p) for p in lacking), lacking
     assert await scalar(realm, "SELECT count(*) FROM api_tokens WHERE service_principal_id = :s", s=strong.id) == 0
     minted = await client.post(f"{realm.api}/service-principals/{weak.id}/tokens", json={"name": "ok"}, headers=headers)
     assert minted.status_code == 201
