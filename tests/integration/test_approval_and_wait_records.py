@@ -183,6 +183,11 @@ async def test_an_approved_step_succeeds_once_with_the_decider_as_its_result_and
         {"approval_id": approval_id, "decided_by": approver.id},
     )
     assert (attempt.max_attempts, attempt.backoff_ms) == (1, 0)
+    assert attempt.input == {
+        "step": approval_step("approve", approver),
+        "subject_id": subject.id,
+        "organization_id": run.organization_id,
+    }
     assert (attempt.started_at, attempt.finished_at) == (requested.created_at, clock.now())
     assert (attempt.error_category, attempt.error_message) == (None, None)
     assert [e for e in await step_events(realm, run_id) if e[0] == "workflow.step.succeeded"] == [
@@ -480,6 +485,11 @@ async def test_the_end_of_a_wait_is_audited_on_the_run_and_drops_only_the_wait_f
     pause = by_step(attempts)["pause"]
     assert (pause.step_type, pause.number, pause.state, pause.result) == ("wait", 1, "succeeded", {"waited": "1h"})
     assert (pause.max_attempts, pause.backoff_ms) == (1, 0)
+    assert pause.input == {
+        "step": {"id": "pause", "type": "wait", "duration": "1h"},
+        "subject_id": subject.id,
+        "organization_id": run.organization_id,
+    }
     assert (pause.started_at, pause.finished_at) == (since, clock.now())
     assert [e for e in await step_events(realm, run_id) if e[0] == "workflow.step.succeeded"] == [
         (
@@ -513,3 +523,17 @@ async def test_advance_returns_the_number_of_transitions_it_made(realm: RealmHan
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded"
     assert [(a.step_id, a.state) for a in attempts] == [("pause", "succeeded"), ("done", "succeeded")]
+
+
+async def test_advance_counts_the_request_for_an_approval_as_a_transition(realm: RealmHandle) -> None:
+    """Starting a run into its approval step is one transition; the run then sleeps without a lease."""
+    subject, approver = await realm.user(), await realm.user()
+    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    clock = clock_now()
+    r = runner(realm, clock)
+    run_id = await start(realm, wid, subject.id)
+    assert await claim(r, realm) == [run_id]
+    assert await r.advance(run_id) == 1
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.lease_owner, attempts) == ("awaiting_approval", None, [])
+    assert await requests_sent(realm, approver) == 1

@@ -497,6 +497,14 @@ async def test_a_compensated_run_leaves_its_whole_trail_on_the_run_and_undoes_in
         "workflow.run.compensated",
     ]
     assert [(kind, st, si) for kind, st, si, _ in events] == [(kind, "workflow_run", run_id) for kind in kinds]
+    async with realm.sessions() as session:
+        categories = await session.execute(
+            text(
+                "SELECT type, category FROM audit_events WHERE correlation_id = :r AND type LIKE 'workflow.%' ORDER BY id"
+            ),
+            {"r": run_id},
+        )
+        assert [tuple(row) for row in categories] == [(kind, "workflow") for kind in kinds]
     details = [d for *_, d in events]
     assert details[1] == {"step_id": "sync", "attempt": 1, "idempotency_key": f"{run_id}.sync"}
     assert details[2] == {"step_id": "reject", "attempt": 1, "error_category": "http_400"}

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.runs import runstore
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import CAP_MS, FixedClock
@@ -344,6 +345,34 @@ async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(re
     assert run.state == "compensated"
     assert all(a.compensation_state == "done" for a in attempts if a.state == "succeeded")
     assert await runner.run_pass() == 0
+
+
+async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: RealmHandle) -> None:
+    """``Runner.advance`` (one run, outside a pass) keeps the same cap and hands the lease back."""
+    subject = await realm.user("subject@example.com")
+    elsewhere = await realm.organization("Elsewhere")
+    steps: list[dict[str, Any]] = []
+    for i in range(19):
+        role = await realm.role(f"reader-{i:02d}", ["realm.workflows.read"])
+        steps.append({"id": f"grant{i:02d}", "type": "assign_role", "role_id": role.id, "scope": "realm"})
+    steps.append({"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id})
+    wid = await publish(realm, definition(*steps))
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    runner = make_runner(realm, clock)
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
+        )
+    assert [c.run_id for c in claimed] == [run_id]
+
+    assert await runner.advance(run_id) == 25
+    run, attempts = await load(realm, run_id)
+    assert run.state == "compensating" and run.lease_owner is None and run.lease_expires_at is None
+    assert len(attempts) == 20
+    assert sorted(a.step_id for a in attempts if a.compensation_state == "done") == [
+        f"grant{i:02d}" for i in range(14, 19)
+    ]
 
 
 async def test_one_pass_claims_at_most_50_runs_whatever_the_settings(realm: RealmHandle) -> None:
