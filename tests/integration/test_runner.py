@@ -394,3 +394,29 @@ async def test_a_step_already_applied_is_skipped_never_applied_again(realm: Real
     run, attempts = await load(realm, last)
     assert (run.state, run.step_index, made) == ("succeeded", 2, 1)
     assert [a.step_id for a in attempts] == ["leave"]
+
+
+async def test_a_transition_that_breaks_unexpectedly_hands_its_lease_back_and_the_others_go_on(
+    realm: RealmHandle,
+) -> None:
+    """A run whose transition raises something no rule expects (here a stored definition whose step
+    lost its id) keeps its state and attempts, hands its lease back at once for another pass to try,
+    and never stops the other runs of the pass."""
+    subject = await realm.user()
+    body = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    broken_wid, fine_wid = await publish(realm, body, "Broken"), await publish(realm, body, "Fine")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                "UPDATE workflow_revisions SET definition = jsonb_set(definition, '{steps,0}', '{\"type\": \"end\"}')"
+                " WHERE workflow_id = :w"
+            ),
+            {"w": broken_wid},
+        )
+    broken, fine = await start(realm, broken_wid, subject.id), await start(realm, fine_wid, subject.id)
+    r = runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
+
+    assert await r.run_pass() == 1
+    run, attempts = await load(realm, broken)
+    assert (run.state, run.lease_owner, run.lease_expires_at, attempts) == ("pending", None, None, [])
+    assert (await load(realm, fine))[0].state == "succeeded"

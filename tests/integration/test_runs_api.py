@@ -253,6 +253,8 @@ class TestRunTimeCeiling:
             ("team", "succeeded", None),
             ("grant", "failed", "publisher_lacks_authority"),
         ]
+        lost = "The accountable publisher no longer holds realm.workflows.publish."
+        assert (run.last_error, attempts[1].error_message) == (lost, lost)
         assert attempts[1].number == 1  # permanent: never retried
         async with realm.sessions() as session:
             in_group = await session.scalar(
