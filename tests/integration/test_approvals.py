@@ -369,7 +369,9 @@ async def test_no_eligible_approver_fails_the_step(realm: RealmHandle) -> None:
     await drain(make_runner(realm, clock_now()))
     run, attempts = await load(realm, run_id)
     assert (run.state, run.error_category) == ("failed", "no_eligible_approver")
-    assert [(a.step_id, a.error_category, a.max_attempts) for a in attempts] == [("approve", "no_eligible_approver", 1)]
+    assert [(a.step_id, a.number, a.error_category, a.max_attempts) for a in attempts] == [
+        ("approve", 1, "no_eligible_approver", 1)
+    ]
 
 
 async def test_concurrent_decisions_one_wins_the_other_gets_409(realm: RealmHandle, client: Client) -> None:

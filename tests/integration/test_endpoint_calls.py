@@ -359,6 +359,8 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
     await drain(second)
     run, attempts = await load(realm, run_id)
     assert [(a.state, a.error_category) for a in attempts] == [("failed", "interrupted")]
+    said = "The worker stopped between the endpoint call and its outcome; retried with the same Idempotency-Key."
+    assert (attempts[0].error_message, run.last_error) == (said, said)
     assert run.state == "running"
     clock.advance(seconds=5)
     await drain(second)

@@ -420,3 +420,61 @@ async def test_a_transition_that_breaks_unexpectedly_hands_its_lease_back_and_th
     run, attempts = await load(realm, broken)
     assert (run.state, run.lease_owner, run.lease_expires_at, attempts) == ("pending", None, None, [])
     assert (await load(realm, fine))[0].state == "succeeded"
+
+
+async def test_a_stored_step_of_a_type_this_worker_does_not_know_fails_the_run_for_good(realm: RealmHandle) -> None:
+    """Publishing refuses an unknown step type, but a worker older than the definition it finds (or a
+    revision edited in the database) must not guess: the run fails ``definition_unavailable``,
+    naming the type, with no attempt made."""
+    subject = await realm.user()
+    body = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    wid = await publish(realm, body)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                "UPDATE workflow_revisions SET definition = jsonb_set(definition, '{steps,0,type}', '\"teleport\"')"
+                " WHERE workflow_id = :w"
+            ),
+            {"w": wid},
+        )
+    run_id = await start(realm, wid, subject.id)
+    await drain(runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.error_category, run.last_error) == (
+        "failed",
+        "definition_unavailable",
+        "No step type 'teleport' here.",
+    )
+    assert attempts == []
+
+
+async def test_a_change_the_database_refuses_fails_the_step_for_good_as_a_conflict(realm: RealmHandle) -> None:
+    """A step whose change the database refuses (a duplicate made concurrently, a row gone; here a
+    trigger refusing every new group membership) fails ``conflict`` at its first attempt, with the
+    driver's one-line summary and never retried, though its policy allows three tries."""
+    from engine.directory import organizations
+
+    org = await realm.organization("Eng")
+    subject = await realm.user("subject@example.com")
+    await realm.member(org, subject)
+    async with realm.sessions() as session, session.begin():
+        group, _ = await organizations.create_group(session, realm.actor, await _authority(realm), org.id, name="Team")
+        await session.execute(
+            text(
+                "CREATE FUNCTION refuse_member() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RAISE EXCEPTION 'already there' USING ERRCODE = 'unique_violation'; END $$"
+            )
+        )
+        await session.execute(
+            text(
+                "CREATE TRIGGER refuse_member BEFORE INSERT ON group_members FOR EACH ROW EXECUTE FUNCTION refuse_member()"
+            )
+        )
+    step = {"id": "team", "type": "add_to_group", "group_id": group.id, "retry": {"max_attempts": 3, "backoff": "10s"}}
+    wid = await publish(realm, {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [step]})
+    run_id = await start(realm, wid, subject.id)
+    await drain(runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5), jitter=0.0)))
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.error_category) == ("failed", "conflict"), run.last_error
+    assert [(a.number, a.state, a.error_category) for a in attempts] == [(1, "failed", "conflict")]
+    assert "UniqueViolationError" in attempts[0].error_message and "already there" in attempts[0].error_message
