@@ -429,3 +429,47 @@ async def test_a_cancelled_run_waiting_for_a_retry_stops_at_once(client: Client,
     run, attempts = await load(realm, run_id)
     assert run.state == "cancelled" and run.error_category == "cancelled"
     assert len(attempts) == 1
+
+
+async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_others_go_on(
+    realm: RealmHandle,
+) -> None:
+    """A disabled workflow's runs are not claimed, but a run claimed a moment before its workflow is
+    disabled is checked again when it moves: it stays where it was and hands its lease back; a run
+    of another, active workflow goes on (its own workflow's state is read, not another's)."""
+    subject = await realm.user("subject@example.com")
+    paused = await publish(realm, definition({"id": "done", "type": "end"}), name="Paused")
+    active = await publish(realm, definition({"id": "done", "type": "end"}), name="Active")
+    held, going = await start(realm, paused, subject.id), await start(realm, active, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    runner = make_runner(realm, clock)
+    async with realm.sessions() as session, session.begin():
+        claimed = await runstore.claim_due_runs(
+            session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
+        )
+    assert sorted(c.run_id for c in claimed) == sorted([held, going])
+    async with realm.sessions() as session, session.begin():
+        # Disabling also takes the runs out of the due index; the state alone must be enough to hold
+        # a run that is already claimed.
+        await session.execute(text("UPDATE workflows SET state = 'disabled' WHERE id = :w"), {"w": paused})
+
+    assert await runner.advance(held) == 0
+    run, attempts = await load(realm, held)
+    assert (run.state, run.lease_owner, attempts) == ("pending", None, [])
+    assert await runner.advance(going) == 1
+    assert (await load(realm, going))[0].state == "succeeded"
+
+
+async def test_a_realm_alone_fills_the_batch_share_by_share_and_never_beyond_it(realm: RealmHandle) -> None:
+    """Batch 4, share 2, five runs due in one realm: two rounds of the claim take two runs each, and
+    the pass stops at the batch; the fifth run waits for the next pass."""
+    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    run_ids = [await start(realm, wid, (await realm.user(f"u{i}@example.com")).id) for i in range(5)]
+    runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=1)), batch_size=4, tenant_share=2)
+
+    assert await runner.run_pass() == 4
+    assert runner.last_claim_full
+    states = [(await load(realm, run_id))[0].state for run_id in run_ids]
+    assert sorted(states) == ["pending", "succeeded", "succeeded", "succeeded", "succeeded"]
+    assert await runner.run_pass() == 1
+    assert not runner.last_claim_full
