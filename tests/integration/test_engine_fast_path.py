@@ -299,12 +299,12 @@ async def _publisher(realm: RealmHandle, *, expires_in: timedelta | None = None)
     return publisher, Actor(type="user", id=publisher.id, realm_id=realm.id), assignment.id
 
 
-async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any]) -> str:
+async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any], name: str = "Grant") -> str:
     from engine.workflows import service as workflows
 
     async with realm.sessions() as session, session.begin():
         workflow, _ = await workflows.create_workflow(
-            session, actor, name="Grant", definition=definition, has_definition=True, requires_approval=False
+            session, actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
         await workflows.publish_revision(session, actor, workflow.id, 1)
@@ -773,3 +773,42 @@ async def test_a_workflow_without_an_end_step_succeeds_after_its_last_step_on_th
         while passed := await r.run_pass():
             made += passed
         assert (made, r.fast.moved) == (2, 2 if on_fast_path else 0)
+
+
+def one_step(step: dict[str, Any]) -> dict[str, Any]:
+    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [step, {"id": "done", "type": "end"}]}
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "ordinary path"])
+async def test_two_runs_about_one_subject_see_each_others_changes(realm: RealmHandle, fast: bool) -> None:
+    """One subject, two runs in one group commit: the first (the administrator's) makes the subject
+    a user administrator; the second, whose publisher does not hold that, must then find the
+    subject stronger than its publisher and change nothing. Read before the first run's grant, the
+    subject would still look weaker: so such runs never share a statement."""
+    org_id, _, group = await directory_for_runs(realm)
+    [subject] = await subjects(realm, org_id, 1)
+    user_admin = await realm.role("user-admin", ["realm.users.write"])
+    publisher = await realm.user()
+    await realm.assign(publisher, await realm.role("power", ["realm.workflows.*", "org.*"]))
+    promote = await _publish_as(
+        realm,
+        realm.actor,
+        one_step({"id": "promote", "type": "assign_role", "role_id": user_admin.id, "scope": "realm"}),
+    )
+    join = await _publish_as(
+        realm,
+        Actor(type="user", id=publisher.id, realm_id=realm.id),
+        one_step({"id": "join", "type": "add_to_group", "group_id": group.id}),
+        name="Join",
+    )
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    first = await start(realm, promote, subject.id)
+    second = await start(realm, join, subject.id)
+    await drain(runner(realm, clock, fast=fast))
+
+    run, _ = await load(realm, first)
+    assert run.state == "succeeded", run.last_error
+    run, attempts = await load(realm, second)
+    assert (run.state, run.error_category) == ("failed", "target_outranks_actor"), run.last_error
+    assert [(a.step_id, a.state) for a in attempts] == [("join", "failed")]
+    assert await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id) == 0
