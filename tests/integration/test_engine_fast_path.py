@@ -541,6 +541,31 @@ async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_set
     assert {tuple(s[:3]) for s in seen} == {defaults}
 
 
+async def test_a_pass_connection_the_server_ended_is_thrown_away_without_failing_the_pass(realm: RealmHandle) -> None:
+    """The server ends the pass's connection (a restart, an administrator): handing it back neither
+    raises nor returns it to the pool; the pool's connections all work afterwards."""
+    import asyncio
+
+    from engine.runs.runner import _PassConnection
+
+    bind = realm.sessions.kw["bind"]
+    async with _PassConnection(bind) as pass_connection:
+        pid = (await pass_connection.raw()).get_server_pid()
+        async with bind.connect() as other:
+            assert (await other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})).scalar()
+            deadline = asyncio.get_running_loop().time() + 60
+            while await scalar(realm, "SELECT count(*) FROM pg_stat_activity WHERE pid = :p", p=pid):
+                assert asyncio.get_running_loop().time() < deadline, "the server did not end the connection"
+                await asyncio.sleep(0.05)
+    held = [await bind.connect() for _ in range(3)]
+    try:
+        pids = [(await c.execute(text("SELECT pg_backend_pid()"))).scalar() for c in held]
+    finally:
+        for c in held:
+            await c.close()
+    assert pid not in pids
+
+
 async def test_a_publisher_who_holds_an_organization_only_makes_its_steps_there_on_the_fast_path(
     realm: RealmHandle,
 ) -> None:
