@@ -379,7 +379,7 @@ async def test_set_due_moves_only_the_named_run_and_is_refused_without_this_work
         mine = await session.get(WorkflowRun, a1)
         assert mine is not None
         await runstore.set_due(session, mine, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
-    with pytest.raises(TransitionRefused):
+    with pytest.raises(TransitionRefused, match=f"^run {b1} is not held by worker-a-1-aaaa$"):
         async with realm.sessions() as session, session.begin():
             theirs = await session.get(WorkflowRun, b1)
             assert theirs is not None
