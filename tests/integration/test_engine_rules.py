@@ -318,8 +318,8 @@ async def test_a_compensation_that_recovers_ends_compensated_not_cancelled(clien
 # --- fairness: 25 transitions per claim, 50 runs per pass ------------------------------------------
 
 
-async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(realm: RealmHandle) -> None:
-    """19 grants, a permanent failure, then 19 undos and the end: 40 transitions, 25 per claim."""
+async def forty_transitions(realm: RealmHandle) -> str:
+    """A started run of 19 grants and a permanent failure: with its 19 undos and its end, 40 transitions."""
     subject = await realm.user("subject@example.com")
     elsewhere = await realm.organization("Elsewhere")
     steps: list[dict[str, Any]] = []
@@ -329,6 +329,12 @@ async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(re
     steps.append({"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id})
     wid = await publish(realm, definition(*steps))
     run_id = await start(realm, wid, subject.id)
+    return run_id
+
+
+async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(realm: RealmHandle) -> None:
+    """19 grants, a permanent failure, then 19 undos and the end: 40 transitions, 25 per claim."""
+    run_id = await forty_transitions(realm)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
 
@@ -349,15 +355,7 @@ async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(re
 
 async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: RealmHandle) -> None:
     """``Runner.advance`` (one run, outside a pass) keeps the same cap and hands the lease back."""
-    subject = await realm.user("subject@example.com")
-    elsewhere = await realm.organization("Elsewhere")
-    steps: list[dict[str, Any]] = []
-    for i in range(19):
-        role = await realm.role(f"reader-{i:02d}", ["realm.workflows.read"])
-        steps.append({"id": f"grant{i:02d}", "type": "assign_role", "role_id": role.id, "scope": "realm"})
-    steps.append({"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id})
-    wid = await publish(realm, definition(*steps))
-    run_id = await start(realm, wid, subject.id)
+    run_id = await forty_transitions(realm)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
     async with realm.sessions() as session, session.begin():
