@@ -673,6 +673,54 @@ async def test_a_role_or_group_changed_after_it_was_kept_is_read_again(realm: Re
     assert (granted_now, joined) == (0, 0)
 
 
+async def test_a_subjects_kept_authority_is_read_again_once_a_role_it_holds_changed(realm: RealmHandle) -> None:
+    """The fast path keeps a subject's authority with the realm's epoch as well as the subject's
+    own: a change to a role the subject holds moves only the realm's. The subject first outranks
+    the publisher (its run goes the ordinary way and is refused); once its role is weakened, the
+    next run about it reads its authority again and is made on the fast path, never judged from
+    the kept copy."""
+    org_id, viewer, group = await directory_for_runs(realm)
+    (subject,) = await subjects(realm, org_id, 1)
+    publisher = await realm.user()
+    await realm.assign(publisher, await realm.role("power", ["realm.workflows.*", "org.*"]))
+    admin_role = await realm.role("user-admin", ["realm.users.write"])
+    await realm.assign(subject, admin_role)
+    wid = await _publish_as(realm, Actor(type="user", id=publisher.id, realm_id=realm.id), three_steps(viewer, group))
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    r = runner(realm, clock)
+    engine = realm.sessions.kw["bind"]
+
+    refused = await start(realm, wid, subject.id)
+    await drain(r)
+    run, _ = await load(realm, refused)
+    assert (run.state, run.error_category) == ("failed", "target_outranks_actor"), run.last_error
+    assert r.fast.moved == 0
+    assert (realm.id, subject.id) in r.fast.authorities  # the stronger subject's authority is kept
+    user_epoch = await scalar(realm, "SELECT authz_epoch FROM users WHERE id = :u", u=subject.id)
+
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await roles.update_role(session, realm.actor, authority, admin_role.id, permissions=["realm.workflows.read"])
+    assert await scalar(realm, "SELECT authz_epoch FROM users WHERE id = :u", u=subject.id) == user_epoch
+
+    second = await start(realm, wid, subject.id)
+    clock.advance(seconds=1)
+    with recording(engine) as log:
+        await engine.dispose()
+        await drain(r)
+    run, attempts = await load(realm, second)
+    assert run.state == "succeeded", run.last_error
+    assert [(a.step_id, a.state) for a in attempts] == [
+        ("grant", "succeeded"),
+        ("join", "succeeded"),
+        ("done", "succeeded"),
+    ]
+    assert r.fast.moved == 3  # all three steps on the fast path
+    # The publisher's authority (the realm's epoch moved), then the subject's before each of its
+    # two changes: the kept copy of the subject's authority answered none of them.
+    assert log.queries.count(_AUTHORITY.sql) == 1 + 2
+
+
 async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_runs_changed(realm: RealmHandle) -> None:
     """In one group commit, the revision, the role, the group and the publisher's authority are
     read once for all its runs; the next group of runs of the workflow reads none of them again.
