@@ -39,7 +39,6 @@ class PreparedCall:
     run_id: str
     attempt_id: str
     action: str  # execute | compensate
-    subscription_id: str
     url: str
     body: bytes
     headers: dict[str, str]

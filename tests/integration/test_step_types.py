@@ -515,6 +515,32 @@ async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_a_
     assert kept == 1
 
 
+async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_an_organization(
+    realm: RealmHandle,
+) -> None:
+    """``remove_membership`` acts with the publisher's authority, never as the operator: a subject
+    who holds what the publisher does not stays a member, and the refusal is permanent, with the
+    directory's code and words."""
+    subject = await realm.user("subject@example.com")
+    org_id, _ = await member_group(realm, subject.id)
+    await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
+    _, actor = await publisher_with(realm, "publisher@example.com", "org.*")
+    done = await run_steps(
+        realm, subject.id, {"id": "leave", "type": "remove_membership", "organization_id": org_id}, publisher=actor
+    )
+    refused(
+        done,
+        "target_outranks_actor",
+        "This user holds permissions you do not hold (realm.users.write); you cannot change their memberships.",
+    )
+    async with realm.sessions() as session:
+        kept = await session.scalar(
+            text("SELECT count(*) FROM memberships WHERE organization_id = :o AND user_id = :u"),
+            {"o": org_id, "u": subject.id},
+        )
+    assert kept == 1
+
+
 async def test_a_run_never_suspends_a_subject_stronger_than_its_publisher(realm: RealmHandle) -> None:
     subject = await realm.user("subject@example.com")
     await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))

@@ -136,7 +136,6 @@ class CallWebhook(StepType):
             run_id=ctx.run.id,
             attempt_id=attempt.id,
             action=action,
-            subscription_id=subscription.id,
             url=subscription.destination,
             body=content,
             headers=headers,
