@@ -477,7 +477,9 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
 
 
 async def test_each_reason_not_to_call_is_recorded_with_its_own_message(realm: RealmHandle, receiver: Receiver) -> None:
-    """Checked when the attempt starts, before anything is sent: what the attempt and the run say."""
+    """Checked when the attempt starts, before anything is sent: what the attempt and the run say.
+    A paused subscription is retried later (the run goes on); every other reason ends the run."""
+    states: list[str] = []
 
     async def refused(change: Any, operator_key: str = TEST_SECRET_KEY) -> tuple[str, str | None, str | None]:
         hook = await subscribe(realm, receiver)
@@ -488,6 +490,7 @@ async def test_each_reason_not_to_call_is_recorded_with_its_own_message(realm: R
         run, attempts = await load(realm, run_id)
         [attempt] = attempts
         assert (run.error_category, run.last_error) == (attempt.error_category, attempt.error_message)
+        states.append(run.state)
         return hook, attempt.error_category, attempt.error_message
 
     async def to(state: str) -> Any:
@@ -513,6 +516,7 @@ async def test_each_reason_not_to_call_is_recorded_with_its_own_message(realm: R
     assert why == ["secret_unavailable", "No operator key to read the subscription's secret."]
     hook, *why = await refused(nothing, operator_key="another-key-0123456789abcdef0123")
     assert why == ["secret_unavailable", "The subscription's secret cannot be read with the operator key."]
+    assert states == ["running", "failed", "failed", "failed", "failed"]
     assert receiver.requests() == []
 
 

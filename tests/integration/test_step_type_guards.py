@@ -16,12 +16,15 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from engine.directory import webhooks
 from engine.directory.audit import Actor
 from engine.directory.authz import Authority, Grant, load_authority
+from engine.endpoints.calls import EndpointSettings, PreparedCall
 from engine.platform.ids import new_id
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.steps import STEP_TYPES, StepContext, StepFailure
-from tests.factories import RealmHandle
+from engine.runs.steps.call_webhook import CallWebhook
+from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_engine_rules import member_group
 
 
@@ -162,3 +165,90 @@ async def test_a_step_that_is_never_reversed_refuses_to_be_undone(realm: RealmHa
         with pytest.raises(StepFailure) as refused:
             await STEP_TYPES[step_type].undo(ctx, attempt)
     assert failure(refused.value) == ("error", f"{step_type} cannot be undone", True)
+
+
+async def prepared(
+    realm: RealmHandle, step: dict[str, Any], settings: EndpointSettings, *, compensation: bool = False
+) -> PreparedCall | StepFailure:
+    """``call_webhook``'s call (or compensation call) as the runner prepares it, or its refusal."""
+    subject = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        ctx = StepContext(
+            session=session,
+            run=run_about(realm, subject.id),
+            step=step,
+            step_index=0,
+            organization_id=None,
+            actor=realm.actor,
+            authority=await load_authority(session, realm.id, "user", realm.admin.id),
+            now=datetime.now(UTC),
+        )
+        attempt = StepAttempt(
+            id=new_id("wsa"),
+            run_id=ctx.run.id,
+            realm_id=realm.id,
+            step_id="call",
+            step_index=0,
+            step_type="call_webhook",
+            number=1,
+            idempotency_key=new_id("obx"),
+            input_version="1",
+            compensation_attempts=2,
+        )
+        hook = CallWebhook()
+        try:
+            if compensation:
+                return await hook.prepare_compensation(ctx, attempt, settings)
+            return await hook.prepare(ctx, attempt, settings)
+        except StepFailure as exc:
+            return exc
+
+
+async def subscription(realm: RealmHandle) -> str:
+    async with realm.sessions() as session, session.begin():
+        made, _ = await webhooks.create_subscription(
+            session, realm.actor, TEST_SECRET_KEY, destination="https://hooks.example.com/cockpit"
+        )
+    return made.id
+
+
+async def test_a_call_to_a_subscription_that_is_gone_or_of_another_realm_is_refused(
+    realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    """A definition names a subscription of its own realm when it is published; one removed from
+    the database since, or another realm's, is never called: a permanent ``subscription_missing``."""
+    settings = EndpointSettings(operator_key=TEST_SECRET_KEY)
+    for hook in (new_id("whk"), await subscription(other_realm)):
+        refused = await prepared(realm, {"id": "call", "type": "call_webhook", "subscription_id": hook}, settings)
+        assert isinstance(refused, StepFailure)
+        assert failure(refused) == ("subscription_missing", f"The webhook subscription {hook} is gone.", True)
+
+
+async def test_without_an_operator_key_a_call_fails_permanently(realm: RealmHandle) -> None:
+    hook = await subscription(realm)
+    refused = await prepared(
+        realm, {"id": "call", "type": "call_webhook", "subscription_id": hook}, EndpointSettings(operator_key=None)
+    )
+    assert isinstance(refused, StepFailure)
+    assert failure(refused) == ("secret_unavailable", "No operator key to read the subscription's secret.", True)
+
+
+@pytest.mark.parametrize(
+    ("step_timeout", "operator_timeout", "seconds"),
+    [(None, 10_000, 10.0), (1_500, 10_000, 1.5), (30_000, 2_500, 2.5), (100, 100, 0.1)],
+)
+async def test_a_calls_time_limit_is_the_steps_under_the_operators_ceiling(
+    realm: RealmHandle, step_timeout: int | None, operator_timeout: int, seconds: float
+) -> None:
+    hook = await subscription(realm)
+    step: dict[str, Any] = {"id": "call", "type": "call_webhook", "subscription_id": hook}
+    if step_timeout is not None:
+        step["timeout_ms"] = step_timeout
+    settings = EndpointSettings(operator_key=TEST_SECRET_KEY, timeout_ms=operator_timeout)
+    call = await prepared(realm, step, settings)
+    assert isinstance(call, PreparedCall)
+    assert (call.action, call.timeout_s, call.url) == ("execute", seconds, "https://hooks.example.com/cockpit")
+    # A compensation call always has five seconds, whatever the step and the operator say.
+    undo = await prepared(realm, step, settings, compensation=True)
+    assert isinstance(undo, PreparedCall)
+    assert (undo.action, undo.timeout_s) == ("compensate", 5.0)
