@@ -155,3 +155,18 @@ def test_every_step_type_with_a_fast_form_is_retried_like_its_ordinary_form() ->
 
     assert FAST_STEP_TYPES == {"assign_role", "add_to_group", "end"}
     assert all(STEP_TYPES[name].retried for name in FAST_STEP_TYPES)
+
+
+def test_a_step_failure_reads_as_its_message_and_a_refusal_keeps_the_directorys_code() -> None:
+    """What a traceback or a log shows of a step failure is its message; a refused directory
+    operation becomes a permanent failure with the directory's code and words."""
+    from engine.runs.steps.base import StepFailure
+
+    failure = StepFailure("subscription_paused", "The webhook subscription whk_1 is paused.", permanent=False)
+    assert (str(failure), failure.args) == (failure.message, (failure.message,))
+    refused = StepFailure.from_engine_error(GrantCeilingExceeded("To grant viewer you need realm.workflows.read"))
+    assert (refused.category, refused.message, refused.permanent) == (
+        "grant_ceiling_exceeded",
+        "To grant viewer you need realm.workflows.read",
+        True,
+    )
