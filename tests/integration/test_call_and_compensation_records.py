@@ -580,3 +580,53 @@ async def test_one_runs_failed_compensation_does_not_decide_how_another_run_ends
     runs_refused.add(refused)
     await drain(call_runner(realm, clock=FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)))
     assert [(await load(realm, r))[0].state for r in (refused, undone)] == ["compensation_failed", "compensated"]
+
+
+async def test_a_step_whose_type_this_worker_does_not_know_is_never_guessed_at_when_undoing_it(
+    realm: RealmHandle,
+) -> None:
+    """A succeeded step left to undo whose stored type the worker does not know (a newer worker
+    made it, or the row was edited) is not undone by guessing: its compensation fails at once and
+    for good, ``definition_unavailable`` naming the type, in one try, and what it did is left for an
+    administrator (the run ends ``compensation_failed``)."""
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    elsewhere = await realm.organization("Elsewhere")
+    wid = await publish(
+        realm,
+        definition(
+            {"id": "team", "type": "add_to_group", "group_id": group_id},
+            {"id": "pause", "type": "wait", "duration": "1h"},
+            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
+        ),
+    )
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
+    worker = Runner(realm.sessions, "worker-test-1-aaaa", clock=clock)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    assert run.state == "waiting" and the(attempts, "team").compensation_state == "pending"
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE step_attempts SET step_type = 'teleport' WHERE run_id = :r AND step_id = 'team'"),
+            {"r": run_id},
+        )
+
+    clock.advance(seconds=3601)
+    await drain(worker)
+    run, attempts = await load(realm, run_id)
+    team = the(attempts, "team")
+    assert run.state == "compensation_failed", (run.state, run.last_error)
+    assert (team.compensation_state, team.compensation_attempts, team.compensation_error) == (
+        "failed",
+        1,
+        "definition_unavailable: No step type 'teleport' here.",
+    )
+    async with realm.sessions() as session:
+        kept = await session.scalar(
+            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
+            {"g": group_id, "u": subject.id},
+        )
+    assert kept == 1
+    failed = [d for t, _, _, d in await trail(realm, run_id) if t == "workflow.step.compensation_failed"]
+    assert failed == [{"step_id": "team", "error_category": "definition_unavailable", "tries": 1}]
