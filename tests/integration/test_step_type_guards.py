@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory import webhooks
-from engine.directory.audit import Actor
 from engine.directory.authz import Authority, Grant, load_authority
 from engine.endpoints.calls import EndpointSettings, PreparedCall
 from engine.platform.ids import new_id
@@ -46,26 +46,45 @@ def run_about(realm: RealmHandle, subject_id: str) -> WorkflowRun:
     )
 
 
+async def context(
+    realm: RealmHandle, session: AsyncSession, subject_id: str, step: dict[str, Any], authority: Authority | None = None
+) -> StepContext:
+    """The context the runner builds for a step: the publisher (here the realm's administrator),
+    its authority loaded in the step's transaction unless another is given, and the time."""
+    return StepContext(
+        session=session,
+        run=run_about(realm, subject_id),
+        step=step,
+        step_index=0,
+        organization_id=None,
+        actor=realm.actor,
+        authority=authority or await load_authority(session, realm.id, "user", realm.admin.id),
+        now=datetime.now(UTC),
+    )
+
+
+def attempt_of(ctx: StepContext, **extra: Any) -> StepAttempt:
+    """A succeeded-looking attempt of the context's step (nothing is written for it)."""
+    return StepAttempt(
+        id=new_id("wsa"),
+        run_id=ctx.run.id,
+        realm_id=ctx.run.realm_id,
+        step_id=ctx.step["id"],
+        step_index=0,
+        step_type=ctx.step["type"],
+        number=1,
+        idempotency_key=new_id("obx"),
+        input_version="1",
+        **extra,
+    )
+
+
 async def perform(
-    realm: RealmHandle,
-    step: dict[str, Any],
-    subject_id: str,
-    *,
-    authority: Authority | None = None,
-    organization_id: str | None = None,
+    realm: RealmHandle, step: dict[str, Any], subject_id: str, *, authority: Authority | None = None
 ) -> StepFailure:
     """Perform ``step`` in a transaction that is rolled back; the failure it raised."""
     async with realm.sessions() as session, session.begin():
-        ctx = StepContext(
-            session=session,
-            run=run_about(realm, subject_id),
-            step=step,
-            step_index=0,
-            organization_id=organization_id,
-            actor=realm.actor,
-            authority=authority or await load_authority(session, realm.id, "user", realm.admin.id),
-            now=datetime.now(UTC),
-        )
+        ctx = await context(realm, session, subject_id, step, authority)
         with pytest.raises(StepFailure) as refused:
             await STEP_TYPES[step["type"]].perform(ctx)
         await session.rollback()
@@ -141,29 +160,9 @@ async def test_a_step_that_is_never_reversed_refuses_to_be_undone(realm: RealmHa
     permanently (seed 000: removals and suspensions are never reversed)."""
     subject = await realm.user()
     async with realm.sessions() as session, session.begin():
-        ctx = StepContext(
-            session=session,
-            run=run_about(realm, subject.id),
-            step={"id": "s", "type": step_type},
-            step_index=0,
-            organization_id=None,
-            actor=Actor(type="user", id=realm.admin.id, realm_id=realm.id),
-            authority=await load_authority(session, realm.id, "user", realm.admin.id),
-            now=datetime.now(UTC),
-        )
-        attempt = StepAttempt(
-            id=new_id("wsa"),
-            run_id=ctx.run.id,
-            realm_id=realm.id,
-            step_id="s",
-            step_index=0,
-            step_type=step_type,
-            number=1,
-            idempotency_key=new_id("obx"),
-            input_version="1",
-        )
+        ctx = await context(realm, session, subject.id, {"id": "s", "type": step_type})
         with pytest.raises(StepFailure) as refused:
-            await STEP_TYPES[step_type].undo(ctx, attempt)
+            await STEP_TYPES[step_type].undo(ctx, attempt_of(ctx))
     assert failure(refused.value) == ("error", f"{step_type} cannot be undone", True)
 
 
@@ -173,28 +172,8 @@ async def prepared(
     """``call_webhook``'s call (or compensation call) as the runner prepares it, or its refusal."""
     subject = await realm.user()
     async with realm.sessions() as session, session.begin():
-        ctx = StepContext(
-            session=session,
-            run=run_about(realm, subject.id),
-            step=step,
-            step_index=0,
-            organization_id=None,
-            actor=realm.actor,
-            authority=await load_authority(session, realm.id, "user", realm.admin.id),
-            now=datetime.now(UTC),
-        )
-        attempt = StepAttempt(
-            id=new_id("wsa"),
-            run_id=ctx.run.id,
-            realm_id=realm.id,
-            step_id="call",
-            step_index=0,
-            step_type="call_webhook",
-            number=1,
-            idempotency_key=new_id("obx"),
-            input_version="1",
-            compensation_attempts=2,
-        )
+        ctx = await context(realm, session, subject.id, step)
+        attempt = attempt_of(ctx, compensation_attempts=2)
         hook = CallWebhook()
         try:
             if compensation:
