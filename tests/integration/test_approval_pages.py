@@ -31,8 +31,8 @@ async def test_an_approver_sees_names_and_decides_on_the_page(realm: RealmHandle
         ),
         name="Billing access",
     )
-    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
     run_id = await start(realm, wid, subject, org)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
     await drain(make_runner(realm, clock))
 
     login = await browser_session(realm, approver, mfa=False)
