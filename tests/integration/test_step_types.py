@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from engine.directory.audit import Actor
@@ -207,15 +208,21 @@ async def test_a_notice_to_a_subject_removed_from_the_database_fails_permanently
     refused(done, "subject_missing", "The subject no longer exists.")
 
 
-async def test_a_notice_to_a_subject_without_an_address_fails_permanently(realm: RealmHandle) -> None:
+@pytest.mark.parametrize("address", ["", " "], ids=["empty", "blank"])
+async def test_a_notice_to_a_subject_without_an_address_fails_permanently(realm: RealmHandle, address: str) -> None:
     subject = await realm.user("subject@example.com")
 
     async def blanked() -> None:
         async with realm.sessions() as session, session.begin():
-            await session.execute(text("UPDATE users SET email = ' ' WHERE id = :u"), {"u": subject.id})
+            await session.execute(text("UPDATE users SET email = :e WHERE id = :u"), {"e": address, "u": subject.id})
 
     done = await run_steps(realm, subject.id, {"id": "tell", "type": "notify", "notice": "welcome"}, between=blanked)
     refused(done, "no_recipients", "The subject has no email address.")
+    async with realm.sessions() as session:
+        notices = await session.scalar(
+            text("SELECT count(*) FROM workflow_notices WHERE user_id = :u"), {"u": subject.id}
+        )
+    assert notices == 0
 
 
 async def test_a_grant_the_subject_already_holds_is_a_permanent_conflict(realm: RealmHandle) -> None:

@@ -64,7 +64,7 @@ class CallWebhook(StepType):
     name = "call_webhook"
     kind = EXTERNAL
 
-    async def perform(self, ctx: StepContext) -> Outcome:  # pragma: no cover - the runner calls prepare
+    async def perform(self, ctx: StepContext) -> Outcome:  # the runner calls prepare, outside any transaction
         raise StepFailure("error", "call_webhook runs as an external step", permanent=False)
 
     @staticmethod
