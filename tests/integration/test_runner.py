@@ -253,11 +253,13 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
     wid = await publish(realm, definition)
     await outage(realm, "role_assignments", "INSERT")
     run_id = await start(realm, wid, subject.id)
+    beside = await start(realm, wid, (await realm.user("beside@example.com")).id)  # waits for its retry too
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
     await drain(runner(realm, clock))
-    run, _ = await load(realm, run_id)
     due = clock.now() + timedelta(hours=1)
-    assert (run.state, run.error_category, run.due_at, run.lease_owner) == ("running", "error", due, None)
+    for waiting in (run_id, beside):
+        run, _ = await load(realm, waiting)
+        assert (run.state, run.error_category, run.due_at, run.lease_owner) == ("running", "error", due, None)
 
     async def probe(realm_id: str, at: datetime, **row: Any) -> datetime | None:
         """retry_now's answer (the new due time) with the run's row changed as given; rolled back."""
@@ -285,6 +287,8 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
         assert moved is not None
     run, _ = await load(realm, run_id)
     assert (run.due_at, run.updated_at) == (soon, soon)
+    other, _ = await load(realm, beside)
+    assert other.due_at == due  # only the named run is brought forward
 
 
 async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_handed_back(realm: RealmHandle) -> None:
