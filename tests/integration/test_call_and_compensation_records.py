@@ -24,7 +24,13 @@ from engine.workflows import service as workflows
 from testing.receiver import Received, Receiver
 from tests.factories import RealmHandle
 from tests.integration.test_endpoint_calls import call_runner, calling, run_one, subscribe
-from tests.integration.test_engine_rules import definition, member_group, outage, outage_over
+from tests.integration.test_engine_rules import (
+    definition,
+    in_group,
+    joins_then_fails,
+    outage,
+    outage_over,
+)
 from tests.integration.test_runner import drain, load, publish, start
 
 LEASE = timedelta(seconds=30)
@@ -439,17 +445,7 @@ async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_t
 async def test_the_cancel_statement_takes_only_runs_in_a_forward_state(realm: RealmHandle) -> None:
     """Whatever the caller checked before: a run that finished, or compensates, is not marked for
     cancellation — no cancel fields, no new due time."""
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")  # the subject is no member there
-    compensating_wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-        name="Compensates",
-    )
+    subject, _, compensating_wid = await joins_then_fails(realm, name="Compensates")
     finished_wid = await publish(realm, definition({"id": "done", "type": "end"}), name="Finishes")
     compensating_id = await start(realm, compensating_wid, subject.id)
     finished_id = await start(realm, finished_wid, subject.id)
@@ -590,17 +586,7 @@ async def test_a_step_whose_type_this_worker_does_not_know_is_never_guessed_at_w
     made it, or the row was edited) is not undone by guessing: its compensation fails at once and
     for good, ``definition_unavailable`` naming the type, in one try, and what it did is left for an
     administrator (the run ends ``compensation_failed``)."""
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")
-    wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            {"id": "pause", "type": "wait", "duration": "1h"},
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-    )
+    subject, group_id, wid = await joins_then_fails(realm, {"id": "pause", "type": "wait", "duration": "1h"})
     run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     worker = Runner(realm.sessions, "worker-test-1-aaaa", clock=clock)
@@ -623,11 +609,6 @@ async def test_a_step_whose_type_this_worker_does_not_know_is_never_guessed_at_w
         1,
         "definition_unavailable: No step type 'teleport' here.",
     )
-    async with realm.sessions() as session:
-        kept = await session.scalar(
-            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
-            {"g": group_id, "u": subject.id},
-        )
-    assert kept == 1
+    assert await in_group(realm, group_id, subject.id)  # left for an administrator to undo
     failed = [d for t, _, _, d in await trail(realm, run_id) if t == "workflow.step.compensation_failed"]
     assert failed == [{"step_id": "team", "error_category": "definition_unavailable", "tries": 1}]

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.models import User
 from engine.runs import runstore
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -123,6 +124,26 @@ async def member_group(realm: RealmHandle, subject_id: str, name: str = "Team") 
     return org.id, group.id
 
 
+async def joins_then_fails(realm: RealmHandle, *between: dict[str, Any], name: str = "Rules") -> tuple[User, str, str]:
+    """A subject, a group of an organization they belong to, and a published workflow that puts
+    them in the group, makes the steps ``between``, then fails for good (``leave``: the subject is
+    no member of that other organization), so that the join (``team``) is undone. Returns
+    (subject, group id, workflow id)."""
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    elsewhere = await realm.organization("Elsewhere")
+    wid = await publish(
+        realm,
+        definition(
+            {"id": "team", "type": "add_to_group", "group_id": group_id},
+            *between,
+            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
+        ),
+        name=name,
+    )
+    return subject, group_id, wid
+
+
 async def in_group(realm: RealmHandle, group_id: str, user_id: str) -> bool:
     async with realm.sessions() as session:
         found = await session.scalar(
@@ -189,16 +210,7 @@ async def test_retry_waits_double_are_capped_at_six_hours_then_jittered(realm: R
 
 async def test_a_permanent_failure_is_audited_once_then_compensated(realm: RealmHandle) -> None:
     """The exact trail of a run whose second step fails for good: the first step is undone."""
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")  # the subject is no member there
-    wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-    )
+    subject, group_id, wid = await joins_then_fails(realm)
     run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=1))))
     run, attempts = await load(realm, run_id)
@@ -231,16 +243,7 @@ async def test_a_permanent_failure_is_audited_once_then_compensated(realm: Realm
 async def test_compensation_gives_up_after_five_tries_and_cancel_is_refused_meanwhile(
     client: Client, realm: RealmHandle
 ) -> None:
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")
-    wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-    )
+    subject, group_id, wid = await joins_then_fails(realm)
     run_id = await start(realm, wid, subject.id)
     await outage(realm, "group_members", "DELETE")  # the undo cannot take the subject out again
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.5)
@@ -286,16 +289,7 @@ async def test_compensation_gives_up_after_five_tries_and_cancel_is_refused_mean
 
 
 async def test_a_compensation_that_recovers_ends_compensated_not_cancelled(client: Client, realm: RealmHandle) -> None:
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")
-    wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-    )
+    subject, group_id, wid = await joins_then_fails(realm)
     run_id = await start(realm, wid, subject.id)
     await outage(realm, "group_members", "DELETE")
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))

@@ -500,52 +500,39 @@ async def test_adding_a_subject_already_in_the_group_is_a_permanent_conflict(rea
     refused(done, "already_a_member", "The user is already in this group.")
 
 
-async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_a_group(realm: RealmHandle) -> None:
+@pytest.mark.parametrize("step_type", ["remove_from_group", "remove_membership"])
+async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_a_group_or_organization(
+    realm: RealmHandle, step_type: str
+) -> None:
+    """Both removals act with the publisher's authority, never as the operator: a subject who holds
+    what the publisher does not keeps the place, and the refusal is permanent, with the directory's
+    code and words."""
     subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
+    org_id, group_id = await member_group(realm, subject.id)
     await put_in_group_by_hand(realm, group_id, subject.id)
     await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
     _, actor = await publisher_with(realm, "publisher@example.com", "org.*")
-    done = await run_steps(
-        realm, subject.id, {"id": "out", "type": "remove_from_group", "group_id": group_id}, publisher=actor
-    )
+    step, what, kept = {
+        "remove_from_group": (
+            {"id": "out", "type": step_type, "group_id": group_id},
+            "their groups",
+            "SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u",
+        ),
+        "remove_membership": (
+            {"id": "leave", "type": step_type, "organization_id": org_id},
+            "their memberships",
+            "SELECT count(*) FROM memberships WHERE organization_id = :o AND user_id = :u",
+        ),
+    }[step_type]
+    done = await run_steps(realm, subject.id, step, publisher=actor)
     refused(
         done,
         "target_outranks_actor",
-        "This user holds permissions you do not hold (realm.users.write); you cannot change their groups.",
+        f"This user holds permissions you do not hold (realm.users.write); you cannot change {what}.",
     )
     async with realm.sessions() as session:
-        kept = await session.scalar(
-            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
-            {"g": group_id, "u": subject.id},
-        )
-    assert kept == 1
-
-
-async def test_a_run_never_takes_a_subject_stronger_than_its_publisher_out_of_an_organization(
-    realm: RealmHandle,
-) -> None:
-    """``remove_membership`` acts with the publisher's authority, never as the operator: a subject
-    who holds what the publisher does not stays a member, and the refusal is permanent, with the
-    directory's code and words."""
-    subject = await realm.user("subject@example.com")
-    org_id, _ = await member_group(realm, subject.id)
-    await realm.assign(subject, await realm.role("user-admin", ["realm.users.write"]))
-    _, actor = await publisher_with(realm, "publisher@example.com", "org.*")
-    done = await run_steps(
-        realm, subject.id, {"id": "leave", "type": "remove_membership", "organization_id": org_id}, publisher=actor
-    )
-    refused(
-        done,
-        "target_outranks_actor",
-        "This user holds permissions you do not hold (realm.users.write); you cannot change their memberships.",
-    )
-    async with realm.sessions() as session:
-        kept = await session.scalar(
-            text("SELECT count(*) FROM memberships WHERE organization_id = :o AND user_id = :u"),
-            {"o": org_id, "u": subject.id},
-        )
-    assert kept == 1
+        left = await session.scalar(text(kept), {"g": group_id, "o": org_id, "u": subject.id})
+    assert left == 1
 
 
 async def test_a_run_never_suspends_a_subject_stronger_than_its_publisher(realm: RealmHandle) -> None:
