@@ -17,7 +17,7 @@ from engine.directory.models import AuditEvent
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.pagination import Page, keyset_page
 
-KNOWN_CATEGORIES = ("authentication", "authorization", "configuration", "directory", "workflow")
+KNOWN_CATEGORIES = ("authentication", "authorization", "configuration", "directory", "security", "workflow")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from engine.workflows.definitions.validation import (
 from engine.workflows.models import Workflow, WorkflowRevision
 
 CATEGORY = "workflow"
+SECURITY_ALERT, SECURITY_CATEGORY = "security.alert", "security"  # seed 000: disabling raises security.alert
 MAX_NAMED_REFERENCES = 500
 
 
@@ -712,6 +713,18 @@ async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, ena
         subject_id=workflow.id,
         details={"state": workflow.state},
     )
+    if not enabled:
+        # Seed 000: disabling a workflow raises a security alert. Runs in flight pause and
+        # triggers stop firing, which an attacker could use to hold back offboarding.
+        await record_audit(
+            session,
+            actor,
+            SECURITY_ALERT,
+            category=SECURITY_CATEGORY,
+            subject_type="workflow",
+            subject_id=workflow.id,
+            details={"reason": "workflow_disabled", "workflow_id": workflow.id, "name": workflow.name},
+        )
     return workflow
 
 

@@ -307,6 +307,34 @@ class TestWorkflowRevisionsRollbackAndDisable:
         assert (await client.get(base, headers=realm.headers)).status_code == 404
         assert {"workflow.disabled", "workflow.enabled", "workflow.deleted"} <= set(await audit_types(realm, wid))
 
+    async def test_disabling_a_workflow_raises_a_security_alert(self, client: Client, realm: RealmHandle) -> None:
+        wid = (
+            await client.post(
+                realm.api + "/workflows",
+                json={"name": "Offboarding", "definition": definition()},
+                headers=realm.headers,
+            )
+        ).json()["id"]
+        base = f"{realm.api}/workflows/{wid}"
+        assert (await client.post(f"{base}/disable", headers=realm.headers)).status_code == 200
+        assert (await client.post(f"{base}/enable", headers=realm.headers)).status_code == 200
+        async with realm.sessions() as session:
+            alerts = (
+                await session.execute(
+                    text(
+                        "SELECT category, actor_id, details FROM audit_events"
+                        " WHERE type = 'security.alert' AND subject_id = :w"
+                    ),
+                    {"w": wid},
+                )
+            ).all()
+        # One alert: for the disabling, by the administrator who disabled it; enabling raises none.
+        assert [tuple(a) for a in alerts] == [
+            ("security", realm.admin.id, {"reason": "workflow_disabled", "workflow_id": wid, "name": "Offboarding"})
+        ]
+        listed = await client.get(realm.api + "/audit-events", params={"category": "security"}, headers=realm.headers)
+        assert listed.status_code == 200 and [e["type"] for e in listed.json()["items"]] == ["security.alert"]
+
     async def test_plugin_workflows_are_changed_only_through_their_plugin(
         self, client: Client, realm: RealmHandle
     ) -> None:
