@@ -23,7 +23,9 @@ from sqlalchemy import Select, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
+from engine.directory.authz import load_authority
 from engine.directory.models import Group, Organization, Realm, Role, User
+from engine.directory.roles import grant_scope
 from engine.platform.config import get_settings
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
@@ -370,12 +372,26 @@ def _refuse_if_closed(approval: WorkflowApproval, run: WorkflowRun | None, now: 
 async def decide(
     session: AsyncSession, actor: Actor, approval_id: str, *, approve: bool, comment: str | None, now: datetime
 ) -> WorkflowApproval:
-    """Approve or reject (the first decision wins; 409 afterwards) and make the run due."""
+    """Approve or reject (the first decision wins; 409 afterwards) and make the run due.
+
+    The whole decision is one savepoint: when anything after the recorded decision refuses (the
+    requested role assignment's checks made again), the decision, its audit event and every
+    other write are undone, whether the caller then rolls back (the API) or goes on to show the
+    refusal in the same transaction (the pages).
+    """
     assert actor.id is not None
     if comment is not None and len(comment) > 1000:
         raise ValidationFailed(
             "The decision is not valid.", issues=[Issue("/comment", "too_long", "must be at most 1000 characters")]
         )
+    async with session.begin_nested():
+        return await _decide(session, actor, approval_id, approve=approve, comment=comment, now=now)
+
+
+async def _decide(
+    session: AsyncSession, actor: Actor, approval_id: str, *, approve: bool, comment: str | None, now: datetime
+) -> WorkflowApproval:
+    assert actor.id is not None
     approval, run = await _lock_for_decision(session, actor.realm_id, approval_id, actor.id)
     if actor.id not in approval.approvers:
         raise Conflict(f"This approval is {approval.status} and no longer yours to decide.", code="conflict")
@@ -527,22 +543,58 @@ async def expire_role_requests(session: AsyncSession, now: datetime) -> int:
 async def delegate(
     session: AsyncSession, actor: Actor, approval_id: str, *, user_id: str, now: datetime, mail_configured: bool
 ) -> WorkflowApproval:
-    """Hand the decision to another eligible user of the realm (never the subject); audited."""
+    """Hand the decision to someone who could decide it themselves; audited.
+
+    The delegate is an eligible approver (an active user of the realm, not a guest, never the
+    subject), never whoever asked for it: the requester and granter of a role assignment, or the
+    starter and accountable publisher of a run. For a role assignment the delegate must also be
+    able to assign the role in its scope, as its approver must. Made in a savepoint, like a
+    decision: a refusal leaves nothing behind.
+    """
+    assert actor.id is not None
+    async with session.begin_nested():
+        return await _delegate(session, actor, approval_id, user_id=user_id, now=now, mail_configured=mail_configured)
+
+
+async def _delegation_problem(
+    session: AsyncSession, approval: WorkflowApproval, run: WorkflowRun | None, actor_id: str, user_id: str
+) -> str | None:
+    """Why ``user_id`` may not take the decision over from ``actor_id`` (None when they may)."""
+    request = dict(approval.request or {})
+    askers = {str(request.get("requested_by") or "")} if approval.request is not None else set()
+    if run is not None:
+        askers |= {run.publisher_id, run.starter_id or ""}
+    if user_id == approval.subject_id:
+        return "the subject never decides about it"
+    if user_id == actor_id:
+        return "choose someone other than yourself"
+    if user_id in approval.approvers:
+        return "this user already decides on it"
+    if user_id in askers:
+        if approval.request is not None:
+            return "whoever asked for the assignment (its granter) never approves it"
+        return "the run's starter and its accountable publisher never decide about it"
+    if not await eligible_approvers(session, approval.realm_id, [user_id], approval.subject_id):
+        return "must be an active user of this realm who is not a guest"
+    if approval.request is not None:
+        role = await session.get(Role, str(request.get("role_id") or ""))
+        if role is None or role.realm_id != approval.realm_id:
+            return "the requested role no longer exists"
+        delegate_authority = await load_authority(session, approval.realm_id, "user", user_id)
+        if not delegate_authority.can_assign(role.permissions, grant_scope(role, request.get("organization_id"))):
+            return f"must be able to assign the role {role.name} themselves"
+    return None
+
+
+async def _delegate(
+    session: AsyncSession, actor: Actor, approval_id: str, *, user_id: str, now: datetime, mail_configured: bool
+) -> WorkflowApproval:
     assert actor.id is not None
     approval, run = await _lock_for_decision(session, actor.realm_id, approval_id, actor.id)
     if actor.id not in approval.approvers:
         raise Conflict(f"This approval is {approval.status} and no longer yours to hand on.", code="conflict")
     _refuse_if_closed(approval, run, now)
-    eligible = await eligible_approvers(session, approval.realm_id, [user_id], approval.subject_id)
-    problem = None
-    if user_id == approval.subject_id:
-        problem = "the subject of the run never decides about it"
-    elif user_id == actor.id:
-        problem = "choose someone other than yourself"
-    elif user_id in approval.approvers:
-        problem = "this user already decides on it"
-    elif not eligible:
-        problem = "must be an active user of this realm who is not a guest"
+    problem = await _delegation_problem(session, approval, run, actor.id, user_id)
     if problem:
         raise ValidationFailed("The delegation is not valid.", issues=[Issue("/user_id", "invalid", problem)])
     approval.approvers = [user_id if a == actor.id else a for a in approval.approvers]
