@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from engine.directory import identity
+from engine.directory import admins, identity
 from engine.directory.audit import Actor
 from engine.directory.models import Realm, ServicePrincipal
 from engine.platform.config import Settings
@@ -140,6 +140,21 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_grant_realm_admin(settings: Settings, args: argparse.Namespace) -> int:
+    """Recover a realm nobody can administer: give realm-admin to one of its active users."""
+
+    async def work(session: Any) -> str:
+        realm = await _realm(session, args.realm)
+        user = await identity.user_by_email(session, realm.id, args.email)
+        if user is None:
+            raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
+        assignment = await admins.grant_realm_admin(session, realm, user, via="cockpit admin grant-realm-admin")
+        return f"{user.email} ({user.id}) now holds realm-admin in realm {realm.slug} (assignment {assignment.id})"
+
+    print(asyncio.run(_with_db(settings, work)))
+    return 0
+
+
 def add_admin_commands(sub: Any) -> None:
     admin = sub.add_parser("admin", help="operator commands: realms, sign-in links, API tokens")
     admin_sub = admin.add_subparsers(dest="admin_command", required=True, metavar="ADMIN_COMMAND")
@@ -154,6 +169,14 @@ def add_admin_commands(sub: Any) -> None:
     link.add_argument("--realm", required=True)
     link.add_argument("--email", required=True)
     link.set_defaults(func=cmd_sign_in_link)
+
+    grant = admin_sub.add_parser(
+        "grant-realm-admin",
+        help="give realm-admin to an active user of the realm (recovers a realm without an administrator; audited)",
+    )
+    grant.add_argument("--realm", required=True)
+    grant.add_argument("--email", required=True)
+    grant.set_defaults(func=cmd_grant_realm_admin)
 
     token = admin_sub.add_parser("token", help="print a new API bearer token (only the token, on stdout)")
     token.add_argument("--realm", required=True)

@@ -17,11 +17,13 @@ from sqlalchemy import (
     Index,
     String,
     UniqueConstraint,
+    event,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Field, SQLModel
 
+from engine.platform.names import fold
 from engine.platform.tables import epoch_column, jsonb_column, tz_column, utcnow
 
 # --- Directory (SPEC §2) -------------------------------------------------------------------------
@@ -128,18 +130,31 @@ class Role(SQLModel, table=True):
     __tablename__ = "roles"
     __table_args__ = (
         UniqueConstraint("realm_id", "name"),
+        # Names people cannot tell apart (``REALM-ADMİN``, ``realm-admin``) are one name, even when
+        # two creations race: ``name_key`` is the folded name, set from ``name`` on every write.
+        UniqueConstraint("realm_id", "name_key"),
         CheckConstraint("boundary IN ('realm', 'organization')", name="boundary"),
     )
 
     id: str = Field(primary_key=True, max_length=40)
     realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
     name: str = Field(max_length=100)
+    name_key: str = Field(
+        default="", max_length=400
+    )  # fold(name): engine/platform/names.py, kept by _fill_role_name_key
     description: str = Field(default="", max_length=500)
     permissions: list[str] = Field(sa_column=Column(ARRAY(String(100)), nullable=False))
     boundary: str = Field(default="realm", max_length=20)
     requires_approval: bool = Field(default=False)
     builtin: bool = Field(default=False)
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+
+
+@event.listens_for(Role, "before_insert")
+@event.listens_for(Role, "before_update")
+def _fill_role_name_key(_mapper: Any, _connection: Any, role: Role) -> None:
+    """Every write of a role through the ORM keeps its folded name beside its name."""
+    role.name_key = fold(role.name)
 
 
 class RoleAssignment(SQLModel, table=True):

@@ -17,6 +17,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, require_authority_over
 from engine.directory.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
@@ -208,15 +209,17 @@ async def remove_member(
         for group in joined.scalars().all():
             await check_group_grant(session, authority, group, "revoke")
     await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their memberships")
-    left = await session.execute(
-        delete(GroupMember)
-        .where(
-            GroupMember.user_id == user_id,
-            col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org.id)),
+    async with keeping_an_admin(session, actor.realm_id, check=await is_admin(session, actor.realm_id, user_id)):
+        left = await session.execute(
+            delete(GroupMember)
+            .where(
+                GroupMember.user_id == user_id,
+                col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org.id)),
+            )
+            .returning(GroupMember.group_id)
         )
-        .returning(GroupMember.group_id)
-    )
-    for group_id in left.scalars().all():
+        left_groups = list(left.scalars().all())
+    for group_id in left_groups:
         await record_audit(
             session,
             actor,
@@ -425,6 +428,16 @@ async def create_group(
     return group, role_list
 
 
+async def _lock_group_tree(session: AsyncSession, realm_id: str, org_id: str) -> None:
+    """Hold the organization's group tree until this transaction ends (``FOR NO KEY UPDATE``: new
+    memberships and groups, which only take a key share of the row, are not held up)."""
+    await session.execute(
+        select(Organization.id)
+        .where(Organization.id == org_id, Organization.realm_id == realm_id)
+        .with_for_update(key_share=True)  # renders FOR NO KEY UPDATE
+    )
+
+
 async def update_group(
     session: AsyncSession,
     actor: Actor,
@@ -439,7 +452,13 @@ async def update_group(
     """Rename, move (no cycles) or change the roles a group grants.
 
     A new role, or a new parent whose roles the members would inherit, passes the ceiling.
+
+    Moves under a parent are serialized per organization (groups only have parents in their own
+    organization): the organization's row is locked before the cycle check, so two moves made at
+    once (A under B, B under A) are checked one after the other and the second sees the first.
     """
+    if not isinstance(parent_id, Unchanged) and parent_id:
+        await _lock_group_tree(session, actor.realm_id, org_id)
     group = await get_group(session, actor.realm_id, org_id, group_id)
     issues = text_issues("/name", name, maximum=NAME_MAX, name=True)
     parent: Group | None = None
@@ -455,6 +474,7 @@ async def update_group(
     if new_name and await _group_name_taken(session, group.organization_id, new_name, other_than=group.id):
         raise Conflict("A group with this name already exists in the organization.")
     roles_change = roles is not None and sorted(r.id for r in roles) != sorted(current_roles)
+    taken: list[str] = []  # roles the group's members stop holding through it
     if roles is not None and roles_change:
         kept = {r.id for r in roles}
         for role in roles:
@@ -462,6 +482,7 @@ async def update_group(
                 require_ceiling(authority, role, group.organization_id, "grant")
         for role in await _roles_by_id(session, [r for r in current_roles if r not in kept]):
             require_ceiling(authority, role, group.organization_id, "revoke")
+            taken.append(role.id)
     new_parent_id = parent.id if parent else None
     moves = not isinstance(parent_id, Unchanged) and new_parent_id != group.parent_id
     if moves:
@@ -472,18 +493,22 @@ async def update_group(
         if group.parent_id is not None:
             for role in await _roles_of(session, await lineage(session, group.parent_id)):
                 require_ceiling(authority, role, group.organization_id, "revoke")
+                taken.append(role.id)
     changed: dict[str, Any] = {}
-    if roles is not None and roles_change:
-        await _set_roles(session, group, roles)
-        changed["role_ids"] = [r.id for r in roles]
-    if moves:
-        group.parent_id = new_parent_id
-        changed["parent_id"] = new_parent_id
-    if new_name:
-        group.name = new_name
-        changed["name"] = new_name
-    if changed:
+    # Fewer roles, or another parent, can take realm-admin away from the group's members.
+    check = await holds_admin_role(session, taken)
+    async with keeping_an_admin(session, actor.realm_id, check=check, reload=[group]):
+        if roles is not None and roles_change:
+            await _set_roles(session, group, roles)
+            changed["role_ids"] = [r.id for r in roles]
+        if moves:
+            group.parent_id = new_parent_id
+            changed["parent_id"] = new_parent_id
+        if new_name:
+            group.name = new_name
+            changed["name"] = new_name
         await session.flush()
+    if changed:
         await record_audit(
             session,
             actor,
@@ -565,8 +590,9 @@ async def remove_group_member(
         raise NotFound("The user is not in this group.")
     await check_group_grant(session, authority, group, "revoke")
     await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their groups")
-    await session.delete(member)
-    await session.flush()
+    async with keeping_an_admin(session, actor.realm_id, check=await is_admin(session, actor.realm_id, user_id)):
+        await session.delete(member)
+        await session.flush()
     await record_audit(
         session,
         actor,

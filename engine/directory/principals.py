@@ -13,6 +13,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, require_authority_over
 from engine.directory.identity import create_user, issue_sign_in_link, now
@@ -141,9 +142,11 @@ async def set_user_status(
         raise Conflict(f"The user is already {status}.")
     if status == "suspended" and actor.id == user.id:
         raise Conflict("You cannot suspend yourself.")
-    user.status = status
-    user.updated_at = now()
-    await session.flush()
+    taken = status != "active" and await is_admin(session, actor.realm_id, user.id)
+    async with keeping_an_admin(session, actor.realm_id, check=taken, reload=[user]):
+        user.status = status
+        user.updated_at = now()
+        await session.flush()
     event = "user.suspended" if status == "suspended" else "user.reactivated"
     await emit_event(session, actor, event, subject_id=user.id, payload={"user_id": user.id})
     await record_audit(session, actor, event, subject_type="user", subject_id=user.id)

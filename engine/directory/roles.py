@@ -14,11 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory.admins import holds_admin_role, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import (
+    BUILTIN_ROLES,
     PERMISSIONS,
     Authority,
     authority_gaps,
@@ -135,13 +138,36 @@ def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb
         )
 
 
-async def _name_taken(session: AsyncSession, realm_id: str, name: str, *, other_than: str | None = None) -> bool:
-    """Is another role of the realm called the same, once normalized and case-folded?"""
-    query = select(Role.id, Role.name).where(Role.realm_id == realm_id)
+RESERVED_ROLE_NAMES = frozenset(fold(name) for name in BUILTIN_ROLES)
+NAME_TAKEN = "A role with this name already exists in the realm."
+
+
+async def _refuse_taken_name(session: AsyncSession, realm_id: str, name: str, *, other_than: str | None = None) -> None:
+    """409 when the name is a built-in role's, or another role's once normalized and case-folded.
+
+    This answers early with a clear message; the unique ``(realm_id, name_key)`` constraint is
+    what holds when two changes race (:func:`_write_role`).
+    """
+    key = fold(name)
+    if key in RESERVED_ROLE_NAMES:
+        raise Conflict("This name belongs to a built-in role.", code="reserved_name")
+    query = select(Role.id).where(Role.realm_id == realm_id, Role.name_key == key)
     if other_than:
         query = query.where(Role.id != other_than)
-    wanted = fold(name)
-    return any(fold(existing) == wanted for _id, existing in await session.execute(query))
+    if await session.scalar(query.limit(1)) is not None:
+        raise Conflict(NAME_TAKEN)
+
+
+async def _write_role(session: AsyncSession, role: Role) -> None:
+    """Flush a new or renamed role; a name taken meanwhile by a concurrent change is a 409."""
+    try:
+        async with session.begin_nested():
+            session.add(role)
+            await session.flush()
+    except IntegrityError as exc:
+        if "name_key" not in str(exc.orig) and "uq_roles_realm_id_name" not in str(exc.orig):
+            raise
+        raise Conflict(NAME_TAKEN) from exc
 
 
 async def get_role(session: AsyncSession, realm_id: str, role_id: str) -> Role:
@@ -198,8 +224,7 @@ async def create_role(
     raise_issues(issues)
     _require_role_ceiling(authority, unique, "create")
     name = normalize(name)
-    if await _name_taken(session, actor.realm_id, name):
-        raise Conflict("A role with this name already exists in the realm.")
+    await _refuse_taken_name(session, actor.realm_id, name)
     role = Role(
         id=new_id("rol"),
         realm_id=actor.realm_id,
@@ -209,8 +234,7 @@ async def create_role(
         boundary=boundary,
         requires_approval=requires_approval,
     )
-    session.add(role)
-    await session.flush()
+    await _write_role(session, role)
     await record_audit(
         session,
         actor,
@@ -249,8 +273,7 @@ async def update_role(
     _require_role_ceiling(authority, list(role.permissions) + (unique or []), "change")
     changed: list[str] = []
     if name is not None and normalize(name) != role.name:
-        if await _name_taken(session, actor.realm_id, normalize(name), other_than=role.id):
-            raise Conflict("A role with this name already exists in the realm.")
+        await _refuse_taken_name(session, actor.realm_id, normalize(name), other_than=role.id)
         role.name = normalize(name)
         changed.append("name")
     if description is not None and description.strip() != role.description:
@@ -263,7 +286,7 @@ async def update_role(
         role.requires_approval = requires_approval
         changed.append("requires_approval")
     if changed:
-        await session.flush()
+        await _write_role(session, role)
         await record_audit(
             session,
             actor,
@@ -534,8 +557,10 @@ async def revoke_assignment(
     await require_authority_over(
         session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
     )
-    await session.delete(assignment)
-    await session.flush()
+    admin_grant = assignment.user_id is not None and await holds_admin_role(session, [role.id])
+    async with keeping_an_admin(session, actor.realm_id, check=admin_grant):
+        await session.delete(assignment)
+        await session.flush()
     await record_audit(
         session,
         actor,

@@ -28,8 +28,24 @@ def normalize(value: str) -> str:
 
 
 def fold(value: str) -> str:
-    """The key two names must not share: NFKC, case-folded, NFKC again."""
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()).strip()
+    """The key two names must not share: NFKC, case-folded, NFKC again, and without the accents
+    and dots on Latin, Greek and Cyrillic letters.
+
+    Case folding alone leaves ``REALM-ADMİN`` apart from ``realm-admin``: ``İ`` folds to ``i``
+    followed by a combining dot above. A mark on a letter of those scripts does not make a name
+    another one; marks of other scripts (where they are letters' vowels) are kept.
+    """
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
+    kept: list[str] = []
+    on_alphabet = False
+    for char in unicodedata.normalize("NFD", folded):
+        if unicodedata.combining(char):
+            if on_alphabet:
+                continue
+        else:
+            on_alphabet = unicodedata.name(char, "").startswith(_SCRIPTS)
+        kept.append(char)
+    return unicodedata.normalize("NFC", "".join(kept)).strip()
 
 
 JOINERS = "\u200c\u200d"  # needed by some scripts and by emoji sequences in people's names

@@ -115,3 +115,6 @@ class WorkflowNotice(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     sent_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
     last_error: str | None = Field(default=None, max_length=2000)
+    # A one-time link the mail carries, encrypted with the operator key; the body keeps only
+    # LINK_PLACEHOLDER. Cleared once the notice is sent or given up.
+    link_enc: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

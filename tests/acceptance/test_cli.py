@@ -130,7 +130,48 @@ def test_migrate_is_idempotent_and_db_url_works_with_psql(database_url: str, tmp
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (head_revision(),)
 
 
-@pytest.mark.parametrize("command", [[], ["up"], ["serve"], ["worker"], ["migrate"], ["db-url"]])
+def test_grant_realm_admin_recovers_a_realm_nobody_administers(database_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    env = cockpit_env(database_url, tmp_path / "home")
+    slug = "locked" + str(free_port())
+    created = run_cli(["admin", "create-realm", slug, "--admin-email", f"boss@{slug}.example"], env)
+    assert created.returncode == 0, created.stderr
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # Locked out the way no API or page allows (a restored database, an expired assignment).
+        conn.execute("DELETE FROM role_assignments WHERE realm_id = (SELECT id FROM realms WHERE slug = %s)", (slug,))
+    grant = ["admin", "grant-realm-admin", "--realm", slug, "--email"]
+    unknown = run_cli([*grant, f"nobody@{slug}.example"], env)
+    assert unknown.returncode == 1 and unknown.stderr.strip().splitlines() == [
+        f"cockpit: no user 'nobody@{slug}.example' in realm '{slug}'"
+    ]
+    granted = run_cli([*grant, f"boss@{slug}.example"], env)
+    assert granted.returncode == 0, granted.stderr
+    assert f"boss@{slug}.example" in granted.stdout and "now holds realm-admin" in granted.stdout
+    again = run_cli([*grant, f"boss@{slug}.example"], env)
+    assert again.returncode == 1 and "already holds realm-admin" in again.stderr
+    with psycopg.connect(database_url) as conn:
+        held = conn.execute(
+            "SELECT ra.granted_by FROM role_assignments ra JOIN roles r ON r.id = ra.role_id"
+            " JOIN realms m ON m.id = ra.realm_id WHERE m.slug = %s AND r.name = 'realm-admin'",
+            (slug,),
+        ).fetchall()
+        assert held == [(None,)]
+        audited = conn.execute(
+            "SELECT a.type, a.actor_type, a.category, a.details->>'via' FROM audit_events a"
+            " JOIN realms m ON m.id = a.realm_id WHERE m.slug = %s AND a.type IN ('role.assigned', 'security.alert')"
+            " AND a.details->>'via' IS NOT NULL"
+            " ORDER BY a.id",
+            (slug,),
+        ).fetchall()
+    via = "cockpit admin grant-realm-admin"
+    assert audited == [("role.assigned", "system", "authorization", via), ("security.alert", "system", "security", via)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["up"], ["serve"], ["worker"], ["migrate"], ["db-url"], ["admin", "grant-realm-admin"]],
+)
 def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
     result = run_cli([*command, "--help"], cockpit_env("postgresql://unused/unused", tmp_path))
     assert result.returncode == 0
