@@ -5,6 +5,9 @@ outbox events a request causes; loop protection reads those. It is therefore alw
 (``req_<hex>``), never taken from the caller: a caller's ``X-Request-ID`` could otherwise pose as
 a run id (``wrn_…``) and steer loop protection. A sane caller's id is kept for the logs only, as
 ``client_request_id``.
+
+One-time tokens that travel in a path (an approval request's decision link) are replaced by
+``[redacted]`` in every logged path (:func:`loggable_path`): a log is no place for a key.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from engine.platform.logs import client_request_id_var, request_id_var
 
 log = logging.getLogger("cockpit.access")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{8,100}$")
+# Path segments that are one-time secrets: what follows /approval-links/.
+_PATH_TOKENS = re.compile(r"(/approval-links/)[^/]+")
+REDACTED = "[redacted]"
+
+
+def loggable_path(path: str | None) -> str | None:
+    """The path as logs may show it: one-time tokens in it redacted."""
+    return _PATH_TOKENS.sub(r"\g<1>" + REDACTED, path) if path else path
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
@@ -57,7 +68,7 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
             extra = {
                 "request_id": request_id,
                 "method": scope.get("method"),
-                "path": scope.get("path"),
+                "path": loggable_path(scope.get("path")),
                 "status": status,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             }

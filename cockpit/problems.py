@@ -25,6 +25,7 @@ from litestar.exceptions import (
 from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from cockpit.middleware import loggable_path
 from engine.platform.errors import EngineError, TooManyRequests
 
 log = logging.getLogger("cockpit.errors")
@@ -236,7 +237,7 @@ def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirec
 def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     problem, headers = to_problem(exc, request)
     if problem.status >= 500:
-        log.error("unhandled error", exc_info=exc, extra={"path": request.url.path})
+        log.error("unhandled error", exc_info=exc, extra={"path": loggable_path(request.url.path)})
     if wants_html(request):
         redirect = _page_redirect(request, problem)
         if redirect is not None:

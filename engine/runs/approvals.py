@@ -32,7 +32,7 @@ from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import ApprovalLink, WorkflowApproval
 from engine.runs.models import WorkflowRun
-from engine.runs.notices import record_notice
+from engine.runs.notices import LINK_PLACEHOLDER, record_notice
 from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow
 
@@ -127,7 +127,10 @@ async def notify_approvers(
     now: datetime,
     mail_configured: bool,
 ) -> None:
-    """An ``approval_requested`` notice to each approver, with a one-time link to the decision page."""
+    """An ``approval_requested`` notice to each approver; a mailed one carries a one-time link to
+    the decision page. The link exists only in the mail: the notice row keeps a placeholder and
+    the link encrypted until it is sent, ``approval_links`` only its hash. Without a mail server
+    nobody would receive a link, so none is made."""
     workflow_name = "Role assignment approval"
     if approval.workflow_id:
         workflow_name = await session.scalar(select(Workflow.name).where(Workflow.id == approval.workflow_id)) or ""
@@ -135,8 +138,10 @@ async def notify_approvers(
     slug = await session.scalar(select(Realm.slug).where(Realm.id == approval.realm_id))
     public_url = get_settings().public_url
     for user in users:
-        token = await create_link(session, approval, user.id)
-        path = f"/realms/{slug}/approval-links/{token}"
+        link = None
+        if mail_configured:
+            token = await create_link(session, approval, user.id)
+            link = f"{public_url or ''}/realms/{slug}/approval-links/{token}"
         await record_notice(
             session,
             realm_id=approval.realm_id,
@@ -150,11 +155,14 @@ async def notify_approvers(
             now=now,
             mail_configured=mail_configured,
             extra_text=(
-                f"Decide after signing in, with this one-time link: {public_url}{path}"
+                "Decide after signing in on the cockpit's approvals page."
+                if link is None
+                else f"Decide after signing in, with this one-time link: {LINK_PLACEHOLDER}"
                 if public_url
                 else "Decide after signing in: open the cockpit's approvals page, or use this one-time link"
-                f" (a path on the cockpit's address): {path}"
+                f" (a path on the cockpit's address): {LINK_PLACEHOLDER}"
             ),
+            link=link,
         )
 
 

@@ -8,6 +8,11 @@ send only delays the notice), sends through SMTP, and records the outcome. Deliv
 at least once and never lost. Without a mail server (``COCKPIT_SMTP_URL`` and
 ``COCKPIT_MAIL_FROM``) a notice is recorded ``not_configured`` and shown in the cockpit.
 Notices are mandatory: no preference or suppression list mutes them.
+
+A one-time link (an approval request's decision link) is never kept in clear: the stored body
+says where the link goes (``LINK_PLACEHOLDER``, what the Notices page shows), the link itself is
+kept encrypted with the operator key (``link_enc``) only until the mail carrying it is sent, and
+the sender puts it into the message it builds.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from sqlalchemy import Select, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.notice_templates import render_notice
-from engine.platform.config import MailSettings
+from engine.platform import crypto
+from engine.platform.config import MailSettings, get_settings
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -39,6 +45,8 @@ SEND_BACKOFF_MS = 30_000
 CLAIM_HOLD = timedelta(minutes=2)  # a claimed notice is tried again after this if its sender died
 SEND_TIMEOUT_S = 20.0
 NOT_CONFIGURED_TEXT = "not sent: no mail server configured"
+LINK_PLACEHOLDER = "[one-time link: sent by mail only, never stored]"
+LINK_PURPOSE = "notice-link"
 
 
 async def record_notice(
@@ -55,8 +63,14 @@ async def record_notice(
     now: datetime,
     mail_configured: bool,
     extra_text: str | None = None,
+    link: str | None = None,
 ) -> WorkflowNotice:
-    """Record one notice, rendered now in the realm's wording; sent after this transaction commits."""
+    """Record one notice, rendered now in the realm's wording; sent after this transaction commits.
+
+    ``link`` is a one-time link for the mail: ``extra_text`` names it with ``LINK_PLACEHOLDER``,
+    and it is stored only encrypted, only when the notice will be mailed.
+    """
+    assert link is None or (extra_text is not None and LINK_PLACEHOLDER in extra_text)
     rendered = await render_notice(session, realm_id, workflow_name, notice, now)
     body = rendered.body + (f"\n\n{html.escape(extra_text)}" if extra_text else "")
     row = WorkflowNotice(
@@ -74,6 +88,7 @@ async def record_notice(
         next_attempt_at=now if mail_configured else None,
         last_error=None if mail_configured else NOT_CONFIGURED_TEXT,
         created_at=now,
+        link_enc=crypto.encrypt(get_settings().secret_key, LINK_PURPOSE, link) if link and mail_configured else None,
     )
     session.add(row)
     return row
@@ -135,9 +150,17 @@ _CLAIM = text(
                      ORDER BY next_attempt_at
                      LIMIT :limit
                      FOR UPDATE SKIP LOCKED)
-    RETURNING n.id, n.to_address, n.subject, n.body, n.attempts
+    RETURNING n.id, n.to_address, n.subject, n.body, n.attempts, n.link_enc
     """
 )
+
+
+def with_link(body: str, link_enc: str | None, operator_key: str) -> str:
+    """The body as mailed: the placeholder replaced by the one-time link it stands for."""
+    if link_enc is None:
+        return body
+    link = crypto.decrypt(operator_key, LINK_PURPOSE, link_enc)
+    return body.replace(html.escape(LINK_PLACEHOLDER), html.escape(link))
 
 
 def build_message(mail: MailSettings, notice_id: str, to_address: str, subject: str, body: str) -> EmailMessage:
@@ -184,7 +207,8 @@ async def deliver_due_notices(
     async with sessions() as session, session.begin():
         claimed = (await session.execute(_CLAIM, {"now": now, "hold": now + CLAIM_HOLD, "limit": limit})).all()
     sent = 0
-    for notice_id, to_address, subject, body, attempts in claimed:
+    operator_key = get_settings().secret_key if any(row[5] for row in claimed) else ""
+    for notice_id, to_address, subject, body, attempts, link_enc in claimed:
         state, error, next_at = SENT, None, None
         if mail is None:
             state, error = NOT_CONFIGURED, NOT_CONFIGURED_TEXT
@@ -192,7 +216,8 @@ async def deliver_due_notices(
             state, error = FAILED, "no_recipients: the user has no email address"
         else:
             try:
-                await send_mail(mail, build_message(mail, notice_id, to_address, subject, body))
+                mailed = with_link(body, link_enc, operator_key)
+                await send_mail(mail, build_message(mail, notice_id, to_address, subject, mailed))
             except Exception as exc:  # network, refusal, timeout: tried again with backoff
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 log.warning("sending a notice failed", extra={"notice_id": notice_id, "attempt": attempts})
@@ -207,10 +232,11 @@ async def deliver_due_notices(
             await session.execute(
                 text(
                     "UPDATE workflow_notices SET state = :state, last_error = :error, next_attempt_at = :next_at,"
-                    " sent_at = :sent_at WHERE id = :id"
+                    " sent_at = :sent_at, link_enc = CASE WHEN :queued THEN link_enc END WHERE id = :id"
                 ),
                 {
                     "state": state,
+                    "queued": state == QUEUED,  # the link is kept only while the mail may still go
                     "error": error,
                     "next_at": next_at,
                     "sent_at": clock.now() if state == SENT else None,

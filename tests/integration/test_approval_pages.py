@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from engine.runs.notices import deliver_due_notices
 from engine.runs.retry import FixedClock
 from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, rows, start
+from tests.mail import Mailbox
 
 Client = AsyncTestClient[Litestar]
 
@@ -99,18 +101,21 @@ async def test_an_approver_sees_names_and_decides_on_the_page(realm: RealmHandle
     assert re.search(r'id="kpi-pending-approvals".*?data-testid="kpi-value">0<', home.text, re.S)
 
 
-async def test_the_one_time_link_opens_the_decision_page_once(realm: RealmHandle, client: Client) -> None:
+async def test_the_one_time_link_opens_the_decision_page_once(
+    realm: RealmHandle, client: Client, smtp_server: Mailbox
+) -> None:
     subject = await realm.user()
     approver = await realm.user()
     wid = await publish(
         realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
     await start(realm, wid, subject)
-    await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
-    [(body, approval_id)] = await rows(
-        realm, "SELECT body, approval_id FROM workflow_notices WHERE user_id = :u", u=approver.id
-    )
-    path = re.search(r"/approval-links/(apl_[A-Za-z0-9_-]+)", body)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
+    await drain(make_runner(realm, clock, mail=True))
+    assert await deliver_due_notices(realm.sessions, smtp_server.settings, clock=clock) == 1
+    [(approval_id,)] = await rows(realm, "SELECT approval_id FROM workflow_notices WHERE user_id = :u", u=approver.id)
+    [mail] = smtp_server.messages
+    path = re.search(r"/approval-links/(apl_[A-Za-z0-9_-]+)", mail.message.get_body(("plain",)).get_content())
     assert path is not None
     url = f"/realms/{realm.slug}/approval-links/{path.group(1)}"
     signed_out = await client.get(url, headers=HTML, follow_redirects=False)

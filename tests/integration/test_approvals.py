@@ -7,13 +7,11 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import Organization, User
-from engine.platform.config import get_settings
 from engine.runs import diagnostics
 from engine.runs import service as runs
 from engine.runs.metrics import database_gauges
@@ -530,22 +528,3 @@ async def test_a_sender_that_dies_after_claiming_leaves_the_notice_for_later(
     clock.advance(minutes=3)
     assert await deliver_due_notices(realm.sessions, smtp_server.settings, clock=clock) == 1
     assert [m.rcpt_tos for m in smtp_server.messages] == [["crash@example.com"]]
-
-
-async def test_with_a_public_url_the_decision_link_in_the_notice_is_whole(
-    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> None:
-    monkeypatch.setenv("COCKPIT_PUBLIC_URL", "https://cockpit.example.com/")
-    get_settings.cache_clear()  # the process's settings are read once; read them again with the address
-    request.addfinalizer(get_settings.cache_clear)
-    subject = await realm.user()
-    approver = await realm.user()
-    wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
-    )
-    await start(realm, wid, subject)
-    await drain(make_runner(realm, clock_now()))
-    [(body,)] = await rows(
-        realm, "SELECT body FROM workflow_notices WHERE user_id = :u AND notice = 'approval_requested'", u=approver.id
-    )
-    assert f"https://cockpit.example.com/realms/{realm.slug}/approval-links/apl_" in body
