@@ -53,8 +53,8 @@ INSERT INTO users (id, realm_id, email, display_name, status, guest, authz_epoch
          (ARRAY['Ada','Grace','Alan','Edsger','Barbara','Ken'])[1 + i % 6] || ' ' || 'Person' || i,
          'active', false, 0
   FROM generate_series(1, :users) AS i;
-INSERT INTO roles (id, realm_id, name, description, permissions, boundary, requires_approval, builtin)
-  SELECT 'rol_' || lpad(:tag || to_char(i, 'FM0000000'), 26, '0'), :r, 'Role ' || i, '',
+INSERT INTO roles (id, realm_id, name, name_key, description, permissions, boundary, requires_approval, builtin)
+  SELECT 'rol_' || lpad(:tag || to_char(i, 'FM0000000'), 26, '0'), :r, 'Role ' || i, 'role ' || i, '',
          ARRAY[]::varchar[], 'realm', false, false
   FROM generate_series(1, :roles) AS i;
 INSERT INTO organizations (id, realm_id, name, state)
