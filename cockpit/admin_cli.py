@@ -45,7 +45,10 @@ def record_web_address(settings: Settings, host: str, port: int) -> None:
 
 
 def public_base_url(settings: Settings) -> str:
-    """Where links point: ``COCKPIT_PORT`` when given, else where this home's server last listened."""
+    """Where links point: ``COCKPIT_PUBLIC_URL`` when set; else ``COCKPIT_HOST``/``COCKPIT_PORT`` when
+    given, else where this home's server last listened."""
+    if settings.public_url:
+        return settings.public_url
     if "COCKPIT_PORT" not in os.environ and "COCKPIT_HOST" not in os.environ:
         try:
             recorded = (settings.home / WEB_ADDRESS_FILE).read_text().strip()
