@@ -111,10 +111,13 @@ def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    if not 1 <= args.days <= identity.TOKEN_MAX_DAYS:
+        raise AdminError(f"--days must be between 1 and {identity.TOKEN_MAX_DAYS}, got {args.days}")
+    expires = timedelta(days=args.days)
+
     async def work(session: Any) -> str:
         realm = await _realm(session, args.realm)
         actor = Actor(type="system", id=None, realm_id=realm.id)
-        expires = timedelta(days=args.days) if args.days else None
         if args.email:
             user = await identity.user_by_email(session, realm.id, args.email)
             if user is None:
@@ -165,5 +168,10 @@ def add_admin_commands(sub: Any) -> None:
     who.add_argument("--service-principal", help="the service principal (id or name) the token acts as")
     token.add_argument("--audience", choices=["admin", "account"], required=True)
     token.add_argument("--name", default="cli", help="a label for the token")
-    token.add_argument("--days", type=int, default=None, help="expire after this many days (default: never)")
+    token.add_argument(
+        "--days",
+        type=int,
+        default=identity.TOKEN_DEFAULT_DAYS,
+        help=f"expire after this many days, 1 to {identity.TOKEN_MAX_DAYS} (default {identity.TOKEN_DEFAULT_DAYS})",
+    )
     token.set_defaults(func=cmd_token)

@@ -49,7 +49,9 @@ THROTTLE_PER_ACCOUNT = 5
 THROTTLE_PER_ADDRESS = 20
 TOTP_ISSUER = "Lifecycle Cockpit"
 SLUG_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
-MAX_TOKEN_LIFETIME = timedelta(days=365)
+TOKEN_DEFAULT_DAYS = 90  # a token's life when none is asked for (API, pages, CLI)
+TOKEN_MAX_DAYS = 365
+MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
 
 
 def now() -> datetime:
@@ -625,15 +627,20 @@ async def mint_token(
     name: str = "",
     expires_in: timedelta | None = None,
 ) -> tuple[str, ApiToken]:
-    """A bearer token ``pat_…``; only its hash is stored. Returns the token once."""
+    """A bearer token ``pat_…``; only its hash is stored. Returns the token once.
+
+    Every token expires: after ``expires_in`` (at most 365 days), else after 90 days.
+    """
     if audience not in {"admin", "account"}:
         raise invalid("/audience", "audience is admin or account")
     if (user is None) == (service_principal is None):
         raise invalid("/", "A token belongs to exactly one user or service principal.")
     if service_principal is not None and audience != "admin":
         raise invalid("/audience", "Service principals hold admin-audience tokens only.")
-    if expires_in is not None and (expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME):
-        raise invalid("/expires_in", "A token lives between one second and 365 days.")
+    if expires_in is None:
+        expires_in = timedelta(days=TOKEN_DEFAULT_DAYS)
+    if expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME:
+        raise invalid("/expires_in", f"A token lives between one second and {TOKEN_MAX_DAYS} days.")
     token = crypto.new_token("pat_", 32)
     row = ApiToken(
         id=new_id("tok"),
@@ -644,7 +651,7 @@ async def mint_token(
         name=name,
         audience=audience,
         created_by=actor.id,
-        expires_at=now() + expires_in if expires_in else None,
+        expires_at=now() + expires_in,
     )
     session.add(row)
     await session.flush()
