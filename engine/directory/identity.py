@@ -14,6 +14,7 @@ from typing import Any
 import pyotp
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import BUILTIN_ROLES
@@ -190,14 +191,33 @@ async def create_user(
 # --- Throttling -----------------------------------------------------------------------------------
 
 
+PASSWORD_FAILURE = "password"  # noqa: S105  (a kind of failure, not a password)
+SECOND_FACTOR_FAILURE = "second_factor"
+
+# One transaction at a time counts and records the failures of an account, and of a client
+# address: the check, the attempt and its record are one step for everyone else, so a burst of
+# concurrent attempts lets exactly the allowed number through. Always the account first, then the
+# address (every transaction takes both in that order, so two never wait on each other).
+_THROTTLE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+async def _lock_throttle(session: AsyncSession, realm_id: str, email: str, client_address: str) -> None:
+    await session.execute(_THROTTLE_LOCK, {"key": f"sign-in-throttle:account:{realm_id}:{email.lower()}"})
+    await session.execute(_THROTTLE_LOCK, {"key": f"sign-in-throttle:address:{client_address}"})
+
+
 async def check_throttle(
     session: AsyncSession, realm_id: str, email: str, client_address: str, *, unstored_address_failures: int = 0
 ) -> None:
     """Refuse (429) once the account or the client address failed too often in the window.
 
+    Wrong passwords and wrong second-factor codes count alike, per account and per address. The
+    check holds the account's and the address's throttle until the transaction ends (see
+    :data:`_THROTTLE_LOCK`): the caller records the outcome in the same transaction.
     ``unstored_address_failures``: failures of this address that have no row (attempts at realms
     that do not exist, see :class:`UnknownRealmFailures`), counted with the stored ones.
     """
+    await _lock_throttle(session, realm_id, email, client_address)
     since = now() - THROTTLE_WINDOW
     per_account = await session.scalar(
         select(func.count())
@@ -221,14 +241,21 @@ async def check_throttle(
         )
 
 
-async def record_failure(session: AsyncSession, realm_id: str, email: str, client_address: str) -> None:
-    session.add(SignInFailure(realm_id=realm_id, email=email.lower(), client_address=client_address))
+async def record_failure(
+    session: AsyncSession, realm_id: str, email: str, client_address: str, *, kind: str = PASSWORD_FAILURE
+) -> None:
+    session.add(SignInFailure(realm_id=realm_id, email=email.lower(), client_address=client_address, kind=kind))
     await session.flush()
 
 
-async def clear_failures(session: AsyncSession, realm_id: str, email: str) -> None:
+async def clear_failures(session: AsyncSession, realm_id: str, email: str, *, kinds: tuple[str, ...]) -> None:
+    """Forgive the account's failures of these kinds (after a step that proved who is signing in)."""
     await session.execute(
-        delete(SignInFailure).where(SignInFailure.realm_id == realm_id, SignInFailure.email == email.lower())
+        delete(SignInFailure).where(
+            SignInFailure.realm_id == realm_id,
+            SignInFailure.email == email.lower(),
+            col(SignInFailure.kind).in_(kinds),
+        )
     )
 
 
@@ -252,7 +279,9 @@ async def authenticate_password(
     if not user or not ok or user.status != "active":
         await record_failure(session, realm.id, email, client_address)
         raise Unauthorized("The email or password is not right.")
-    await clear_failures(session, realm.id, email)
+    # The right password forgives wrong passwords, never wrong codes: "right password, four wrong
+    # codes" would otherwise start again from nothing each time.
+    await clear_failures(session, realm.id, email, kinds=(PASSWORD_FAILURE,))
     return user
 
 
@@ -388,11 +417,13 @@ async def verify_second_factor(
     session: AsyncSession, operator_key: str, user: User, code: str, client_address: str
 ) -> None:
     """Check a TOTP code of an enrolled user, throttled like passwords (wrong codes count as
-    failed sign-ins of the account). :class:`Unauthorized` when the code is wrong or replayed."""
+    failed sign-ins of the account and of the address, and only a right code forgives them).
+    :class:`Unauthorized` when the code is wrong or replayed."""
     await check_throttle(session, user.realm_id, user.email, client_address)
     if not await check_user_totp(session, operator_key, user, code):
-        await record_failure(session, user.realm_id, user.email, client_address)
+        await record_failure(session, user.realm_id, user.email, client_address, kind=SECOND_FACTOR_FAILURE)
         raise Unauthorized("The code is not right, or it was used already. Wait for the next code and try again.")
+    await clear_failures(session, user.realm_id, user.email, kinds=(PASSWORD_FAILURE, SECOND_FACTOR_FAILURE))
 
 
 # --- Browser sessions -----------------------------------------------------------------------------

@@ -16,9 +16,11 @@ from sqlalchemy import text
 from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth.sessions import safe_next
 from engine.directory import identity
+from engine.directory.models import User
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
-from tests.factories import HTML, RealmHandle, enrol_totp, form_value, sign_in_link
+from engine.platform.errors import TooManyRequests, Unauthorized
+from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
 WRONG = "The email or password is not right."
@@ -340,3 +342,111 @@ def test_the_cli_prints_a_link_to_the_continue_page(
             await engine.dispose()
 
     assert asyncio.run(usable()) is True
+
+
+# --- Throttling the second factor -----------------------------------------------------------------
+
+
+def a_wrong_code(secret: str) -> str:
+    """Six digits that are none of the codes a check would accept now."""
+    totp = pyotp.TOTP(secret)
+    step = int(identity.now().timestamp()) // totp.interval
+    accepted = {totp.at((step + d) * totp.interval) for d in (-2, -1, 0, 1, 2)}
+    return next(c for c in (f"{n:06d}" for n in range(1_000_000)) if c not in accepted)
+
+
+async def test_a_right_password_never_forgives_wrong_codes(client: Client, realm: RealmHandle) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    wrong = a_wrong_code(secret)
+    answers: list[int] = []
+    for _round in range(3):  # the right password, then wrong codes: again and again
+        first = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+        answers.append(first.status_code)
+        if first.status_code != 303:
+            continue
+        for _ in range(identity.THROTTLE_PER_ACCOUNT - 1):
+            step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+            csrf = form_value(step.text, "_csrf")
+            code = await client.post(
+                f"/realms/{realm.slug}/sign-in/totp", data={"code": wrong, "_csrf": csrf}, headers=HTML
+            )
+            answers.append(code.status_code)
+    # Four wrong codes, the right password, one more wrong code (the fifth): then nothing passes,
+    # neither a code nor the right password.
+    assert answers == [303, 401, 401, 401, 401, 303, 401, 429, 429, 429, 429], answers
+    async with realm.sessions() as session:
+        kinds = (await session.execute(text("SELECT kind, count(*) FROM sign_in_failures GROUP BY kind"))).all()
+    assert dict(kinds) == {"second_factor": identity.THROTTLE_PER_ACCOUNT}  # type: ignore[arg-type]
+    # A right code (after the window) forgives them all.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sign_in_failures SET occurred_at = occurred_at - interval '16 minutes'"))
+        await session.execute(
+            text(
+                "INSERT INTO sign_in_failures (realm_id, email, client_address, kind) VALUES (:r, :e, 'x', 'password')"
+            ),
+            {"r": realm.id, "e": "pat@example.com"},
+        )
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
+    csrf = form_value((await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)).text, "_csrf")
+    ok = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert ok.status_code == 303
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sign_in_failures")) == 0
+
+
+async def race_wrong_codes(database_url: str, attempts: list[tuple[User, str]], secret_of: dict[str, str]) -> list[str]:
+    """Every attempt at once, each in its own transaction on its own connection."""
+    engine = make_engine(database_url, pool_size=len(attempts))
+    sessions = make_sessionmaker(engine)
+    start = asyncio.Event()
+
+    async def attempt(user: User, address: str) -> str:
+        async with sessions() as session, session.begin():
+            row = await session.get(User, user.id)
+            assert row is not None
+            await start.wait()
+            try:
+                await identity.verify_second_factor(
+                    session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address
+                )
+            except Unauthorized:
+                return "wrong"
+            except TooManyRequests:
+                return "throttled"
+            return "passed"
+
+    try:
+        tasks = [asyncio.create_task(attempt(user, address)) for user, address in attempts]
+        await asyncio.sleep(0.5)  # every transaction open and waiting
+        start.set()
+        return await asyncio.gather(*tasks)
+    finally:
+        await engine.dispose()
+
+
+async def test_concurrent_wrong_codes_of_one_account_let_exactly_the_allowed_number_through(
+    realm: RealmHandle, database_url: str
+) -> None:
+    user = await realm.user("racer@example.com", password=PASSWORD)
+    secrets = {user.id: await enrol_totp(realm, user)}
+    attempts = [(user, f"10.0.0.{i}") for i in range(15)]  # different addresses: only the account limits
+    outcomes = await race_wrong_codes(database_url, attempts, secrets)
+    assert outcomes.count("wrong") == identity.THROTTLE_PER_ACCOUNT, outcomes
+    assert outcomes.count("throttled") == 15 - identity.THROTTLE_PER_ACCOUNT
+
+
+async def test_concurrent_wrong_codes_from_one_address_let_exactly_the_allowed_number_through(
+    realm: RealmHandle, database_url: str
+) -> None:
+    users = [await realm.user(f"racer{i}@example.com", password=PASSWORD) for i in range(6)]
+    secrets = {user.id: await enrol_totp(realm, user) for user in users}
+    attempts = [(user, "10.9.9.9") for user in users for _ in range(4)]  # 24 tries, 4 per account
+    outcomes = await race_wrong_codes(database_url, attempts, secrets)
+    assert outcomes.count("wrong") == identity.THROTTLE_PER_ADDRESS, outcomes
+    assert outcomes.count("throttled") == len(attempts) - identity.THROTTLE_PER_ADDRESS
