@@ -97,6 +97,7 @@ class UsersController(Controller):
             guest=data.guest,
             password=data.password,
             authority=principal.authority,
+            keep_session_id=principal.session_id,
         )
         return typed(schemas.User, directory.user_view(user))
 

@@ -454,6 +454,8 @@ async def create_session(
     replaces: BrowserSession | None = None,
 ) -> tuple[str, BrowserSession]:
     """A new session (a new id every time: sign-in and MFA rotate it). Returns the cookie value."""
+    if not await lock_active_holder(session, user.id):
+        raise Unauthorized("This account is suspended.")
     if replaces is not None:
         replaces.revoked_at = now()
     cookie = crypto.new_token("ses.", 32)
@@ -502,6 +504,52 @@ async def revoke_session(session: AsyncSession, browser_session_id: str) -> None
     await session.execute(
         update(BrowserSession).where(BrowserSession.id == browser_session_id).values(revoked_at=now())
     )
+
+
+async def lock_active_holder(session: AsyncSession, user_id: str) -> bool:
+    """Before a credential is made for a user: the user is active, and stays so until this
+    transaction ends (a share lock on their row). A suspension running at the same time either
+    waits for this transaction, and then ends the new credential with the others, or commits first,
+    and then no credential is made: none outlives a suspension to come back at reactivation."""
+    active = await session.scalar(
+        select(User.id).where(User.id == user_id, User.status == "active").with_for_update(read=True)
+    )
+    return active is not None
+
+
+async def end_sessions(session: AsyncSession, user_id: str, *, keep: str | None = None) -> list[str]:
+    """End every live browser session of a user (but ``keep``, the caller's own); their ids."""
+    query = update(BrowserSession).where(
+        BrowserSession.user_id == user_id,
+        col(BrowserSession.revoked_at).is_(None),
+        BrowserSession.expires_at > now(),
+    )
+    if keep is not None:
+        query = query.where(BrowserSession.id != keep)
+    result = await session.execute(query.values(revoked_at=now()).returning(BrowserSession.id))
+    return sorted(result.scalars())
+
+
+async def end_credentials(session: AsyncSession, user_id: str) -> dict[str, int]:
+    """End everything that lets a user in: browser sessions, API tokens and unused sign-in links.
+
+    A suspension calls it, so that reactivation starts from nothing: a session, token or link
+    made before the suspension never works again."""
+    moment = now()
+    sessions_ended = await end_sessions(session, user_id)
+    tokens = await session.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user_id, col(ApiToken.revoked_at).is_(None))
+        .values(revoked_at=moment)
+        .returning(ApiToken.id)
+    )
+    links = await session.execute(
+        update(SignInLink)
+        .where(SignInLink.user_id == user_id, col(SignInLink.used_at).is_(None))
+        .values(used_at=moment)
+        .returning(SignInLink.id)
+    )
+    return {"sessions": len(sessions_ended), "tokens": len(tokens.all()), "sign_in_links": len(links.all())}
 
 
 async def open_session(
@@ -672,6 +720,8 @@ async def mint_token(
         expires_in = timedelta(days=TOKEN_DEFAULT_DAYS)
     if expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME:
         raise invalid("/expires_in", f"A token lives between one second and {TOKEN_MAX_DAYS} days.")
+    if user is not None and not await lock_active_holder(session, user.id):
+        raise Conflict("The user is suspended: a token would not work.", code="user_suspended")
     token = crypto.new_token("pat_", 32)
     row = ApiToken(
         id=new_id("tok"),
