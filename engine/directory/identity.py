@@ -386,7 +386,20 @@ def verify_totp_code(secret: str, code: str, last_step: int | None, at: datetime
     return None
 
 
-async def enable_totp(session: AsyncSession, operator_key: str, user: User, secret: str, code: str) -> None:
+async def enable_totp(
+    session: AsyncSession, operator_key: str, user: User, secret: str, code: str, *, mfa_session: bool
+) -> None:
+    """Enrol a user's first authenticator app, from a browser session that already proved more
+    than a password (``mfa_session``: opened with a one-time sign-in link, which an administrator
+    or the operator makes). A password alone never sets up the second factor: whoever learned
+    the password would otherwise choose the factor too, and reach the administration pages."""
+    if not mfa_session:
+        raise Forbidden(
+            "Setting up two-step verification needs a sign-in link: ask an administrator of the realm for one.",
+            code="enrolment_needs_link",
+        )
+    if user.totp_enabled_at is not None:
+        raise Conflict("Two-step verification is set up already.", code="mfa_enrolled")
     step = verify_totp_code(secret, code, None)
     if step is None:
         raise invalid("/code", "The code does not match. Check the time on your phone and try again.", "invalid_code")

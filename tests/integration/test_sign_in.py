@@ -14,12 +14,14 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
+from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
+from cockpit.state import context_of
 from engine.directory import identity
 from engine.directory.models import User
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
-from engine.platform.errors import TooManyRequests, Unauthorized
+from engine.platform.errors import Forbidden, TooManyRequests, Unauthorized
 from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
@@ -65,9 +67,11 @@ async def test_password_sign_in_opens_an_account_session_that_admin_pages_send_t
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)
     assert home.status_code == 303
     assert home.headers["location"].startswith(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}")
+    # A password alone never sets up the second factor: the page asks for a sign-in link.
     mfa_page = await client.get(home.headers["location"], headers=HTML)
     assert mfa_page.status_code == 200
-    assert "<svg" in mfa_page.text and "Turn on two-step verification" in mfa_page.text
+    assert 'data-testid="enrolment-needs-link"' in mfa_page.text
+    assert "<svg" not in mfa_page.text and 'name="enrolment"' not in mfa_page.text
     async with realm.sessions() as session:
         audit = (
             await session.execute(
@@ -127,9 +131,21 @@ async def test_next_is_only_followed_inside_the_realm(client: Client, realm: Rea
     assert response.headers["location"] == f"/realms/{slug}/users"
 
 
-async def test_totp_enrolment_upgrades_the_session_to_a_new_mfa_session(client: Client, realm: RealmHandle) -> None:
+async def open_link(client: Client, slug: str, token: str) -> httpx.Response:
+    page = await client.get(f"/realms/{slug}/sign-in/link?token={token}", headers=HTML)
+    return await client.post(
+        f"/realms/{slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+
+
+async def test_totp_enrolment_from_a_sign_in_link_session_makes_a_new_session(
+    client: Client, realm: RealmHandle
+) -> None:
     user = await realm.user("pat@example.com", password=PASSWORD)
-    await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+    assert (await open_link(client, realm.slug, await sign_in_link(realm, user))).status_code == 303
     account_cookie = client.cookies.get("cockpit_session")
     page = await client.get(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}/users", headers=HTML)
     secret = page.text.split('data-secret="', 1)[1].split('"', 1)[0]
@@ -167,7 +183,7 @@ async def test_totp_enrolment_upgrades_the_session_to_a_new_mfa_session(client: 
     mfa_cookie = client.cookies.get("cockpit_session")
     assert mfa_cookie and mfa_cookie != account_cookie
     [(old_id, old_mfa, old_revoked), (new_id, new_mfa, new_revoked)] = await session_rows(realm, user.id)
-    assert old_id != new_id and old_mfa is False and old_revoked is not None
+    assert old_id != new_id and old_mfa is True and old_revoked is not None
     assert new_mfa is True and new_revoked is None
     enrolled = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
     assert "enrolled" in enrolled.text and "<svg" not in enrolled.text
@@ -450,3 +466,41 @@ async def test_concurrent_wrong_codes_from_one_address_let_exactly_the_allowed_n
     outcomes = await race_wrong_codes(database_url, attempts, secrets)
     assert outcomes.count("wrong") == identity.THROTTLE_PER_ADDRESS, outcomes
     assert outcomes.count("throttled") == len(attempts) - identity.THROTTLE_PER_ADDRESS
+
+
+async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_pages(
+    client: Client, realm: RealmHandle
+) -> None:
+    """Whoever learns a password of a user without a second factor must not choose that factor."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    await realm.assign(user, await realm.builtin_role("realm-admin"))
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
+    page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    csrf = form_value(page.text, "_csrf")
+    # Even a well-formed enrolment (sealed by the server for this user) is refused.
+    secret = identity.new_totp_secret()
+    sealed = seal_enrolment(context_of(client.app).settings, user.id, secret)
+    refused = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": pyotp.TOTP(secret).now(), "enrolment": sealed, "_csrf": csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert refused.status_code == 403 and "needs a sign-in link" in refused.text
+    async with realm.sessions() as session:
+        enrolled = await session.scalar(text("SELECT totp_enabled_at FROM users WHERE id = :u"), {"u": user.id})
+    assert enrolled is None
+    assert [mfa for _id, mfa, _revoked in await session_rows(realm, user.id)] == [False]
+    for path in ("/", "/users", "/workflows", "/roles", "/audit"):
+        answer = await client.get(f"/realms/{realm.slug}{path}", headers=HTML, follow_redirects=False)
+        assert answer.status_code == 303 and "/mfa?next=" in answer.headers["location"], path
+
+    # The engine refuses it whoever calls: the page is not the only check.
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(Forbidden) as no_link:
+            await identity.enable_totp(
+                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False
+            )
+        assert no_link.value.code == "enrolment_needs_link"
