@@ -21,7 +21,7 @@ from engine.directory import identity
 from engine.directory.models import User
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
-from engine.platform.errors import Forbidden, TooManyRequests, Unauthorized
+from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
 from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
@@ -504,3 +504,13 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
                 session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False
             )
         assert no_link.value.code == "enrolment_needs_link"
+    # Nor does a second enrolment replace a factor already set up, even from a link session.
+    await enrol_totp(realm, user)
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(Conflict) as twice:
+            await identity.enable_totp(
+                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True
+            )
+        assert twice.value.code == "mfa_enrolled"
