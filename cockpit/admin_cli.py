@@ -45,7 +45,10 @@ def record_web_address(settings: Settings, host: str, port: int) -> None:
 
 
 def public_base_url(settings: Settings) -> str:
-    """Where links point: ``COCKPIT_PORT`` when given, else where this home's server last listened."""
+    """Where links point: ``COCKPIT_PUBLIC_URL`` when set; else ``COCKPIT_HOST``/``COCKPIT_PORT`` when
+    given, else where this home's server last listened."""
+    if settings.public_url:
+        return settings.public_url
     if "COCKPIT_PORT" not in os.environ and "COCKPIT_HOST" not in os.environ:
         try:
             recorded = (settings.home / WEB_ADDRESS_FILE).read_text().strip()
@@ -108,10 +111,13 @@ def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
+    if not 1 <= args.days <= identity.TOKEN_MAX_DAYS:
+        raise AdminError(f"--days must be between 1 and {identity.TOKEN_MAX_DAYS}, got {args.days}")
+    expires = timedelta(days=args.days)
+
     async def work(session: Any) -> str:
         realm = await _realm(session, args.realm)
         actor = Actor(type="system", id=None, realm_id=realm.id)
-        expires = timedelta(days=args.days) if args.days else None
         if args.email:
             user = await identity.user_by_email(session, realm.id, args.email)
             if user is None:
@@ -185,5 +191,10 @@ def add_admin_commands(sub: Any) -> None:
     who.add_argument("--service-principal", help="the service principal (id or name) the token acts as")
     token.add_argument("--audience", choices=["admin", "account"], required=True)
     token.add_argument("--name", default="cli", help="a label for the token")
-    token.add_argument("--days", type=int, default=None, help="expire after this many days (default: never)")
+    token.add_argument(
+        "--days",
+        type=int,
+        default=identity.TOKEN_DEFAULT_DAYS,
+        help=f"expire after this many days, 1 to {identity.TOKEN_MAX_DAYS} (default {identity.TOKEN_DEFAULT_DAYS})",
+    )
     token.set_defaults(func=cmd_token)

@@ -217,8 +217,12 @@ def wants_html(request: Request[Any, Any, Any]) -> bool:
     return "text/html" in (request.headers.get("accept") or "") or request.headers.get("hx-request") == "true"
 
 
-def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirect | None:
-    """Pages send people where they can fix it: sign in, or add a second factor."""
+def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Response[Any] | None:
+    """Pages send people where they can fix it: sign in, or add a second factor.
+
+    An htmx request keeps its status (401, or 403 for a missing second factor) with
+    ``HX-Redirect``: htmx then loads the whole page there instead of swapping in a fragment.
+    """
     slug = request.path_params.get("realm") if request.scope.get("path_params") else None
     path = request.url.path  # without its trailing slash: the realm home is /realms/{slug}
     if not slug or not (path == f"/realms/{slug}" or path.startswith(f"/realms/{slug}/")):
@@ -230,7 +234,9 @@ def _page_redirect(request: Request[Any, Any, Any], problem: Problem) -> Redirec
     else:
         return None
     if request.headers.get("hx-request") == "true":
-        return Redirect(target, status_code=200, headers={"HX-Redirect": target})
+        return Response(
+            content="", status_code=problem.status, media_type=MediaType.TEXT, headers={"HX-Redirect": target}
+        )
     return Redirect(target, status_code=303)
 
 
@@ -241,7 +247,7 @@ def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response
     if wants_html(request):
         redirect = _page_redirect(request, problem)
         if redirect is not None:
-            return redirect  # type: ignore[return-value]
+            return redirect
         return Template(
             template_name="pages/error.html",
             context={"problem": problem.body(), "request": request},

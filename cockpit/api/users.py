@@ -9,7 +9,7 @@ from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
-from cockpit.state import AnyRequest, DbSession
+from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import principals as directory
 from engine.platform.errors import Issue
 
@@ -97,6 +97,7 @@ class UsersController(Controller):
             guest=data.guest,
             password=data.password,
             authority=principal.authority,
+            keep_session_id=principal.session_id,
         )
         return typed(schemas.User, directory.user_view(user))
 
@@ -172,7 +173,7 @@ class SignInLinksController(Controller):
             db_session, principal.actor(request_id_of(request)), data.user_id, authority=principal.authority
         )
         path = f"/realms/{principal.realm.slug}/sign-in/link?token={token}"
-        base = str(request.base_url).rstrip("/")
+        base = context_of(request.app).settings.link_base_url  # never the request's Host header
         link = {"id": row.id, "user_id": row.user_id, "url": base + path, "path": path, "expires_at": row.expires_at}
         return Response(
             typed(schemas.SignInLink, link),

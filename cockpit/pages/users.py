@@ -17,7 +17,7 @@ from litestar.response import Redirect, Template
 from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, may, page, targets
-from cockpit.state import AnyRequest, DbSession
+from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
 from engine.directory.models import User
@@ -250,7 +250,8 @@ class UsersPages(Controller):
             return await self._detail(
                 request, db_session, principal, user, status_code=exc.status, action_error=("link", exc.detail)
             )
-        link = f"{str(request.base_url).rstrip('/')}/realms/{principal.realm.slug}/sign-in/link?token={token}"
+        base = context_of(request.app).settings.link_base_url  # never the request's Host header
+        link = f"{base}/realms/{principal.realm.slug}/sign-in/link?token={token}"
         response = await self._detail(
             request, db_session, principal, user, sign_in_link={"url": link, "expires_at": row.expires_at}
         )

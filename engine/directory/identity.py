@@ -14,6 +14,7 @@ from typing import Any
 import pyotp
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import BUILTIN_ROLES
@@ -49,7 +50,9 @@ THROTTLE_PER_ACCOUNT = 5
 THROTTLE_PER_ADDRESS = 20
 TOTP_ISSUER = "Lifecycle Cockpit"
 SLUG_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
-MAX_TOKEN_LIFETIME = timedelta(days=365)
+TOKEN_DEFAULT_DAYS = 90  # a token's life when none is asked for (API, pages, CLI)
+TOKEN_MAX_DAYS = 365
+MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
 
 
 def now() -> datetime:
@@ -188,14 +191,33 @@ async def create_user(
 # --- Throttling -----------------------------------------------------------------------------------
 
 
+PASSWORD_FAILURE = "password"  # noqa: S105  (a kind of failure, not a password)
+SECOND_FACTOR_FAILURE = "second_factor"
+
+# One transaction at a time counts and records the failures of an account, and of a client
+# address: the check, the attempt and its record are one step for everyone else, so a burst of
+# concurrent attempts lets exactly the allowed number through. Always the account first, then the
+# address (every transaction takes both in that order, so two never wait on each other).
+_THROTTLE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+async def _lock_throttle(session: AsyncSession, realm_id: str, email: str, client_address: str) -> None:
+    await session.execute(_THROTTLE_LOCK, {"key": f"sign-in-throttle:account:{realm_id}:{email.lower()}"})
+    await session.execute(_THROTTLE_LOCK, {"key": f"sign-in-throttle:address:{client_address}"})
+
+
 async def check_throttle(
     session: AsyncSession, realm_id: str, email: str, client_address: str, *, unstored_address_failures: int = 0
 ) -> None:
     """Refuse (429) once the account or the client address failed too often in the window.
 
+    Wrong passwords and wrong second-factor codes count alike, per account and per address. The
+    check holds the account's and the address's throttle until the transaction ends (see
+    :data:`_THROTTLE_LOCK`): the caller records the outcome in the same transaction.
     ``unstored_address_failures``: failures of this address that have no row (attempts at realms
     that do not exist, see :class:`UnknownRealmFailures`), counted with the stored ones.
     """
+    await _lock_throttle(session, realm_id, email, client_address)
     since = now() - THROTTLE_WINDOW
     per_account = await session.scalar(
         select(func.count())
@@ -219,14 +241,21 @@ async def check_throttle(
         )
 
 
-async def record_failure(session: AsyncSession, realm_id: str, email: str, client_address: str) -> None:
-    session.add(SignInFailure(realm_id=realm_id, email=email.lower(), client_address=client_address))
+async def record_failure(
+    session: AsyncSession, realm_id: str, email: str, client_address: str, *, kind: str = PASSWORD_FAILURE
+) -> None:
+    session.add(SignInFailure(realm_id=realm_id, email=email.lower(), client_address=client_address, kind=kind))
     await session.flush()
 
 
-async def clear_failures(session: AsyncSession, realm_id: str, email: str) -> None:
+async def clear_failures(session: AsyncSession, realm_id: str, email: str, *, kinds: tuple[str, ...]) -> None:
+    """Forgive the account's failures of these kinds (after a step that proved who is signing in)."""
     await session.execute(
-        delete(SignInFailure).where(SignInFailure.realm_id == realm_id, SignInFailure.email == email.lower())
+        delete(SignInFailure).where(
+            SignInFailure.realm_id == realm_id,
+            SignInFailure.email == email.lower(),
+            col(SignInFailure.kind).in_(kinds),
+        )
     )
 
 
@@ -250,7 +279,9 @@ async def authenticate_password(
     if not user or not ok or user.status != "active":
         await record_failure(session, realm.id, email, client_address)
         raise Unauthorized("The email or password is not right.")
-    await clear_failures(session, realm.id, email)
+    # The right password forgives wrong passwords, never wrong codes: "right password, four wrong
+    # codes" would otherwise start again from nothing each time.
+    await clear_failures(session, realm.id, email, kinds=(PASSWORD_FAILURE,))
     return user
 
 
@@ -355,7 +386,20 @@ def verify_totp_code(secret: str, code: str, last_step: int | None, at: datetime
     return None
 
 
-async def enable_totp(session: AsyncSession, operator_key: str, user: User, secret: str, code: str) -> None:
+async def enable_totp(
+    session: AsyncSession, operator_key: str, user: User, secret: str, code: str, *, mfa_session: bool
+) -> None:
+    """Enrol a user's first authenticator app, from a browser session that already proved more
+    than a password (``mfa_session``: opened with a one-time sign-in link, which an administrator
+    or the operator makes). A password alone never sets up the second factor: whoever learned
+    the password would otherwise choose the factor too, and reach the administration pages."""
+    if not mfa_session:
+        raise Forbidden(
+            "Setting up two-step verification needs a sign-in link: ask an administrator of the realm for one.",
+            code="enrolment_needs_link",
+        )
+    if user.totp_enabled_at is not None:
+        raise Conflict("Two-step verification is set up already.", code="mfa_enrolled")
     step = verify_totp_code(secret, code, None)
     if step is None:
         raise invalid("/code", "The code does not match. Check the time on your phone and try again.", "invalid_code")
@@ -386,11 +430,13 @@ async def verify_second_factor(
     session: AsyncSession, operator_key: str, user: User, code: str, client_address: str
 ) -> None:
     """Check a TOTP code of an enrolled user, throttled like passwords (wrong codes count as
-    failed sign-ins of the account). :class:`Unauthorized` when the code is wrong or replayed."""
+    failed sign-ins of the account and of the address, and only a right code forgives them).
+    :class:`Unauthorized` when the code is wrong or replayed."""
     await check_throttle(session, user.realm_id, user.email, client_address)
     if not await check_user_totp(session, operator_key, user, code):
-        await record_failure(session, user.realm_id, user.email, client_address)
+        await record_failure(session, user.realm_id, user.email, client_address, kind=SECOND_FACTOR_FAILURE)
         raise Unauthorized("The code is not right, or it was used already. Wait for the next code and try again.")
+    await clear_failures(session, user.realm_id, user.email, kinds=(PASSWORD_FAILURE, SECOND_FACTOR_FAILURE))
 
 
 # --- Browser sessions -----------------------------------------------------------------------------
@@ -421,6 +467,8 @@ async def create_session(
     replaces: BrowserSession | None = None,
 ) -> tuple[str, BrowserSession]:
     """A new session (a new id every time: sign-in and MFA rotate it). Returns the cookie value."""
+    if not await lock_active_holder(session, user.id):
+        raise Unauthorized("This account is suspended.")
     if replaces is not None:
         replaces.revoked_at = now()
     cookie = crypto.new_token("ses.", 32)
@@ -469,6 +517,52 @@ async def revoke_session(session: AsyncSession, browser_session_id: str) -> None
     await session.execute(
         update(BrowserSession).where(BrowserSession.id == browser_session_id).values(revoked_at=now())
     )
+
+
+async def lock_active_holder(session: AsyncSession, user_id: str) -> bool:
+    """Before a credential is made for a user: the user is active, and stays so until this
+    transaction ends (a share lock on their row). A suspension running at the same time either
+    waits for this transaction, and then ends the new credential with the others, or commits first,
+    and then no credential is made: none outlives a suspension to come back at reactivation."""
+    active = await session.scalar(
+        select(User.id).where(User.id == user_id, User.status == "active").with_for_update(read=True)
+    )
+    return active is not None
+
+
+async def end_sessions(session: AsyncSession, user_id: str, *, keep: str | None = None) -> list[str]:
+    """End every live browser session of a user (but ``keep``, the caller's own); their ids."""
+    query = update(BrowserSession).where(
+        BrowserSession.user_id == user_id,
+        col(BrowserSession.revoked_at).is_(None),
+        BrowserSession.expires_at > now(),
+    )
+    if keep is not None:
+        query = query.where(BrowserSession.id != keep)
+    result = await session.execute(query.values(revoked_at=now()).returning(BrowserSession.id))
+    return sorted(result.scalars())
+
+
+async def end_credentials(session: AsyncSession, user_id: str) -> dict[str, int]:
+    """End everything that lets a user in: browser sessions, API tokens and unused sign-in links.
+
+    A suspension calls it, so that reactivation starts from nothing: a session, token or link
+    made before the suspension never works again."""
+    moment = now()
+    sessions_ended = await end_sessions(session, user_id)
+    tokens = await session.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user_id, col(ApiToken.revoked_at).is_(None))
+        .values(revoked_at=moment)
+        .returning(ApiToken.id)
+    )
+    links = await session.execute(
+        update(SignInLink)
+        .where(SignInLink.user_id == user_id, col(SignInLink.used_at).is_(None))
+        .values(used_at=moment)
+        .returning(SignInLink.id)
+    )
+    return {"sessions": len(sessions_ended), "tokens": len(tokens.all()), "sign_in_links": len(links.all())}
 
 
 async def open_session(
@@ -625,15 +719,22 @@ async def mint_token(
     name: str = "",
     expires_in: timedelta | None = None,
 ) -> tuple[str, ApiToken]:
-    """A bearer token ``pat_…``; only its hash is stored. Returns the token once."""
+    """A bearer token ``pat_…``; only its hash is stored. Returns the token once.
+
+    Every token expires: after ``expires_in`` (at most 365 days), else after 90 days.
+    """
     if audience not in {"admin", "account"}:
         raise invalid("/audience", "audience is admin or account")
     if (user is None) == (service_principal is None):
         raise invalid("/", "A token belongs to exactly one user or service principal.")
     if service_principal is not None and audience != "admin":
         raise invalid("/audience", "Service principals hold admin-audience tokens only.")
-    if expires_in is not None and (expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME):
-        raise invalid("/expires_in", "A token lives between one second and 365 days.")
+    if expires_in is None:
+        expires_in = timedelta(days=TOKEN_DEFAULT_DAYS)
+    if expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME:
+        raise invalid("/expires_in", f"A token lives between one second and {TOKEN_MAX_DAYS} days.")
+    if user is not None and not await lock_active_holder(session, user.id):
+        raise Conflict("The user is suspended: a token would not work.", code="user_suspended")
     token = crypto.new_token("pat_", 32)
     row = ApiToken(
         id=new_id("tok"),
@@ -644,7 +745,7 @@ async def mint_token(
         name=name,
         audience=audience,
         created_by=actor.id,
-        expires_at=now() + expires_in if expires_in else None,
+        expires_at=now() + expires_in,
     )
     session.add(row)
     await session.flush()

@@ -385,16 +385,19 @@ class SignInLink(SQLModel, table=True):
 
 
 class SignInFailure(SQLModel, table=True):
-    """Failed sign-ins, for throttling per account and per client address."""
+    """Failed sign-ins, for throttling per account and per client address. ``kind``: which step
+    failed (``password`` or ``second_factor``); a correct password forgives only the first."""
 
     __tablename__ = "sign_in_failures"
     __table_args__ = (
         Index("ix_sign_in_failures_realm_id_email_at", "realm_id", "email", "occurred_at"),
         Index("ix_sign_in_failures_client_address_at", "client_address", "occurred_at"),
+        CheckConstraint("kind IN ('password', 'second_factor')", name="kind"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     realm_id: str = Field(foreign_key="realms.id", max_length=40, ondelete="CASCADE")
     email: str = Field(max_length=254)
     client_address: str = Field(max_length=100)
+    kind: str = Field(default="password", max_length=20, sa_column_kwargs={"server_default": "password"})
     occurred_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))

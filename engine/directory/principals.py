@@ -16,8 +16,8 @@ from sqlmodel import col
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, require_authority_over
-from engine.directory.identity import create_user, issue_sign_in_link, now
-from engine.directory.models import BrowserSession, ServicePrincipal, SignInLink, User
+from engine.directory.identity import create_user, end_credentials, end_sessions, issue_sign_in_link, now
+from engine.directory.models import ServicePrincipal, SignInLink, User
 from engine.platform import crypto, names
 from engine.platform.errors import Conflict, NotFound, ValidationFailed, invalid
 from engine.platform.ids import new_id
@@ -100,7 +100,11 @@ async def update_user(
     guest: bool | None,
     password: str | None,
     authority: Authority | None = None,
+    keep_session_id: str | None = None,
 ) -> User:
+    """Change a user's profile or password. A new password ends every browser session of the user
+    but ``keep_session_id`` (the caller's own, when they change their own password): whoever knew
+    the old one is signed out."""
     user = await get_user(session, actor.realm_id, user_id)
     if display_name is not None:
         hidden = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
@@ -116,22 +120,27 @@ async def update_user(
     if guest is not None and guest != user.guest:
         user.guest = guest
         changed.append("guest")
+    ended: list[str] = []
     if password is not None:
         user.password_hash = crypto.hash_password(password)
         changed.append("password")
+        ended = await end_sessions(session, user.id, keep=keep_session_id)
     if changed:
         user.updated_at = now()
         await session.flush()
-        await record_audit(
-            session, actor, "user.updated", subject_type="user", subject_id=user.id, details={"changed": changed}
-        )
+        details: dict[str, Any] = {"changed": changed}
+        if password is not None:
+            details["sessions_ended"] = len(ended)
+        await record_audit(session, actor, "user.updated", subject_type="user", subject_id=user.id, details=details)
     return user
 
 
 async def set_user_status(
     session: AsyncSession, actor: Actor, user_id: str, status: str, *, authority: Authority | None = None
 ) -> User:
-    """Suspend or reactivate; a suspended user's sessions and tokens stop working at once.
+    """Suspend or reactivate. A suspension ends the user's browser sessions, revokes their tokens
+    and spends their unused sign-in links, so reactivation brings none of them back: the user
+    signs in again, and tokens are minted again.
 
     With ``authority`` (the caller's), suspending or reactivating someone needs every
     permission they hold.
@@ -147,9 +156,12 @@ async def set_user_status(
         user.status = status
         user.updated_at = now()
         await session.flush()
+    ended = await end_credentials(session, user.id) if status == "suspended" else None
     event = "user.suspended" if status == "suspended" else "user.reactivated"
     await emit_event(session, actor, event, subject_id=user.id, payload={"user_id": user.id})
-    await record_audit(session, actor, event, subject_type="user", subject_id=user.id)
+    await record_audit(
+        session, actor, event, subject_type="user", subject_id=user.id, details={"ended": ended} if ended else None
+    )
     return user
 
 
@@ -168,11 +180,7 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
     user.totp_enabled_at = None
     user.totp_last_step = None
     user.updated_at = now()
-    await session.execute(
-        update(BrowserSession)
-        .where(BrowserSession.user_id == user.id, col(BrowserSession.revoked_at).is_(None))
-        .values(revoked_at=now())
-    )
+    await end_sessions(session, user.id)
     # A sign-in link counts as a second factor: one made before the reset no longer opens a session.
     await session.execute(
         update(SignInLink).where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None)).values(used_at=now())

@@ -28,8 +28,8 @@ from engine.platform.errors import Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.pagination import Page, keyset_page
 
 AUDIENCES = ("admin", "account")
-DEFAULT_LIFETIME_DAYS = 90
-MAX_LIFETIME_DAYS = 365
+DEFAULT_LIFETIME_DAYS = identity.TOKEN_DEFAULT_DAYS
+MAX_LIFETIME_DAYS = identity.TOKEN_MAX_DAYS
 
 
 def token_view(row: ApiToken) -> dict[str, Any]:

@@ -156,6 +156,16 @@ class Settings:
         return load_or_create_secret_key(self.home)
 
     @property
+    def link_base_url(self) -> str:
+        """Where the links people open point (sign-in links): ``COCKPIT_PUBLIC_URL``, else the
+        address the web server is configured to listen at. Never a request's ``Host`` header,
+        which whoever sends the request chooses."""
+        if self.public_url:
+            return self.public_url
+        host = "localhost" if self.host in {"127.0.0.1", "0.0.0.0", "::"} else self.host  # noqa: S104
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
     def uses_embedded_database(self) -> bool:
         return not self.database_url
 

@@ -172,12 +172,13 @@ def build_message(mail: MailSettings, notice_id: str, to_address: str, subject: 
     message["Message-ID"] = make_msgid(idstring=notice_id)
     message["X-Cockpit-Notice-Id"] = notice_id
     message["Auto-Submitted"] = "auto-generated"
-    # The template renders values escaped for HTML; the plain part shows them as written.
-    message.set_content(html.unescape(body))
-    message.add_alternative(
-        "<!doctype html><html><body><p>" + body.replace("\n\n", "</p><p>").replace("\n", "<br>") + "</p></body></html>",
-        subtype="html",
-    )
+    # The stored body has its values escaped for HTML, but the realm's own wording around them is
+    # as the realm wrote it. Both parts start from the text as written: the plain part shows it,
+    # the HTML part escapes all of it, so wording can never add markup (a link, a form) to a mail.
+    written = html.unescape(body)
+    message.set_content(written)
+    paragraphs = "</p><p>".join(html.escape(part).replace("\n", "<br>") for part in written.split("\n\n"))
+    message.add_alternative(f"<!doctype html><html><body><p>{paragraphs}</p></body></html>", subtype="html")
     return message
 
 

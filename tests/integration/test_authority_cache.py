@@ -171,7 +171,10 @@ async def test_a_suspended_user_is_refused_on_the_next_request_by_token_and_by_s
 
     reactivated = await client.post(f"{realm.api}/users/{user.id}/reactivate", headers=realm.headers)
     assert reactivated.status_code == 200, reactivated.text
-    assert await validate(client, realm, token) == 200
+    # Reactivation revives no credential made before the suspension.
+    assert await validate(client, realm, token) == 401
+    client.cookies.set("cockpit_session", login.cookie)
+    assert (await client.get(page, headers=HTML, follow_redirects=False)).status_code in (303, 401)
 
 
 async def test_an_ended_browser_session_is_refused_on_the_next_request(client: Client, realm: RealmHandle) -> None:

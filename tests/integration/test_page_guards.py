@@ -8,8 +8,9 @@ import re
 from litestar import Litestar
 from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 
-from tests.factories import RealmHandle
+from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_authorization_matrix import DUMMY
 
 PUBLIC = {
@@ -56,3 +57,40 @@ async def test_every_realm_page_is_guarded(
         if foreign.status_code != 404:
             failures.append(f"{method} {path}: another realm's admin -> {foreign.status_code}")
     assert not failures, "\n".join(failures)
+
+
+async def test_htmx_requests_without_a_live_session_answer_401_with_a_redirect_to_sign_in(
+    client: AsyncTestClient[Litestar], app: Litestar, realm: RealmHandle
+) -> None:
+    """htmx swaps fragments: without a session it gets 401 and ``HX-Redirect`` (never a 500)."""
+    login = await browser_session(realm, realm.admin)
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sessions SET revoked_at = now() WHERE id = :s"), {"s": login.session_id})
+    failures = []
+    for method, path, is_public in page_routes(app):
+        if is_public:
+            continue
+        url = re.sub(r"\{(\w+)\}", lambda m: realm.slug if m.group(1) == "realm" else DUMMY.get(m.group(1), "x"), path)
+        for cookie in (None, login.cookie):
+            client.cookies.clear()
+            if cookie:
+                client.cookies.set("cockpit_session", cookie)
+            answer = await client.request(
+                method, url, headers={**HTML, "HX-Request": "true", "X-CSRF-Token": login.csrf}
+            )
+            target = answer.headers.get("hx-redirect", "")
+            if answer.status_code != 401 or not target.startswith(f"/realms/{realm.slug}/sign-in?next="):
+                failures.append(f"{method} {path} (session: {bool(cookie)}): {answer.status_code} {target!r}")
+    assert not failures, "\n".join(failures)
+
+
+async def test_htmx_requests_of_a_session_without_a_second_factor_are_sent_to_mfa(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await browser_session(realm, realm.admin, mfa=False)
+    client.cookies.set("cockpit_session", login.cookie)
+    answer = await client.get(f"/realms/{realm.slug}/users", headers={**HTML, "HX-Request": "true"})
+    assert answer.status_code == 403
+    assert answer.headers["hx-redirect"] == f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}/users"
+    plain = await client.get(f"/realms/{realm.slug}/users", headers=HTML, follow_redirects=False)
+    assert plain.status_code == 303 and plain.headers["location"] == answer.headers["hx-redirect"]

@@ -14,11 +14,15 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
+from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
+from cockpit.state import context_of
 from engine.directory import identity
+from engine.directory.models import User
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
-from tests.factories import HTML, RealmHandle, enrol_totp, form_value, sign_in_link
+from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
+from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
 WRONG = "The email or password is not right."
@@ -63,9 +67,11 @@ async def test_password_sign_in_opens_an_account_session_that_admin_pages_send_t
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)
     assert home.status_code == 303
     assert home.headers["location"].startswith(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}")
+    # A password alone never sets up the second factor: the page asks for a sign-in link.
     mfa_page = await client.get(home.headers["location"], headers=HTML)
     assert mfa_page.status_code == 200
-    assert "<svg" in mfa_page.text and "Turn on two-step verification" in mfa_page.text
+    assert 'data-testid="enrolment-needs-link"' in mfa_page.text
+    assert "<svg" not in mfa_page.text and 'name="enrolment"' not in mfa_page.text
     async with realm.sessions() as session:
         audit = (
             await session.execute(
@@ -125,9 +131,21 @@ async def test_next_is_only_followed_inside_the_realm(client: Client, realm: Rea
     assert response.headers["location"] == f"/realms/{slug}/users"
 
 
-async def test_totp_enrolment_upgrades_the_session_to_a_new_mfa_session(client: Client, realm: RealmHandle) -> None:
+async def open_link(client: Client, slug: str, token: str) -> httpx.Response:
+    page = await client.get(f"/realms/{slug}/sign-in/link?token={token}", headers=HTML)
+    return await client.post(
+        f"/realms/{slug}/sign-in/link",
+        data={"token": token, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+
+
+async def test_totp_enrolment_from_a_sign_in_link_session_makes_a_new_session(
+    client: Client, realm: RealmHandle
+) -> None:
     user = await realm.user("pat@example.com", password=PASSWORD)
-    await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+    assert (await open_link(client, realm.slug, await sign_in_link(realm, user))).status_code == 303
     account_cookie = client.cookies.get("cockpit_session")
     page = await client.get(f"/realms/{realm.slug}/mfa?next=/realms/{realm.slug}/users", headers=HTML)
     secret = page.text.split('data-secret="', 1)[1].split('"', 1)[0]
@@ -165,7 +183,7 @@ async def test_totp_enrolment_upgrades_the_session_to_a_new_mfa_session(client: 
     mfa_cookie = client.cookies.get("cockpit_session")
     assert mfa_cookie and mfa_cookie != account_cookie
     [(old_id, old_mfa, old_revoked), (new_id, new_mfa, new_revoked)] = await session_rows(realm, user.id)
-    assert old_id != new_id and old_mfa is False and old_revoked is not None
+    assert old_id != new_id and old_mfa is True and old_revoked is not None
     assert new_mfa is True and new_revoked is None
     enrolled = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
     assert "enrolled" in enrolled.text and "<svg" not in enrolled.text
@@ -340,3 +358,159 @@ def test_the_cli_prints_a_link_to_the_continue_page(
             await engine.dispose()
 
     assert asyncio.run(usable()) is True
+
+
+# --- Throttling the second factor -----------------------------------------------------------------
+
+
+def a_wrong_code(secret: str) -> str:
+    """Six digits that are none of the codes a check would accept now."""
+    totp = pyotp.TOTP(secret)
+    step = int(identity.now().timestamp()) // totp.interval
+    accepted = {totp.at((step + d) * totp.interval) for d in (-2, -1, 0, 1, 2)}
+    return next(c for c in (f"{n:06d}" for n in range(1_000_000)) if c not in accepted)
+
+
+async def test_a_right_password_never_forgives_wrong_codes(client: Client, realm: RealmHandle) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    wrong = a_wrong_code(secret)
+    answers: list[int] = []
+    for _round in range(3):  # the right password, then wrong codes: again and again
+        first = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
+        answers.append(first.status_code)
+        if first.status_code != 303:
+            continue
+        for _ in range(identity.THROTTLE_PER_ACCOUNT - 1):
+            step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+            csrf = form_value(step.text, "_csrf")
+            code = await client.post(
+                f"/realms/{realm.slug}/sign-in/totp", data={"code": wrong, "_csrf": csrf}, headers=HTML
+            )
+            answers.append(code.status_code)
+    # Four wrong codes, the right password, one more wrong code (the fifth): then nothing passes,
+    # neither a code nor the right password.
+    assert answers == [303, 401, 401, 401, 401, 303, 401, 429, 429, 429, 429], answers
+    async with realm.sessions() as session:
+        kinds = (await session.execute(text("SELECT kind, count(*) FROM sign_in_failures GROUP BY kind"))).all()
+    assert dict(kinds) == {"second_factor": identity.THROTTLE_PER_ACCOUNT}  # type: ignore[arg-type]
+    # A right code (after the window) forgives them all.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sign_in_failures SET occurred_at = occurred_at - interval '16 minutes'"))
+        await session.execute(
+            text(
+                "INSERT INTO sign_in_failures (realm_id, email, client_address, kind) VALUES (:r, :e, 'x', 'password')"
+            ),
+            {"r": realm.id, "e": "pat@example.com"},
+        )
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
+    csrf = form_value((await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)).text, "_csrf")
+    ok = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert ok.status_code == 303
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sign_in_failures")) == 0
+
+
+async def race_wrong_codes(database_url: str, attempts: list[tuple[User, str]], secret_of: dict[str, str]) -> list[str]:
+    """Every attempt at once, each in its own transaction on its own connection."""
+    engine = make_engine(database_url, pool_size=len(attempts))
+    sessions = make_sessionmaker(engine)
+    start = asyncio.Event()
+
+    async def attempt(user: User, address: str) -> str:
+        async with sessions() as session, session.begin():
+            row = await session.get(User, user.id)
+            assert row is not None
+            await start.wait()
+            try:
+                await identity.verify_second_factor(
+                    session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address
+                )
+            except Unauthorized:
+                return "wrong"
+            except TooManyRequests:
+                return "throttled"
+            return "passed"
+
+    try:
+        tasks = [asyncio.create_task(attempt(user, address)) for user, address in attempts]
+        await asyncio.sleep(0.5)  # every transaction open and waiting
+        start.set()
+        return await asyncio.gather(*tasks)
+    finally:
+        await engine.dispose()
+
+
+async def test_concurrent_wrong_codes_of_one_account_let_exactly_the_allowed_number_through(
+    realm: RealmHandle, database_url: str
+) -> None:
+    user = await realm.user("racer@example.com", password=PASSWORD)
+    secrets = {user.id: await enrol_totp(realm, user)}
+    attempts = [(user, f"10.0.0.{i}") for i in range(15)]  # different addresses: only the account limits
+    outcomes = await race_wrong_codes(database_url, attempts, secrets)
+    assert outcomes.count("wrong") == identity.THROTTLE_PER_ACCOUNT, outcomes
+    assert outcomes.count("throttled") == 15 - identity.THROTTLE_PER_ACCOUNT
+
+
+async def test_concurrent_wrong_codes_from_one_address_let_exactly_the_allowed_number_through(
+    realm: RealmHandle, database_url: str
+) -> None:
+    users = [await realm.user(f"racer{i}@example.com", password=PASSWORD) for i in range(6)]
+    secrets = {user.id: await enrol_totp(realm, user) for user in users}
+    attempts = [(user, "10.9.9.9") for user in users for _ in range(4)]  # 24 tries, 4 per account
+    outcomes = await race_wrong_codes(database_url, attempts, secrets)
+    assert outcomes.count("wrong") == identity.THROTTLE_PER_ADDRESS, outcomes
+    assert outcomes.count("throttled") == len(attempts) - identity.THROTTLE_PER_ADDRESS
+
+
+async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_pages(
+    client: Client, realm: RealmHandle
+) -> None:
+    """Whoever learns a password of a user without a second factor must not choose that factor."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    await realm.assign(user, await realm.builtin_role("realm-admin"))
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
+    page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    csrf = form_value(page.text, "_csrf")
+    # Even a well-formed enrolment (sealed by the server for this user) is refused.
+    secret = identity.new_totp_secret()
+    sealed = seal_enrolment(context_of(client.app).settings, user.id, secret)
+    refused = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": pyotp.TOTP(secret).now(), "enrolment": sealed, "_csrf": csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert refused.status_code == 403 and "needs a sign-in link" in refused.text
+    async with realm.sessions() as session:
+        enrolled = await session.scalar(text("SELECT totp_enabled_at FROM users WHERE id = :u"), {"u": user.id})
+    assert enrolled is None
+    assert [mfa for _id, mfa, _revoked in await session_rows(realm, user.id)] == [False]
+    for path in ("/", "/users", "/workflows", "/roles", "/audit"):
+        answer = await client.get(f"/realms/{realm.slug}{path}", headers=HTML, follow_redirects=False)
+        assert answer.status_code == 303 and "/mfa?next=" in answer.headers["location"], path
+
+    # The engine refuses it whoever calls: the page is not the only check.
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(Forbidden) as no_link:
+            await identity.enable_totp(
+                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False
+            )
+        assert no_link.value.code == "enrolment_needs_link"
+    # Nor does a second enrolment replace a factor already set up, even from a link session.
+    await enrol_totp(realm, user)
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(Conflict) as twice:
+            await identity.enable_totp(
+                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True
+            )
+        assert twice.value.code == "mfa_enrolled"

@@ -3,13 +3,17 @@ in without a person. The ceiling of changing a user applies, in every scope."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import HTML, RealmHandle, bearer, form_value
+from cockpit.admin_cli import public_base_url, sign_in_link_url
+from cockpit.app import create_app
+from engine.platform.config import Settings
+from tests.factories import HTML, RealmHandle, bearer, browser_session, form_value
 
 Client = AsyncTestClient[Litestar]
 
@@ -150,3 +154,38 @@ async def test_the_route_is_in_the_openapi_schema(client: Client) -> None:
     operation = schema["paths"]["/api/v1/realms/{realm}/sign-in-links"]["post"]
     assert operation["operationId"] == "createSignInLink"
     assert "201" in operation["responses"]
+
+
+async def test_links_point_at_the_public_url_never_at_the_requests_host_header(
+    settings: Settings, database_url: str, realm: RealmHandle
+) -> None:
+    """A forged ``Host`` must not turn an administrator's link into one that leaks the token."""
+    user = await realm.user("host-probe@example.com")
+    login = await browser_session(realm, realm.admin)
+    forged = {"Host": "evil.example", "X-Forwarded-Host": "evil.example"}
+    for public_url, base in ((None, f"http://localhost:{settings.port}"), ("https://cockpit.example.com", None)):
+        app = create_app(dataclasses.replace(settings, public_url=public_url), database_url=database_url)
+        base = base or str(public_url)
+        async with AsyncTestClient(app=app) as client:
+            api = await client.post(
+                realm.api + "/sign-in-links", json={"user_id": user.id}, headers={**realm.headers, **forged}
+            )
+            assert api.status_code == 201, api.text
+            assert api.json()["url"] == base + api.json()["path"]
+            client.cookies.set("cockpit_session", login.cookie)
+            page = await client.post(
+                f"/realms/{realm.slug}/users/{user.id}/sign-in-link",
+                data={"_csrf": login.csrf},
+                headers={**HTML, **forged},
+            )
+            assert page.status_code == 200, page.text
+            assert f"{base}/realms/{realm.slug}/sign-in/link?token=sil." in page.text
+            assert "evil.example" not in page.text
+
+
+def test_the_cli_links_use_the_public_url_when_it_is_set(settings: Settings) -> None:
+    assert public_base_url(settings) == f"http://localhost:{settings.port}"
+    public = dataclasses.replace(settings, public_url="https://cockpit.example.com")
+    assert (
+        sign_in_link_url(public, "acme", "sil.x") == "https://cockpit.example.com/realms/acme/sign-in/link?token=sil.x"
+    )

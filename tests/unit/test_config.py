@@ -101,3 +101,26 @@ def test_the_public_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch
     assert load_settings().public_url is None
     monkeypatch.setenv("COCKPIT_PUBLIC_URL", "https://cockpit.example.com/base/")
     assert load_settings().public_url == "https://cockpit.example.com/base"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "public_url", "expected"),
+    [
+        ("127.0.0.1", "8000", None, "http://localhost:8000"),
+        ("0.0.0.0", "9000", None, "http://localhost:9000"),
+        ("cockpit.internal", "8080", None, "http://cockpit.internal:8080"),
+        ("fd00::5", "8000", None, "http://[fd00::5]:8000"),
+        ("0.0.0.0", "8000", "https://cockpit.example.com/", "https://cockpit.example.com"),
+    ],
+)
+def test_links_point_at_the_public_url_else_at_the_configured_address(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, host: str, port: str, public_url: str | None, expected: str
+) -> None:
+    monkeypatch.setenv("COCKPIT_HOME", str(tmp_path))
+    monkeypatch.setenv("COCKPIT_HOST", host)
+    monkeypatch.setenv("COCKPIT_PORT", port)
+    if public_url:
+        monkeypatch.setenv("COCKPIT_PUBLIC_URL", public_url)
+    else:
+        monkeypatch.delenv("COCKPIT_PUBLIC_URL", raising=False)
+    assert load_settings().link_base_url == expected

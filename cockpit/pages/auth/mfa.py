@@ -99,7 +99,8 @@ class MfaPages(Controller):
         settings = settings_of(request)
         slug = principal.realm.slug
         extra: dict[str, Any] = {}
-        if user.totp_enabled_at is None:
+        mfa_session = principal.audience == "admin"
+        if user.totp_enabled_at is None and mfa_session:
             secret = open_enrolment(settings, user.id, sealed) if sealed else None
             if secret is None:
                 secret = identity.new_totp_secret()
@@ -113,7 +114,7 @@ class MfaPages(Controller):
             status_code=status_code,
             user=user,
             enrolled=user.totp_enabled_at is not None,
-            mfa_session=principal.audience == "admin",
+            mfa_session=mfa_session,
             next=safe_next(slug, next_path),
             **extra,
             **context,
@@ -127,7 +128,7 @@ class MfaPages(Controller):
         ctx = context_of(request.app)
         slug = principal.realm.slug
         target = safe_next(slug, data.next)
-        failure: ValidationFailed | Unauthorized | TooManyRequests
+        failure: ValidationFailed | Unauthorized | TooManyRequests | Forbidden
         # The request's own session (one transaction, committed when the handler returns, refusals
         # included): the guard may have marked the browser session this upgrade replaces as seen.
         session = db_session
@@ -140,14 +141,16 @@ class MfaPages(Controller):
                     raise ValidationFailed(
                         "This enrolment has expired. Add the new code below to your app and try again."
                     )
-                await identity.enable_totp(session, ctx.settings.secret_key, user, secret, data.code)
+                await identity.enable_totp(
+                    session, ctx.settings.secret_key, user, secret, data.code, mfa_session=principal.audience == "admin"
+                )
             elif principal.audience == "admin":
                 return Redirect(target, status_code=303)  # verified already
             else:
                 await identity.verify_second_factor(
                     session, ctx.settings.secret_key, user, data.code, client_address(request)
                 )
-        except (ValidationFailed, Unauthorized, TooManyRequests) as exc:
+        except (ValidationFailed, Unauthorized, TooManyRequests, Forbidden) as exc:
             failure = exc
         else:
             if principal.via != "session" or principal.session_id is None:
