@@ -101,3 +101,15 @@ def test_the_public_url_loses_its_trailing_slash(monkeypatch: pytest.MonkeyPatch
     assert load_settings().public_url is None
     monkeypatch.setenv("COCKPIT_PUBLIC_URL", "https://cockpit.example.com/base/")
     assert load_settings().public_url == "https://cockpit.example.com/base"
+
+
+def test_the_review_independence_window_is_30_days_and_0_to_3650(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", raising=False)
+    assert load_settings().review_independence_days == 30
+    for allowed in ("0", "3650"):
+        monkeypatch.setenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", allowed)
+        assert load_settings().review_independence_days == int(allowed)
+    for refused in ("-1", "3651", "a month"):
+        monkeypatch.setenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", refused)
+        with pytest.raises(ConfigError, match="COCKPIT_REVIEW_INDEPENDENCE_DAYS"):
+            load_settings()
