@@ -400,3 +400,28 @@ async def test_the_decider_is_checked_again_when_they_decide(client: Client, rea
             select(RoleAssignment.id).where(RoleAssignment.user_id == subject.id, RoleAssignment.role_id == role_id)
         )
     assert held is None
+
+
+async def test_the_boundary_exactly_30_days_counts_as_the_authors_a_microsecond_more_does_not(
+    realm: RealmHandle,
+) -> None:
+    reviewer = await _operator_user(realm, "boundary@example.com")
+    moment = identity.now()
+    await _grant_admin(realm, reviewer, by=realm.admin.id, age=WINDOW)
+    async with realm.sessions() as session:
+        await session.execute(
+            text("UPDATE role_assignments SET created_at = :at WHERE user_id = :u"),
+            {"at": moment - WINDOW, "u": reviewer.id},
+        )
+
+        def publishes(held: Any) -> bool:
+            return bool(held.holds("realm.workflows.publish"))
+
+        exactly = await independence.dependence_on(
+            session, realm.id, realm.admin.id, reviewer.id, publishes, now=moment
+        )
+        a_microsecond_later = await independence.dependence_on(
+            session, realm.id, realm.admin.id, reviewer.id, publishes, now=moment + timedelta(microseconds=1)
+        )
+    assert exactly == "authority_from_author"
+    assert a_microsecond_later is None
