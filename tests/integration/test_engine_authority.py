@@ -2,7 +2,7 @@
 
 Generated two ways, so that a function added later cannot slip through:
 
-- every public coroutine of the directory modules (and of approvals) that takes an ``actor`` is
+- every public coroutine of the engine that takes an ``actor`` is
   either registered in ``authz.PERMISSION_CHECKED`` (by ``@needs_permission``) or named in
   ``NOT_A_PRINCIPAL_CHANGE`` with the reason;
 - every registered function has a case in ``CASES``, and is called with an actor who holds
@@ -31,19 +31,15 @@ from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
 from engine.directory.models import GroupMember
 from engine.platform.errors import Forbidden
-from engine.runs import approvals
 from tests.factories import RealmHandle, enrol_totp
 
 
 def _modules() -> list[ModuleType]:
-    found = [
-        importlib.import_module(f"engine.directory.{m.name}") for m in pkgutil.iter_modules(engine.directory.__path__)
-    ]
-    return [*found, approvals]
+    return [importlib.import_module(m.name) for m in pkgutil.walk_packages(engine.__path__, "engine.")]
 
 
 def acting_functions() -> dict[str, Callable[..., Any]]:
-    """Public coroutines defined in the directory modules (and approvals) that take an ``actor``."""
+    """Public coroutines defined anywhere in the engine that take an ``actor``."""
     out: dict[str, Callable[..., Any]] = {}
     for module in _modules():
         for name, function in vars(module).items():
@@ -84,6 +80,24 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     ),
     "engine.runs.approvals.delegate": "only a named approver hands their decision on",
     "engine.runs.approvals.request_role_assignment": "records what roles.create_assignment (checked) answered",
+    "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
+    "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
+    "engine.runs.controls.retry_now": "changes only when a waiting attempt happens",
+    "engine.runs.controls.bulk_action": "each run goes through its own cancel or re-run",
+    "engine.runs.diagnostics.resolve_run": "records a note on a finished run",
+    "engine.runs.service.start_manual_run": (
+        "starts a run: the starter's authority over the subject and every step is checked there; the run's"
+        " steps change principals through the functions registered here, with the publisher's authority"
+    ),
+    "engine.runs.service.cancel_run": "cancelling only undoes what the run did, under its publisher",
+    "engine.workflows.service.create_workflow": "a workflow definition; it acts only once published",
+    "engine.workflows.service.update_workflow": "renames a workflow",
+    "engine.workflows.service.delete_workflow": "removes a workflow",
+    "engine.workflows.service.set_enabled": "enables or disables a workflow",
+    "engine.workflows.service.stage_revision": "a draft does nothing until published",
+    "engine.workflows.service.decide_revision": "a decision on a revision (engine/directory/independence.py)",
+    "engine.workflows.service.publish_revision": "publication passes the delegation ceiling for every step",
+    "engine.workflows.service.rollback": "rollback passes the same delegation ceiling",
 }
 
 
