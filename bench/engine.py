@@ -263,7 +263,7 @@ async def event_latency(sessions: async_sessionmaker[AsyncSession], setup: Setup
     latencies: list[float] = []
     for subject in setup.newcomers:
         async with sessions() as session:
-            await organizations.add_member(session, actor, setup.event_org_id, subject)
+            await organizations.add_member(session, actor, setup.event_org_id, subject, authority=None)
             started = time.time()
             await session.commit()
         deadline = time.monotonic() + SAMPLE_TIMEOUT_S

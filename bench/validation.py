@@ -49,7 +49,9 @@ async def prepare(database_url: str) -> tuple[str, str, dict[str, Any]]:
         actor = Actor(type="user", id=admin.id, realm_id=realm.id)
         token, _ = await identity.mint_token(session, actor, audience="admin", user=admin)
         org = await organizations.create_organization(session, actor, name="Engineering")
-        approver = await identity.create_user(session, actor, email="approver@bench.example", display_name="Approver")
+        approver = await identity.create_user(
+            session, actor, email="approver@bench.example", display_name="Approver", authority=None
+        )
         roles = []
         for i in range(5):
             role = Role(id=new_id("rol"), realm_id=realm.id, name=f"role-{i}", permissions=["realm.workflows.read"])

@@ -68,7 +68,8 @@ class Principal:
         return self.type == "user"
 
     def actor(self, request_id: str | None = None) -> Actor:
-        return Actor(type=self.type, id=self.id, realm_id=self.realm.id, request_id=request_id)
+        mfa_session = self.via == "session" and self.audience == "admin"
+        return Actor(type=self.type, id=self.id, realm_id=self.realm.id, request_id=request_id, mfa_session=mfa_session)
 
 
 def csrf_for_session(operator_key: str, session_id: str) -> str:

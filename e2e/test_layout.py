@@ -91,7 +91,7 @@ async def _demo(session: Any, receiver: Receiver) -> dict[str, str]:
     )
     receiver.secrets.append(secret)
     robot = await principals.create_service_principal(
-        session, admin, name="HR sync", description="Sends joiners and leavers from the HR system."
+        session, admin, name="HR sync", description="Sends joiners and leavers from the HR system.", authority=None
     )
     workflow_id, run_ids = await seed_demo_workflow(session, demo)
     draft, _ = await workflows.create_workflow(

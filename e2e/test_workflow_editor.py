@@ -12,7 +12,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 from e2e.conftest import LiveServer
 from e2e.pages import RevisionPage, WorkflowsPage, sign_in_with_link
 from engine.platform.db import make_engine, make_sessionmaker
-from tests.factories import make_realm, sign_in_link
+from tests.factories import independent_admin, make_realm, sign_in_link
 
 MINIMAL = '{"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}'
 
@@ -38,8 +38,8 @@ def prepare(live_server: LiveServer) -> tuple[str, str, str]:
         engine = make_engine(live_server.database_url, pool_size=2)
         try:
             realm = await make_realm(make_sessionmaker(engine))
-            second = await realm.user("second@example.com", display_name="Second Admin")
-            await realm.assign(second, await realm.builtin_role("realm-admin"))
+            # Made by the operator, not by the first: an independent second person.
+            second, _ = await independent_admin(realm, "second@example.com", display_name="Second Admin")
             return realm.slug, await sign_in_link(realm, realm.admin), await sign_in_link(realm, second)
         finally:
             await engine.dispose()

@@ -207,7 +207,11 @@ async def build_directory(
     async with sessions() as session, session.begin():
         for number in range(subjects):
             user = await identity.create_user(
-                session, actor, email=f"subject{number + 1}@{slug}.example", display_name=f"Subject {number + 1}"
+                session,
+                actor,
+                email=f"subject{number + 1}@{slug}.example",
+                display_name=f"Subject {number + 1}",
+                authority=None,
             )
             subject_ids.append(user.id)
             session.add(Membership(id=new_id("mem"), realm_id=realm.id, organization_id=org.id, user_id=user.id))
@@ -240,7 +244,11 @@ async def add_subjects(
         for _ in range(count):
             suffix = new_id("usr")[-8:]
             user = await identity.create_user(
-                session, directory.actor, email=f"newcomer-{suffix}@example.com", display_name=f"Newcomer {suffix}"
+                session,
+                directory.actor,
+                email=f"newcomer-{suffix}@example.com",
+                display_name=f"Newcomer {suffix}",
+                authority=None,
             )
             ids.append(user.id)
             for name in held:
@@ -294,4 +302,4 @@ async def add_members(
     """Make users members, one transaction each (each writes an ``organization.membership.added`` event)."""
     for user_id in user_ids:
         async with sessions() as session, session.begin():
-            await organizations.add_member(session, actor, organization_id, user_id)
+            await organizations.add_member(session, actor, organization_id, user_id, authority=None)

@@ -75,6 +75,7 @@ class RealmHandle:
                 display_name=display_name or email.split("@")[0],
                 password=password,
                 guest=guest,
+                authority=None,
             )
 
     async def token(self, user: User, audience: str = "admin", expires_in: timedelta | None = None) -> str:
@@ -187,6 +188,24 @@ async def browser_session(
     async with realm.sessions() as session, session.begin():
         cookie, row = await identity.create_session(session, user, mfa=mfa)
     return BrowserLogin(cookie=cookie, session_id=row.id, csrf=crypto.sign(operator_key, "csrf", row.id))
+
+
+async def independent_admin(
+    realm: RealmHandle, email: str, display_name: str | None = None
+) -> tuple[User, dict[str, str]]:
+    """A realm administrator nobody in the realm made (the operator did, long ago as far as the
+    realm's administrator is concerned), signed in with a second factor: an independent second
+    person who may approve the administrator's revisions. Returns the user and the headers of
+    their browser session for the JSON API (cookie and CSRF token)."""
+    async with realm.sessions() as session, session.begin():
+        system = Actor(type="system", id=None, realm_id=realm.id)
+        user = await identity.create_user(
+            session, system, email=email, display_name=display_name or email.split("@")[0], authority=None
+        )
+        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        session.add(RoleAssignment(id=new_id("ras"), realm_id=realm.id, role_id=admin_role.id, user_id=user.id))
+    login = await browser_session(realm, user)
+    return user, {"Cookie": f"cockpit_session={login.cookie}", "X-CSRF-Token": login.csrf}
 
 
 def form_value(html: str, name: str) -> str:

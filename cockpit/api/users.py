@@ -55,6 +55,7 @@ class UsersController(Controller):
             display_name=data.display_name.strip(),
             guest=data.guest,
             password=data.password,
+            authority=principal.authority,
         )
         return typed(schemas.User, directory.user_view(user))
 
@@ -196,7 +197,11 @@ class ServicePrincipalsController(Controller):
     ) -> schemas.ServicePrincipal:
         check(text_issue("/name", data.name) + text_issue("/description", data.description, minimum=0, maximum=500))
         sp = await directory.create_service_principal(
-            db_session, principal.actor(request_id_of(request)), name=data.name.strip(), description=data.description
+            db_session,
+            principal.actor(request_id_of(request)),
+            name=data.name.strip(),
+            description=data.description,
+            authority=principal.authority,
         )
         return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))
 

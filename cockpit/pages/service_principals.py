@@ -77,7 +77,11 @@ class ServicePrincipalsPages(Controller):
                 )
             async with db_session.begin_nested():
                 sp = await directory.create_service_principal(
-                    db_session, principal.actor(request_id_of(request)), name=name, description=values["description"]
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    name=name,
+                    description=values["description"],
+                    authority=principal.authority,
                 )
         except EngineError as exc:
             return await self._list(

@@ -96,5 +96,11 @@ class TokensPages(Controller):
     async def revoke(
         self, request: AnyRequest, token_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
-        await tokens.revoke(db_session, principal.actor(request_id_of(request)), token_id, may_revoke_any=False)
+        await tokens.revoke(
+            db_session,
+            principal.actor(request_id_of(request)),
+            token_id,
+            may_revoke_any=False,
+            authority=principal.authority,
+        )
         return Redirect(f"/realms/{principal.realm.slug}/tokens?revoked=1", status_code=303)

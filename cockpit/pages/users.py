@@ -21,7 +21,7 @@ from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
 from engine.directory.models import User
-from engine.platform.errors import EngineError, Forbidden
+from engine.platform.errors import EngineError
 
 TABLE_ID = "users-table"
 STATUS_ID = "user-status"
@@ -110,6 +110,7 @@ class UsersPages(Controller):
                 display_name=data.display_name.strip(),
                 guest=bool(data.guest),
                 password=password,
+                authority=principal.authority,
             )
         except EngineError as exc:
             return await self._list(
@@ -275,8 +276,6 @@ class UsersPages(Controller):
                 raise EngineError("Choose an organization.")
             async with db_session.begin_nested():
                 org = await organizations.get_organization(db_session, principal.realm.id, org_id)
-                if principal.authority is None or not principal.authority.holds("org.members.write", org.id):
-                    raise Forbidden(f"Adding members to {org.name} needs the permission org.members.write there.")
                 await organizations.add_member(
                     db_session, principal.actor(request_id_of(request)), org.id, user.id, authority=principal.authority
                 )

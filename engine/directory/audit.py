@@ -35,6 +35,8 @@ class Actor:
     request_id: str | None = None
     correlation_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # A person in a browser session with a verified second factor (not a token, not a run).
+    mfa_session: bool = False
 
     @classmethod
     def system(cls, realm_id: str, request_id: str | None = None) -> Actor:
@@ -42,6 +44,11 @@ class Actor:
 
     def with_request(self, request_id: str | None) -> Actor:
         return replace(self, request_id=request_id)
+
+    @property
+    def principal_id(self) -> str | None:
+        """The user or service principal acting (a run acts as its publisher); None for the system."""
+        return self.id if self.type in ("user", "service_principal") else None
 
 
 async def record_audit(

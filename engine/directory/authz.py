@@ -9,9 +9,12 @@ functions for every route.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -244,6 +247,67 @@ AUTHORITY_SQL = _AUTHORITY_SQL.text
 def require(authority: Authority, permission: str, organization_id: str | None = None) -> None:
     if not authority.holds(permission, organization_id):
         raise Forbidden(f"This needs the permission {permission}.")
+
+
+# --- Every engine function that changes a principal checks the permission itself ------------------
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class PermissionCheck:
+    """What :func:`needs_permission` checks for one engine function (see :data:`PERMISSION_CHECKED`)."""
+
+    permission: str
+    organization_param: str | None
+    exempt: str | None  # why the check may be skipped, when ``unless`` holds (said in the docs)
+
+
+# "module.function" -> its check: every engine function that changes a principal or what a
+# principal holds (tests/integration/test_engine_authority.py calls each one with an actor who
+# lacks the permission, and fails for a function that changes a principal without an entry).
+PERMISSION_CHECKED: dict[str, PermissionCheck] = {}
+
+
+def needs_permission(
+    permission: str,
+    *,
+    organization: str | None = None,
+    unless: Callable[[Mapping[str, Any]], bool] | None = None,
+    exempt: str | None = None,
+) -> Callable[[Callable[_P, Awaitable[_T]]], Callable[_P, Awaitable[_T]]]:
+    """The engine function checks ``permission`` with its ``authority`` argument before anything else.
+
+    The page and API guards check the same permission first; this is the check that holds when
+    a caller forgets (every caller names ``authority``; ``None`` is the operator's CLI, above
+    the realm). ``organization`` names the argument holding the organization the permission is
+    checked in (else realm-wide); ``unless`` (given the arguments by name) skips the check
+    where another rule stands in for it, which ``exempt`` says in words.
+    """
+
+    def wrap(function: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+        signature = inspect.signature(function)
+        parameter = signature.parameters.get("authority")
+        if parameter is None or parameter.default is not inspect.Parameter.empty:
+            raise TypeError(f"{function.__qualname__} must take a required 'authority' argument")
+
+        @functools.wraps(function)
+        async def checked(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            arguments = signature.bind(*args, **kwargs)
+            arguments.apply_defaults()
+            named = arguments.arguments
+            authority = named["authority"]
+            if authority is not None and not (unless is not None and unless(named)):
+                require(authority, permission, named[organization] if organization else None)
+            return await function(*args, **kwargs)
+
+        PERMISSION_CHECKED[f"{function.__module__}.{function.__qualname__}"] = PermissionCheck(
+            permission, organization, exempt
+        )
+        return checked
+
+    return wrap
 
 
 def check_assignment(

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.directory.audit import Actor, emit_event, record_audit
-from engine.directory.authz import BUILTIN_ROLES
+from engine.directory.authz import BUILTIN_ROLES, Authority, needs_permission
 from engine.directory.models import (
     ApiToken,
     BrowserSession,
@@ -34,7 +34,6 @@ from engine.platform import crypto, names
 from engine.platform.errors import (
     Conflict,
     Forbidden,
-    NotFound,
     TooManyRequests,
     Unauthorized,
     ValidationFailed,
@@ -111,6 +110,7 @@ async def create_realm(
         email=admin_email,
         display_name=admin_display_name or admin_email.split("@", 1)[0],
         password=admin_password,
+        authority=None,
     )
     assignment = RoleAssignment(
         id=new_id("ras"), realm_id=realm.id, role_id=roles["realm-admin"].id, user_id=admin.id, granted_by=None
@@ -149,6 +149,7 @@ async def user_by_email(session: AsyncSession, realm_id: str, email: str) -> Use
     return result.scalar_one_or_none()
 
 
+@needs_permission("realm.users.write")
 async def create_user(
     session: AsyncSession,
     actor: Actor,
@@ -157,6 +158,7 @@ async def create_user(
     display_name: str,
     guest: bool = False,
     password: str | None = None,
+    authority: Authority | None,
 ) -> User:
     """A user, with its ``user.created`` outbox event and audit event in the same transaction.
 
@@ -178,6 +180,7 @@ async def create_user(
         display_name=display_name,
         guest=guest,
         password_hash=crypto.hash_password(password) if password else None,
+        created_by=actor.principal_id,
     )
     session.add(user)
     await session.flush()
@@ -792,22 +795,6 @@ async def resolve_token(session: AsyncSession, token: str) -> TokenInfo | None:
         await touch_token(session, row.id, moment)
         info.touched_at = moment
     return info
-
-
-async def revoke_token(session: AsyncSession, actor: Actor, token_id: str, *, owner_id: str | None = None) -> None:
-    query = update(ApiToken).where(
-        ApiToken.id == token_id,
-        ApiToken.realm_id == actor.realm_id,
-        ApiToken.revoked_at.is_(None),  # type: ignore[union-attr]
-    )
-    if owner_id is not None:
-        query = query.where(ApiToken.user_id == owner_id)
-    result = await session.execute(query.values(revoked_at=now()).returning(ApiToken.id))
-    if result.scalar_one_or_none() is None:
-        raise NotFound("No such token.")
-    await record_audit(
-        session, actor, "token.revoked", category="authentication", subject_type="token", subject_id=token_id
-    )
 
 
 def require_user_realm(user: User, realm: Realm) -> None:

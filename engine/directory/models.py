@@ -84,6 +84,9 @@ class User(SQLModel, table=True):
     totp_enabled_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
     totp_last_step: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Who made it (a user or service principal; None: the operator or the system). Never changes:
+    # a reviewer someone created is never independent of them (engine/directory/independence.py).
+    created_by: str | None = Field(default=None, max_length=40)
     updated_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
     # Moves (triggers, migration 0007) on every change to this user's status, assignments, groups
     # and memberships: the user's cached authority is fresh while it and the realm's stay put.
@@ -99,6 +102,7 @@ class ServicePrincipal(SQLModel, table=True):
     name: str = Field(max_length=200)
     description: str = Field(default="", max_length=500)
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    created_by: str | None = Field(default=None, max_length=40)
 
 
 class Organization(SQLModel, table=True):
@@ -148,6 +152,9 @@ class Role(SQLModel, table=True):
     requires_approval: bool = Field(default=False)
     builtin: bool = Field(default=False)
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Who last changed its permissions, and when (None: as created).
+    permissions_set_by: str | None = Field(default=None, max_length=40)
+    permissions_set_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
 
 
 @event.listens_for(Role, "before_insert")
@@ -191,6 +198,9 @@ class Group(SQLModel, table=True):
     parent_id: str | None = Field(default=None, foreign_key="groups.id", max_length=40, ondelete="RESTRICT")
     name: str = Field(max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
+    # Who last moved it under another parent, and when (None: where it was created).
+    parent_set_by: str | None = Field(default=None, max_length=40)
+    parent_set_at: datetime | None = Field(default=None, sa_column=tz_column(nullable=True))
 
 
 class GroupRole(SQLModel, table=True):
@@ -198,6 +208,8 @@ class GroupRole(SQLModel, table=True):
 
     group_id: str = Field(primary_key=True, foreign_key="groups.id", max_length=40, ondelete="CASCADE")
     role_id: str = Field(primary_key=True, foreign_key="roles.id", max_length=40, ondelete="CASCADE")
+    granted_by: str | None = Field(default=None, max_length=40)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=tz_column(server_default=True))
 
 
 class GroupMember(SQLModel, table=True):

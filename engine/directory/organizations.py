@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, text
@@ -19,7 +20,7 @@ from sqlmodel import col
 
 from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
-from engine.directory.authz import Authority, require_authority_over
+from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
 from engine.directory.roles import like, raise_issues, require_ceiling, text_issues
 from engine.platform.errors import Conflict, Issue, NotFound
@@ -154,8 +155,9 @@ async def _membership(session: AsyncSession, org_id: str, user_id: str) -> Membe
     return result.scalar_one_or_none()
 
 
+@needs_permission("org.members.write", organization="org_id")
 async def add_member(
-    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None
 ) -> Membership:
     """Make a user a member; with the caller's ``authority``, the caller must hold all the user holds."""
     org = await get_organization(session, actor.realm_id, org_id)
@@ -188,8 +190,9 @@ async def list_members(
     return await keyset_page(session, query, Membership.id, cursor=cursor, limit=limit)
 
 
+@needs_permission("org.members.write", organization="org_id")
 async def remove_member(
-    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None = None
+    session: AsyncSession, actor: Actor, org_id: str, user_id: str, *, authority: Authority | None
 ) -> None:
     """Remove a membership, and with it the user's places in the organization's groups.
 
@@ -378,13 +381,20 @@ async def _resolve_roles(
     return roles
 
 
-async def _set_roles(session: AsyncSession, group: Group, roles: Sequence[Role]) -> None:
-    await session.execute(delete(GroupRole).where(GroupRole.group_id == group.id))
-    for role in roles:
-        session.add(GroupRole(group_id=group.id, role_id=role.id))
+async def _set_roles(session: AsyncSession, actor: Actor, group: Group, roles: Sequence[Role]) -> None:
+    """The group grants exactly ``roles``: the ones it keeps keep who granted them and when."""
+    wanted = [role.id for role in roles]
+    await session.execute(
+        delete(GroupRole).where(GroupRole.group_id == group.id, col(GroupRole.role_id).not_in(wanted))
+    )
+    held = set((await group_role_ids(session, [group.id]))[group.id])
+    for role_id in wanted:
+        if role_id not in held:
+            session.add(GroupRole(group_id=group.id, role_id=role_id, granted_by=actor.principal_id))
     await session.flush()
 
 
+@needs_permission("org.groups.write", organization="org_id")
 async def create_group(
     session: AsyncSession,
     actor: Actor,
@@ -415,7 +425,7 @@ async def create_group(
     )
     session.add(group)
     await session.flush()
-    await _set_roles(session, group, roles)
+    await _set_roles(session, actor, group, roles)
     role_list = [r.id for r in roles]
     await record_audit(
         session,
@@ -438,6 +448,7 @@ async def _lock_group_tree(session: AsyncSession, realm_id: str, org_id: str) ->
     )
 
 
+@needs_permission("org.groups.write", organization="org_id")
 async def update_group(
     session: AsyncSession,
     actor: Actor,
@@ -499,10 +510,11 @@ async def update_group(
     check = await holds_admin_role(session, taken)
     async with keeping_an_admin(session, actor.realm_id, check=check, reload=[group]):
         if roles is not None and roles_change:
-            await _set_roles(session, group, roles)
+            await _set_roles(session, actor, group, roles)
             changed["role_ids"] = [r.id for r in roles]
         if moves:
             group.parent_id = new_parent_id
+            group.parent_set_by, group.parent_set_at = actor.principal_id, datetime.now(UTC)
             changed["parent_id"] = new_parent_id
         if new_name:
             group.name = new_name
@@ -528,6 +540,7 @@ async def list_groups(
     return await keyset_page(session, query, Group.id, cursor=cursor, limit=limit)
 
 
+@needs_permission("org.groups.write", organization="org_id")
 async def add_group_member(
     session: AsyncSession,
     actor: Actor,
@@ -581,6 +594,7 @@ async def list_group_members(
     return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
 
 
+@needs_permission("org.groups.write", organization="org_id")
 async def remove_group_member(
     session: AsyncSession, actor: Actor, authority: Authority, org_id: str, group_id: str, user_id: str
 ) -> None:

@@ -15,7 +15,7 @@ from sqlmodel import col
 
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
-from engine.directory.authz import Authority, require_authority_over
+from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.identity import create_user, end_credentials, end_sessions, issue_sign_in_link, now
 from engine.directory.models import ServicePrincipal, SignInLink, User
 from engine.platform import crypto, names
@@ -91,6 +91,7 @@ async def require_outranks(
     await require_authority_over(session, actor.realm_id, authority, "user", user.id, what=what)
 
 
+@needs_permission("realm.users.write")
 async def update_user(
     session: AsyncSession,
     actor: Actor,
@@ -99,7 +100,7 @@ async def update_user(
     display_name: str | None,
     guest: bool | None,
     password: str | None,
-    authority: Authority | None = None,
+    authority: Authority | None,
     keep_session_id: str | None = None,
 ) -> User:
     """Change a user's profile or password. A new password ends every browser session of the user
@@ -135,8 +136,9 @@ async def update_user(
     return user
 
 
+@needs_permission("realm.users.suspend")
 async def set_user_status(
-    session: AsyncSession, actor: Actor, user_id: str, status: str, *, authority: Authority | None = None
+    session: AsyncSession, actor: Actor, user_id: str, status: str, *, authority: Authority | None
 ) -> User:
     """Suspend or reactivate. A suspension ends the user's browser sessions, revokes their tokens
     and spends their unused sign-in links, so reactivation brings none of them back: the user
@@ -165,6 +167,7 @@ async def set_user_status(
     return user
 
 
+@needs_permission("realm.users.write")
 async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None) -> User:
     """Remove a user's second factor (a lost phone): they enrol again at their next MFA sign-in.
 
@@ -192,6 +195,7 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
     return user
 
 
+@needs_permission("realm.users.write")
 async def create_sign_in_link(
     session: AsyncSession, actor: Actor, user_id: str, *, authority: Authority | None
 ) -> tuple[str, SignInLink]:
@@ -210,8 +214,9 @@ def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
     return {"id": sp.id, "name": sp.name, "description": sp.description, "created_at": sp.created_at}
 
 
+@needs_permission("realm.users.write")
 async def create_service_principal(
-    session: AsyncSession, actor: Actor, *, name: str, description: str
+    session: AsyncSession, actor: Actor, *, name: str, description: str, authority: Authority | None
 ) -> ServicePrincipal:
     issues = names.hidden_character_issues("/name", name) or names.mixed_script_issues("/name", name)
     if issues:
@@ -224,7 +229,9 @@ async def create_service_principal(
     )
     if exists:
         raise Conflict("A service principal with this name already exists.")
-    sp = ServicePrincipal(id=new_id("spn"), realm_id=actor.realm_id, name=name, description=description)
+    sp = ServicePrincipal(
+        id=new_id("spn"), realm_id=actor.realm_id, name=name, description=description, created_by=actor.principal_id
+    )
     session.add(sp)
     await session.flush()
     await record_audit(session, actor, "service_principal.created", subject_type="service_principal", subject_id=sp.id)

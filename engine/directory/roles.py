@@ -28,11 +28,13 @@ from engine.directory.authz import (
     check_assignment,
     is_valid_pattern,
     load_authority,
+    needs_permission,
     require_authority_over,
     require_grant_ceiling,
     role_authority,
 )
 from engine.directory.identity import now as current_time
+from engine.directory.independence import require_independent
 from engine.directory.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
 from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
@@ -204,6 +206,7 @@ async def all_roles(session: AsyncSession, realm_id: str) -> list[Role]:
     return list(result.scalars().all())
 
 
+@needs_permission("realm.roles.write")
 async def create_role(
     session: AsyncSession,
     actor: Actor,
@@ -247,6 +250,7 @@ async def create_role(
     return role
 
 
+@needs_permission("realm.roles.write")
 async def update_role(
     session: AsyncSession,
     actor: Actor,
@@ -281,6 +285,7 @@ async def update_role(
         changed.append("description")
     if unique is not None and unique != list(role.permissions):
         role.permissions = unique
+        role.permissions_set_by, role.permissions_set_at = actor.principal_id, current_time()
         changed.append("permissions")
     if requires_approval is not None and requires_approval != role.requires_approval:
         role.requires_approval = requires_approval
@@ -299,6 +304,7 @@ async def update_role(
     return role
 
 
+@needs_permission("realm.roles.write")
 async def delete_role(session: AsyncSession, actor: Actor, authority: Authority, role_id: str) -> None:
     """Delete a custom role nobody holds (revoke its assignments and group grants first).
 
@@ -394,6 +400,11 @@ class ApprovalNeeded:
     approver_id: str
 
 
+@needs_permission(
+    "realm.roles.write",
+    unless=lambda args: args["source_run_id"] is not None,
+    exempt="a run's step: the published definition and the grant ceiling stand in for it",
+)
 async def create_assignment(
     session: AsyncSession,
     actor: Actor,
@@ -484,6 +495,19 @@ async def create_assignment(
     await require_authority_over(
         session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
     )
+    if approver_id and source_run_id is None:
+        # A hand-made grant's approver is a second person independent of the granter.
+        await require_independent(
+            session,
+            actor,
+            actor.principal_id,
+            lambda held: held.can_assign(role.permissions, scope),
+            refused_event="role.assignment.approver_refused",
+            subject_type=subject_type,
+            subject_id=subject_id,
+            details={"role_id": role.id, "organization_id": organization_id or None},
+            named=approver_id,
+        )
     subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
     duplicate = await session.scalar(
         select(func.count())
@@ -544,10 +568,21 @@ async def create_assignment(
     return assignment
 
 
+@needs_permission(
+    "realm.roles.write",
+    unless=lambda args: args["source_run_id"] is not None,
+    exempt="a run's step: the published definition and the grant ceiling stand in for it",
+)
 async def revoke_assignment(
-    session: AsyncSession, actor: Actor, authority: Authority, assignment_id: str
+    session: AsyncSession,
+    actor: Actor,
+    authority: Authority,
+    assignment_id: str,
+    *,
+    source_run_id: str | None = None,
 ) -> RoleAssignment:
-    """Remove an assignment; the caller needs the ceiling for that role in that scope too."""
+    """Remove an assignment; the caller needs the ceiling for that role in that scope too
+    (``source_run_id``: the run whose ``remove_role`` step revokes it)."""
     assignment = await get_assignment(session, actor.realm_id, assignment_id)
     role = await get_role(session, actor.realm_id, assignment.role_id)
     require_ceiling(authority, role, assignment.organization_id, "revoke")

@@ -125,7 +125,7 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
     system = Actor.system(realm.id)
     users: dict[str, User] = {admin.email: admin}
     for email, name in {**_STAFF, **_PEOPLE}.items():
-        users[email] = await identity.create_user(session, system, email=email, display_name=name)
+        users[email] = await identity.create_user(session, system, email=email, display_name=name, authority=None)
 
     organizations: dict[str, Organization] = {}
     for org_name, members in _ORGANIZATIONS.items():

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory import identity
 from engine.directory.audit import Actor, record_audit
-from engine.directory.authz import Authority, require_authority_over
+from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.identity import now as utc_now
 from engine.directory.models import ApiToken, ServicePrincipal, User
 from engine.platform.errors import Forbidden, Issue, NotFound, ValidationFailed
@@ -113,6 +113,7 @@ async def mint_own_token(
     )
 
 
+@needs_permission("realm.tokens.write")
 async def mint_service_principal_token(
     session: AsyncSession,
     actor: Actor,
@@ -120,7 +121,7 @@ async def mint_service_principal_token(
     *,
     name: str,
     expires_in_days: int | None,
-    authority: Authority | None = None,
+    authority: Authority | None,
 ) -> tuple[str, ApiToken]:
     """An admin-audience token for a service principal of the realm.
 
@@ -164,13 +165,18 @@ async def list_tokens(
     return await keyset_page(session, query, ApiToken.id, cursor=cursor, limit=limit)
 
 
+@needs_permission(
+    "realm.tokens.write",
+    unless=lambda args: not args["may_revoke_any"],
+    exempt="only the caller's own tokens: anyone else's answers 404",
+)
 async def revoke(
     session: AsyncSession,
     actor: Actor,
     token_id: str,
     *,
     may_revoke_any: bool,
-    authority: Authority | None = None,
+    authority: Authority | None,
 ) -> ApiToken:
     """Revoke a token of the caller (or any token of the realm when ``may_revoke_any``).
 

@@ -141,6 +141,10 @@ class Settings:
     # Finished runs (with their attempts) are deleted this many days after they ended.
     run_retention_days: int = 180
 
+    # A reviewer whose authority comes from what the author made this many days back or less is
+    # not independent (engine/directory/independence.py); COCKPIT_REVIEW_INDEPENDENCE_DAYS.
+    review_independence_days: int = 30
+
     # Mail for notices (COCKPIT_SMTP_URL, COCKPIT_MAIL_FROM); None: notices are recorded, not sent.
     mail: MailSettings | None = None
 
@@ -237,6 +241,7 @@ def load_settings() -> Settings:
         public_url=_public_url(),
         metrics_dir_value=os.environ.get("COCKPIT_METRICS_DIR") or None,
         run_retention_days=_retention_days(),
+        review_independence_days=_review_independence_days(),
         mail=parse_mail(os.environ.get("COCKPIT_SMTP_URL"), os.environ.get("COCKPIT_MAIL_FROM")),
     )
 
@@ -257,6 +262,13 @@ def _retention_days() -> int:
     days = _int("COCKPIT_RUN_RETENTION_DAYS", 180)
     if days < 1:
         raise ConfigError(f"COCKPIT_RUN_RETENTION_DAYS must be at least 1, got {days}")
+    return days
+
+
+def _review_independence_days() -> int:
+    days = _int("COCKPIT_REVIEW_INDEPENDENCE_DAYS", 30)
+    if not 0 <= days <= 3650:
+        raise ConfigError(f"COCKPIT_REVIEW_INDEPENDENCE_DAYS must be between 0 and 3650, got {days}")
     return days
 
 

@@ -404,6 +404,8 @@ async def _decide(
     if actor.id not in approval.approvers:
         raise Conflict(f"This approval is {approval.status} and no longer yours to decide.", code="conflict")
     _refuse_if_closed(approval, run, now)
+    if approval.kind == ROLE_ASSIGNMENT:
+        await _require_independent_decider(session, actor, approval)
     status = APPROVED if approve else REJECTED
     result = await session.execute(
         update(WorkflowApproval)
@@ -443,6 +445,26 @@ async def _decide(
     )
     await session.execute(text("SELECT pg_notify('cockpit_runs_due', '')"))
     return approval
+
+
+async def _require_independent_decider(session: AsyncSession, actor: Actor, approval: WorkflowApproval) -> None:
+    """A role assignment is decided by an independent second person to its requester, in an MFA session."""
+    from engine.directory.independence import require_independent
+    from engine.directory.roles import grant_scope
+
+    request = dict(approval.request or {})
+    role = await session.get(Role, str(request.get("role_id")))
+    scope = grant_scope(role, request.get("organization_id")) if role is not None else None
+    await require_independent(
+        session,
+        actor,
+        str(request["requested_by"]),
+        lambda held: role is not None and held.can_assign(role.permissions, scope),
+        refused_event="role.assignment.decision_refused",
+        subject_type="workflow_approval",
+        subject_id=approval.id,
+        details={"role_id": request.get("role_id"), "organization_id": request.get("organization_id")},
+    )
 
 
 async def _assign_requested_role(session: AsyncSession, actor: Actor, approval: WorkflowApproval) -> None:

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, load_authority
 from engine.directory.identity import now
+from engine.directory.independence import require_independent
 from engine.directory.models import Group, Role, User
 from engine.directory.policy import publish_approval_required
 from engine.platform.db import fetch_hot, positional
@@ -807,13 +808,24 @@ async def list_revisions(session: AsyncSession, realm_id: str, workflow_id: str)
 async def decide_revision(
     session: AsyncSession, actor: Actor, workflow_id: str, number: int, *, approve: bool, comment: str | None
 ) -> WorkflowRevision:
-    """Approve or reject a draft revision; never by its author (separation of duties)."""
+    """Approve or reject a draft revision; never by its author (separation of duties), only by an
+    independent second person (engine/directory/independence.py)."""
     raise_if(comment_issues("/comment", comment))
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
     _not_plugin(workflow, "approve" if approve else "reject")
     revision = await get_revision(session, actor.realm_id, workflow_id, number, lock=True)
     if revision.author_id is not None and revision.author_id == actor.id:
         raise Forbidden("The author of a revision cannot approve or reject it.", code="separation_of_duties")
+    await require_independent(
+        session,
+        actor,
+        revision.author_id,
+        lambda authority: authority.holds("realm.workflows.publish"),
+        refused_event="workflow.revision.review_refused",
+        subject_type="workflow",
+        subject_id=workflow.id,
+        details={"revision": number, "decision": "approve" if approve else "reject"},
+    )
     if revision.status != "draft":
         raise Conflict(
             f"Only a draft revision can be {'approved' if approve else 'rejected'}; this one is {revision.status}."

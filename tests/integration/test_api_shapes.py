@@ -19,7 +19,7 @@ from cockpit.api import schemas
 from cockpit.app import create_app
 from cockpit.openapi import declare_problem_responses
 from engine.platform.config import Settings
-from tests.factories import RealmHandle
+from tests.factories import RealmHandle, independent_admin
 from tests.integration.test_runner import drain, runner
 
 Client = AsyncTestClient[Litestar]
@@ -173,9 +173,8 @@ async def test_typed_answers_are_the_views_byte_for_byte(
         return response.json() if response.content else None
 
     user = await call("POST", "/users", {"email": "shape@example.com", "display_name": "Shape"}, 201)
-    approver = await realm.user("approver@example.com")
-    await realm.assign(approver, await realm.builtin_role("realm-admin"))
-    as_approver = {"Authorization": f"Bearer {await realm.token(approver)}"}
+    # An independent second person (the operator made them), deciding from a session with a second factor.
+    approver, as_approver = await independent_admin(realm, "approver@example.com")
     await call("GET", "/users?limit=5")
     await call("GET", f"/users/{user['id']}")
     await call("PATCH", f"/users/{user['id']}", {"display_name": "Shape Two"})

@@ -102,7 +102,7 @@ async def test_events_are_delivered_signed_in_order_with_retries(realm: RealmHan
     some_hook = await subscribe(realm, suspended_only, ["user.suspended"])
     users = [await realm.user() for _ in range(3)]
     async with realm.sessions() as session, session.begin():
-        await directory.set_user_status(session, realm.actor, users[0].id, "suspended")
+        await directory.set_user_status(session, realm.actor, users[0].id, "suspended", authority=None)
     await dispatch(realm)
     await settle(realm, DeliveryDispatcher(realm.sessions, policy()), [all_hook, some_hook])
 

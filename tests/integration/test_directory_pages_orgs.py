@@ -9,7 +9,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
 
 HTMX = HTML | {"HX-Request": "true"}
 
@@ -202,8 +202,8 @@ async def test_role_page_assigns_and_revokes_with_the_engines_rules(
     org = await realm.organization("North")
     role = await realm.role("north-lead", ["org.members.write"], boundary="organization", requires_approval=True)
     subject = await realm.user("lead@example.com")
-    approver = await realm.user("boss@example.com")
-    await realm.assign(approver, await realm.builtin_role("realm-admin"))
+    # An independent second person (the operator made them), who decides from an MFA session.
+    approver, _ = await independent_admin(realm, "boss@example.com")
     base = f"/realms/{realm.slug}/roles/{role.id}"
     page = await client.get(base, headers=HTML)
     assert page.status_code == 200 and "Nobody holds this role directly." in page.text and "North" in page.text
@@ -252,11 +252,10 @@ async def test_role_page_assigns_and_revokes_with_the_engines_rules(
     assert assigned.status_code == 200 and "Approval requested" in assigned.text
     # The named approver approves on the approvals endpoints; the assignment exists from then on.
     [(approval_id,)] = await fetch(realm, "SELECT id FROM workflow_approvals WHERE subject_id = :u", u=subject.id)
-    boss_token = await realm.token(approver, audience="account")
-    decided = await client.post(
-        f"{realm.api}/approvals/{approval_id}/approve", headers={"Authorization": f"Bearer {boss_token}"}
-    )
+    boss = await sign_in(client, realm, approver)
+    decided = await client.post(f"{realm.api}/approvals/{approval_id}/approve", headers={"X-CSRF-Token": boss.csrf})
     assert decided.status_code == 200, decided.text
+    client.cookies.set("cockpit_session", login.cookie)
     rows = await fetch(
         realm,
         "SELECT id, user_id, organization_id, approver_id, expires_at FROM role_assignments WHERE role_id = :r",

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from engine.directory import identity, organizations
 from engine.directory.authz import load_authority
 from engine.runs.retry import FixedClock
-from tests.factories import HTML, RealmHandle, bearer, form_value
+from tests.factories import HTML, RealmHandle, bearer, form_value, independent_admin
 from tests.integration.test_engine_rules import definition, drain, events, in_group, load, make_runner, member_group
 from tests.integration.test_engine_rules import publish as publish_workflow
 from tests.integration.test_engine_rules import start as start_run
@@ -118,11 +118,8 @@ async def test_the_author_of_a_revision_can_neither_approve_nor_reject_it(client
         realm,
         "SELECT id FROM audit_events WHERE type LIKE 'workflow.revision.%ed' AND type <> 'workflow.revision.staged'",
     )
-    reviewer = await realm.user("reviewer@example.com")
-    await realm.assign(reviewer, await realm.builtin_role("realm-admin"))
-    rejected = await client.post(
-        f"{base}/revisions/1/reject", json={"comment": "no"}, headers=bearer(await realm.token(reviewer))
-    )
+    reviewer, reviewer_session = await independent_admin(realm, "reviewer@example.com")
+    rejected = await client.post(f"{base}/revisions/1/reject", json={"comment": "no"}, headers=reviewer_session)
     assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
     assert await fetch(
         realm, "SELECT status, decided_by FROM workflow_revisions WHERE workflow_id = :w", w=created.json()["id"]

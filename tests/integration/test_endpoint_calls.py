@@ -573,7 +573,7 @@ async def test_a_call_for_an_event_names_the_event_and_the_runs_organization(
     wid = await publish(realm, definition, name="On joining")
     subject = await realm.user()
     async with realm.sessions() as session, session.begin():
-        await organizations.add_member(session, realm.actor, org.id, subject.id)
+        await organizations.add_member(session, realm.actor, org.id, subject.id, authority=None)
     async with realm.sessions() as session, session.begin():
         assert await runs.dispatch_outbox(session) >= 1
     await drain(call_runner(realm))

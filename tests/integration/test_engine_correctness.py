@@ -337,7 +337,7 @@ class TestTriggersAndReferences:
         role = await realm.role("temp", ["realm.audit.read"])
         user = await realm.user("u@example.com")
         async with realm.sessions() as session, session.begin():
-            robot = await create_service_principal(session, realm.actor, name="robot", description="")
+            robot = await create_service_principal(session, realm.actor, name="robot", description="", authority=None)
             for subject in ({"service_principal_id": robot.id}, {"user_id": user.id}):
                 session.add(
                     RoleAssignment(

@@ -43,7 +43,7 @@ async def subjects(realm: RealmHandle, org_id: str, count: int) -> list[User]:
     for _ in range(count):
         user = await realm.user()
         async with realm.sessions() as session, session.begin():
-            await organizations.add_member(session, realm.actor, org_id, user.id)
+            await organizations.add_member(session, realm.actor, org_id, user.id, authority=None)
         made.append(user)
     return made
 
@@ -242,7 +242,7 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
     await moves("user", revoke)
     await moves("user", expiring)
     await moves("user", expire)
-    await moves("user", lambda s: organizations.add_member(s, actor, org_id, user.id))
+    await moves("user", lambda s: organizations.add_member(s, actor, org_id, user.id, authority=None))
 
     async def join(session: Any) -> None:
         auth = await admin_authority(session)
@@ -254,9 +254,9 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     await moves("user", join)
     await moves("user", leave)
-    await moves("user", lambda s: organizations.remove_member(s, actor, org_id, user.id))
-    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "suspended"))
-    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "active"))
+    await moves("user", lambda s: organizations.remove_member(s, actor, org_id, user.id, authority=None))
+    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "suspended", authority=None))
+    await moves("user", lambda s: directory.set_user_status(s, actor, user.id, "active", authority=None))
 
     async def change_role(session: Any) -> None:
         auth = await admin_authority(session)
@@ -272,7 +272,7 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def service_principal(session: Any) -> None:
         auth = await admin_authority(session)
-        sp = await directory.create_service_principal(session, actor, name="robot", description="")
+        sp = await directory.create_service_principal(session, actor, name="robot", description="", authority=auth)
         await roles.create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
 
     async def no_group_roles(session: Any) -> None:
@@ -319,7 +319,7 @@ async def _revoke(realm: RealmHandle, publisher: User, assignment_id: str, clock
 
 async def _suspend(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
     async with realm.sessions() as session, session.begin():
-        await directory.set_user_status(session, realm.actor, publisher.id, "suspended")
+        await directory.set_user_status(session, realm.actor, publisher.id, "suspended", authority=None)
 
 
 async def _outlive(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:

@@ -7,22 +7,28 @@ change what a group or role grants, the strong roles themselves). None may succe
 may change. Every mutating route needs an entry in ``ESCALATIONS``: either its attacks, or the
 reason it touches no principal. A route added later without an entry fails
 ``test_every_mutating_route_has_an_escalation_entry``.
+
+The cockpit's pages get the same treatment (``PAGE_ESCALATIONS``): every unsafe page route of a
+realm, found in the application's routes, is tried as form posts carrying the session's CSRF
+token, from an MFA browser session of an actor holding only that route's permission.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from litestar import Litestar
+from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory import identity
 from engine.directory.models import RoleAssignment, ServicePrincipal, User
 from engine.platform.ids import new_id
-from tests.factories import RealmHandle, bearer, enrol_totp
+from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
 from tests.integration.test_authorization_matrix import ACCOUNT, MATRIX
 
 Client = AsyncTestClient[Litestar]
@@ -49,6 +55,8 @@ class World:
     workflow: str  # published: suspends its subject
     actor_user: str = ""  # the actor of the current route
     actor_role: str = ""  # the role holding only the current route's permission
+    emails: dict[str, str] = field(default_factory=dict)  # realm_admin / org_admin -> email
+    actor_email: str = ""
 
 
 # A request: (method, path below the realm, JSON body or None).
@@ -247,6 +255,7 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
     suspended: dict[str, str] = {}
     assignments: dict[str, str] = {}
     tokens: dict[str, str] = {}
+    emails: dict[str, str] = {}
     for kind, role, scope in (("realm_admin", realm_admin_role, None), ("org_admin", org_admin_role, org.id)):
         for twin in (users, suspended):
             user = await realm.user(f"{kind}-{len(twin)}-{id(twin) % 1000}@example.com")
@@ -256,6 +265,7 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
             twin[kind] = user.id
             if twin is users:
                 assignments[kind] = assignment.id
+                emails[kind] = user.email
         async with realm.sessions() as session, session.begin():
             row = await session.get(User, suspended[kind])
             assert row is not None
@@ -316,6 +326,7 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
         member_group=member_group["id"],
         empty_group=empty_group["id"],
         workflow=workflow["id"],
+        emails=emails,
     )
 
 
@@ -355,6 +366,220 @@ async def test_no_route_lets_an_actor_act_on_someone_stronger(client: Client, re
                 refused = {403, 404} if route == ("DELETE", "/tokens/{token_id}") else {403}
                 if response.status_code not in refused:
                     failures.append(f"{label} -> {response.status_code} {response.text[:300]}")
+                if await fingerprint(realm) != before:
+                    failures.append(f"{label} changed something")
+    assert attempts >= 40, attempts
+    assert not failures, "\n".join(failures)
+
+
+# --- The same attacks through the cockpit's pages -------------------------------------------------
+#
+# Every unsafe page route of a realm, found in the application's routes, needs an entry here:
+# its form posts (with the session's CSRF token, from an MFA browser session of an actor holding
+# only the route's permission), or the reason it touches no principal. A page route added later
+# without an entry fails ``test_every_mutating_page_route_has_an_escalation_entry``.
+
+PAGE_PREFIX = "/realms/{realm}"
+FormPost = tuple[str, dict[str, Any]]  # (path below the realm, form fields)
+PageAttack = Callable[[World, str, str], FormPost | None]  # (world, target kind, actor's role id)
+
+
+def page_user(build: Callable[[World, str], FormPost]) -> PageAttack:
+    return lambda w, kind, _role: build(w, w.users[kind]) if kind in w.users else None
+
+
+def page_suspended(build: Callable[[World, str], FormPost]) -> PageAttack:
+    return lambda w, kind, _role: build(w, w.suspended[kind]) if kind in w.suspended else None
+
+
+def page_role(build: Callable[[World, str], FormPost]) -> PageAttack:
+    return lambda w, kind, _role: build(w, w.roles[kind]) if kind in w.roles else None
+
+
+def _in_org(w: World, kind: str) -> dict[str, str]:
+    return {"organization_id": w.org} if kind == "org_admin" else {}
+
+
+PAGE_ESCALATIONS: dict[tuple[str, str], list[PageAttack] | Unrelated] = {
+    ("POST", "/users"): Unrelated("creates a new user, who holds nothing"),
+    ("POST", "/users/{user_id}/suspend"): [page_user(lambda w, u: (f"/users/{u}/suspend", {}))],
+    ("POST", "/users/{user_id}/reactivate"): [page_suspended(lambda w, u: (f"/users/{u}/reactivate", {}))],
+    ("POST", "/users/{user_id}/sign-in-link"): [page_user(lambda w, u: (f"/users/{u}/sign-in-link", {}))],
+    ("POST", "/users/{user_id}/memberships"): [
+        page_user(lambda w, u: (f"/users/{u}/memberships", {"organization_id": w.other_org}))
+    ],
+    ("POST", "/users/{user_id}/role-assignments"): [
+        page_user(lambda w, u: (f"/users/{u}/role-assignments", {"role_id": w.actor_role})),
+        lambda w, kind, _r: (f"/users/{w.actor_user}/role-assignments", {"role_id": w.roles[kind]} | _in_org(w, kind)),
+    ],
+    ("POST", "/service-principals"): Unrelated("creates a new service principal, which holds nothing"),
+    ("POST", "/service-principals/{sp_id}/tokens"): [
+        lambda w, kind, _r: (f"/service-principals/{w.sp}/tokens", {"name": "climb"}) if kind == "sp_admin" else None
+    ],
+    ("POST", "/service-principals/{sp_id}/tokens/{token_id}/revoke"): [
+        lambda w, kind, _r: (
+            (f"/service-principals/{w.sp}/tokens/{w.tokens[kind]}/revoke", {}) if kind == "sp_admin" else None
+        )
+    ],
+    ("POST", "/organizations"): Unrelated("creates an organization; organizations are not principals"),
+    ("POST", "/organizations/{org_id}"): Unrelated("renames or deactivates an organization; grants are unchanged"),
+    ("POST", "/organizations/{org_id}/members"): [
+        lambda w, kind, _r: (
+            (f"/organizations/{w.other_org}/members", {"email": w.emails[kind]}) if kind in w.emails else None
+        )
+    ],
+    ("POST", "/organizations/{org_id}/members/{user_id}/remove"): [
+        page_user(lambda w, u: (f"/organizations/{w.org}/members/{u}/remove", {}))
+    ],
+    ("POST", "/organizations/{org_id}/groups"): [
+        page_role(lambda w, r: (f"/organizations/{w.org}/groups", {"name": "Climb", "role_ids": [r]}))
+    ],
+    ("POST", "/organizations/{org_id}/groups/{group_id}"): [
+        lambda w, kind, _r: (f"/organizations/{w.org}/groups/{w.admin_group}", {"name": "Admins", "role_ids": []}),
+        page_role(lambda w, r: (f"/organizations/{w.org}/groups/{w.empty_group}", {"name": "Nobody", "role_ids": [r]})),
+        lambda w, kind, _r: (
+            f"/organizations/{w.org}/groups/{w.empty_group}",
+            {"name": "Nobody", "parent_id": w.admin_group},
+        ),
+    ],
+    ("POST", "/organizations/{org_id}/groups/{group_id}/members"): [
+        page_user(lambda w, u: (f"/organizations/{w.org}/groups/{w.empty_group}/members", {"user_id": u}))
+    ],
+    ("POST", "/organizations/{org_id}/groups/{group_id}/members/{user_id}/remove"): [
+        page_user(lambda w, u: (f"/organizations/{w.org}/groups/{w.member_group}/members/{u}/remove", {})),
+        page_user(lambda w, u: (f"/organizations/{w.org}/groups/{w.admin_group}/members/{u}/remove", {})),
+    ],
+    ("POST", "/roles"): [
+        lambda w, kind, _r: ("/roles", {"name": "climb", "permissions": ["realm.*"], "boundary": "realm"}),
+        lambda w, kind, _r: ("/roles", {"name": "climb", "permissions": ["*"], "boundary": "organization"}),
+    ],
+    ("POST", "/roles/{role_id}/delete"): [lambda w, kind, _r: (f"/roles/{w.roles['org_admin']}/delete", {})],
+    ("POST", "/roles/{role_id}/assignments"): [
+        lambda w, kind, _r: (
+            (f"/roles/{w.actor_role}/assignments", {"user_email": w.emails[kind]}) if kind in w.emails else None
+        ),
+        lambda w, kind, _r: (
+            f"/roles/{w.roles[kind]}/assignments",
+            {"user_email": w.actor_email} | _in_org(w, kind),
+        ),
+    ],
+    ("POST", "/roles/{role_id}/assignments/{assignment_id}/revoke"): [
+        lambda w, kind, _r: (f"/roles/{w.roles[kind]}/assignments/{w.assignments[kind]}/revoke", {})
+    ],
+    ("POST", "/tokens"): Unrelated("mints a token for the caller alone, never above their own credential"),
+    ("POST", "/tokens/{token_id}/revoke"): [lambda w, kind, _r: (f"/tokens/{w.tokens[kind]}/revoke", {})],
+    ("POST", "/mfa"): Unrelated("enrols the caller's own second factor"),
+    ("POST", "/sign-out"): Unrelated("ends the caller's own session"),
+    ("POST", "/approvals/{approval_id}/decide"): Unrelated(
+        "only named approvers decide; a role assignment is made by the requester's own grant, re-checked in full"
+    ),
+    ("POST", "/approvals/{approval_id}/delegate"): Unrelated("hands a pending decision on; grants nothing"),
+    ("POST", "/policy"): Unrelated("the policy only adds requirements (publish approval)"),
+    ("POST", "/templates"): Unrelated("the wording of notices"),
+    ("POST", "/templates/reset"): Unrelated("the wording of notices"),
+    ("POST", "/templates/preview"): Unrelated("a preview has no effect"),
+    ("POST", "/webhooks"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("POST", "/webhooks/{webhook_id}/{action}"): Unrelated("webhooks deliver events; they grant nothing"),
+    ("POST", "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"): Unrelated(
+        "sends an event delivery again; changes no principal or grant"
+    ),
+    ("POST", "/workflows/new"): Unrelated("definitions act only once published, under the publisher's ceiling"),
+    ("POST", "/workflows/{workflow_id}/edit"): Unrelated("a draft does nothing until published"),
+    ("POST", "/workflows/{workflow_id}/edit/builder"): Unrelated("renders the builder; no effect"),
+    ("POST", "/workflows/{workflow_id}/edit/validate"): Unrelated("validation has no effect"),
+    ("POST", "/workflows/{workflow_id}/delete"): Unrelated("removes a workflow; no grant changes"),
+    ("POST", "/workflows/{workflow_id}/enable"): Unrelated("publisher's ceiling re-checked at run time"),
+    ("POST", "/workflows/{workflow_id}/disable"): Unrelated("stopping a workflow grants nothing"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/approve"): Unrelated("approval does nothing until published"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/reject"): Unrelated("rejection does nothing"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/publish"): Unrelated(
+        "publication passes the delegation ceiling for every step"
+    ),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/rollback"): Unrelated("rollback passes the same ceiling"),
+    ("POST", "/workflows/{workflow_id}/runs/start"): [
+        page_user(lambda w, u: (f"/workflows/{w.workflow}/runs/start", {"subject": u}))
+    ],
+    ("POST", "/runs/{run_id}/cancel"): Unrelated("cancelling only undoes what the run did, under its publisher"),
+    ("POST", "/runs/{run_id}/rerun"): Unrelated("a re-run passes the manual start's rules"),
+    ("POST", "/runs/{run_id}/retry-now"): Unrelated("changes only when a waiting attempt happens"),
+    ("POST", "/runs/bulk"): Unrelated("each run goes through the rules of its own cancel or re-run"),
+    ("POST", "/attention/{run_id}/resolve"): Unrelated("records a note on a finished run; changes no principal"),
+}
+
+# Someone else's token is 404 on the own-tokens page (ids do not leak), as in the API.
+PAGE_NOT_FOUND_IS_REFUSAL = {("POST", "/tokens/{token_id}/revoke")}
+
+
+def mutating_page_routes(app: Litestar) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every unsafe page route of a realm that needs a credential, with its guard options."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        path = re.sub(r"\{(\w+):[^}]+\}", r"{\1}", route.path)
+        if not path.startswith(PAGE_PREFIX + "/"):
+            continue
+        for method, handler in route.route_handler_map.items():
+            if method in MUTATING and not handler[0].opt.get("public"):
+                found[(method, path[len(PAGE_PREFIX) :])] = dict(handler[0].opt)
+    return found
+
+
+def test_every_mutating_page_route_has_an_escalation_entry(app: Litestar) -> None:
+    routes = set(mutating_page_routes(app))
+    assert len(routes) > 30
+    missing = sorted(routes - PAGE_ESCALATIONS.keys())
+    stale = sorted(PAGE_ESCALATIONS.keys() - routes)
+    assert not missing, f"mutating page routes without an escalation entry: {missing}"
+    assert not stale, f"page escalation entries for routes that do not exist: {stale}"
+    for route, entry in PAGE_ESCALATIONS.items():
+        assert entry.reason.strip() if isinstance(entry, Unrelated) else entry, route
+
+
+async def test_no_page_lets_an_actor_act_on_someone_stronger(client: Client, app: Litestar, realm: RealmHandle) -> None:
+    world = await build_world(client, realm)
+    routes = mutating_page_routes(app)
+    actors: dict[str, tuple[User, str, BrowserLogin]] = {}  # permission -> (user, role id, MFA session)
+
+    async def actor_for(permission: str | None) -> tuple[User, str, BrowserLogin]:
+        key = permission or ACCOUNT
+        if key not in actors:
+            user = await realm.user()
+            role_id = ""
+            if permission:
+                role = await realm.role(f"page-only-{permission}", [permission])
+                await realm.assign(user, role)
+                role_id = role.id
+            actors[key] = (user, role_id, await browser_session(realm, user))
+        return actors[key]
+
+    failures: list[str] = []
+    attempts = 0
+    for route, entry in sorted(PAGE_ESCALATIONS.items()):
+        if isinstance(entry, Unrelated):
+            continue
+        permission = routes[route].get("permission")
+        user, role_id, login = await actor_for(permission)
+        world.actor_user, world.actor_role, world.actor_email = user.id, role_id, user.email
+        client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+        for attack in entry:
+            for kind in TARGETS:
+                request = attack(world, kind, role_id)
+                if request is None:
+                    continue
+                path, form = request
+                before = await fingerprint(realm)
+                response = await client.post(
+                    f"/realms/{realm.slug}{path}",
+                    data={**form, "_csrf": login.csrf},
+                    headers=HTML,
+                    follow_redirects=False,
+                )
+                attempts += 1
+                label = f"page {route[1]} as {permission or ACCOUNT} against {kind}: {path} {form}"
+                refused = {403, 404} if route in PAGE_NOT_FOUND_IS_REFUSAL else {403}
+                if response.status_code not in refused:
+                    failures.append(f"{label} -> {response.status_code}")
                 if await fingerprint(realm) != before:
                     failures.append(f"{label} changed something")
     assert attempts >= 40, attempts

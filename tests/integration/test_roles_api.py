@@ -8,7 +8,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.authz import PERMISSIONS
-from tests.factories import RealmHandle, bearer
+from tests.factories import RealmHandle, bearer, independent_admin
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -275,8 +275,7 @@ async def test_roles_that_require_approval_need_an_independent_approver(
     role = await realm.role("payments", ["realm.users.read"], requires_approval=True)
     subject = await realm.user("subject@example.com")
     weak = await realm.user("weak@example.com")
-    approver = await realm.user("approver@example.com")
-    await realm.assign(approver, await realm.builtin_role("realm-admin"))
+    approver, approver_session = await independent_admin(realm, "approver@example.com")
     suspended = await realm.user("gone@example.com")
     await realm.assign(suspended, await realm.builtin_role("realm-admin"))
     await client.post(f"{realm.api}/users/{suspended.id}/suspend", headers=realm.headers)
@@ -304,11 +303,8 @@ async def test_roles_that_require_approval_need_an_independent_approver(
         f"{realm.api}/approvals/{approval['id']}/approve", headers={"Authorization": f"Bearer {subject_token}"}
     )
     assert subject_says.status_code == 404
-    approver_token = await realm.token(approver, audience="account")
     decided = await client.post(
-        f"{realm.api}/approvals/{approval['id']}/approve",
-        json={"comment": "ok"},
-        headers={"Authorization": f"Bearer {approver_token}"},
+        f"{realm.api}/approvals/{approval['id']}/approve", json={"comment": "ok"}, headers=approver_session
     )
     assert decided.status_code == 200, decided.text
     made = await fetch(realm, "SELECT approver_id, granted_by FROM role_assignments WHERE role_id = :r", r=role.id)

@@ -52,8 +52,10 @@ async def test_a_membership_event_starts_a_run_once_with_the_organization_pin(re
     alice = await realm.user("alice@example.com")
     bob = await realm.user("bob@example.com")
     async with realm.sessions() as session, session.begin():
-        await organizations.add_member(session, realm.actor, eng.id, alice.id)
-        await organizations.add_member(session, realm.actor, sales.id, bob.id)  # another organization: no run
+        await organizations.add_member(session, realm.actor, eng.id, alice.id, authority=None)
+        await organizations.add_member(
+            session, realm.actor, sales.id, bob.id, authority=None
+        )  # another organization: no run
     assert await dispatch(realm) >= 2
     assert await dispatch(realm) == 0  # every event is dispatched once
     started = await runs_of(realm, wid)
@@ -87,7 +89,7 @@ async def test_an_event_caused_by_a_run_never_triggers_the_same_workflow(realm: 
     )
     alice = await realm.user("alice@example.com")
     async with realm.sessions() as session, session.begin():
-        await organizations.add_member(session, realm.actor, ops.id, alice.id)
+        await organizations.add_member(session, realm.actor, ops.id, alice.id, authority=None)
     await dispatch(realm)
     await drain(runner(realm))
     first = await runs_of(realm, wid)
@@ -137,9 +139,9 @@ async def test_runs_deeper_than_three_are_not_started(realm: RealmHandle) -> Non
         )
     async with realm.sessions() as session, session.begin():
         for org in orgs:
-            await organizations.add_member(session, realm.actor, org.id, alice.id)
+            await organizations.add_member(session, realm.actor, org.id, alice.id, authority=None)
     async with realm.sessions() as session, session.begin():
-        await organizations.remove_member(session, realm.actor, orgs[0].id, alice.id)
+        await organizations.remove_member(session, realm.actor, orgs[0].id, alice.id, authority=None)
     r = runner(realm)
     for _ in range(8):
         await dispatch(realm)

@@ -22,7 +22,7 @@ from engine.directory.models import RealmPolicy, User
 from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json, line_diff, pretty_json
 from engine.workflows.models import Workflow
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
 
@@ -168,8 +168,8 @@ async def stage(realm: RealmHandle, workflow: Workflow, body: dict[str, Any], au
 
 
 async def second_admin(realm: RealmHandle, email: str = "second@example.com") -> User:
-    user = await realm.user(email, display_name="Second Admin")
-    await realm.assign(user, await realm.builtin_role("realm-admin"))
+    """A second realm administrator the operator made: an independent second person to the first."""
+    user, _ = await independent_admin(realm, email, display_name="Second Admin")
     return user
 
 
@@ -205,7 +205,7 @@ async def test_the_list_shows_state_revision_approval_and_owner_and_filters(clie
         await session.execute(
             text("UPDATE workflows SET owner_id = :u WHERE id = :w"), {"u": grace.id, "w": onboarding.id}
         )
-    admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id)
+    admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
         await workflows.decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
         await workflows.publish_revision(session, admin, onboarding.id, 1)
@@ -685,7 +685,7 @@ async def test_revisions_waiting_for_review_show_to_a_reviewer_and_never_to_thei
     assert 'data-testid="review-waiting"' not in (await client.get(listing, headers=HTML)).text
 
     # Once approved and published, nothing waits for anyone.
-    admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id)
+    admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
         await workflows.decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
         await workflows.publish_revision(session, admin, onboarding.id, 1)

@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import RealmHandle, bearer
+from tests.factories import RealmHandle, bearer, independent_admin
 
 Client = AsyncTestClient[Litestar]
 
@@ -24,10 +24,10 @@ def definition(*steps: dict[str, Any], triggers: list[dict[str, Any]] | None = N
     }
 
 
-async def second_admin(realm: RealmHandle, email: str = "second-admin@example.com") -> str:
-    user = await realm.user(email)
-    await realm.assign(user, await realm.builtin_role("realm-admin"))
-    return await realm.token(user, "admin")
+async def second_admin(realm: RealmHandle, email: str = "second-admin@example.com") -> dict[str, str]:
+    """The headers of an independent second administrator's session (an MFA browser session)."""
+    _, headers = await independent_admin(realm, email)
+    return headers
 
 
 async def count(realm: RealmHandle, sql: str) -> int:
@@ -228,7 +228,7 @@ class TestWorkflowRevisionsRollbackAndDisable:
     async def test_approval_separation_of_duties_publication_and_rollback(
         self, client: Client, realm: RealmHandle
     ) -> None:
-        other = bearer(await second_admin(realm))
+        other = await second_admin(realm)
         created = await client.post(
             realm.api + "/workflows",
             json={"name": "Reviewed", "requires_approval": True, "definition": definition()},
@@ -276,7 +276,7 @@ class TestWorkflowRevisionsRollbackAndDisable:
         assert {"workflow.revision.approved", "workflow.published", "workflow.rolled_back"} <= set(types)
 
     async def test_rejected_revisions_cannot_be_published(self, client: Client, realm: RealmHandle) -> None:
-        other = bearer(await second_admin(realm))
+        other = await second_admin(realm)
         wid = (
             await client.post(
                 realm.api + "/workflows", json={"name": "R", "definition": definition()}, headers=realm.headers

@@ -124,3 +124,15 @@ def test_links_point_at_the_public_url_else_at_the_configured_address(
     else:
         monkeypatch.delenv("COCKPIT_PUBLIC_URL", raising=False)
     assert load_settings().link_base_url == expected
+
+
+def test_the_review_independence_window_is_30_days_and_0_to_3650(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", raising=False)
+    assert load_settings().review_independence_days == 30
+    for allowed in ("0", "3650"):
+        monkeypatch.setenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", allowed)
+        assert load_settings().review_independence_days == int(allowed)
+    for refused in ("-1", "3651", "a month"):
+        monkeypatch.setenv("COCKPIT_REVIEW_INDEPENDENCE_DAYS", refused)
+        with pytest.raises(ConfigError, match="COCKPIT_REVIEW_INDEPENDENCE_DAYS"):
+            load_settings()

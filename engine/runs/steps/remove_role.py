@@ -27,7 +27,9 @@ class RemoveRole(StepType):
         removed: list[str] = []
         for assignment in (await ctx.session.execute(query)).scalars().all():
             try:
-                await roles.revoke_assignment(ctx.session, ctx.actor, ctx.authority, assignment.id)
+                await roles.revoke_assignment(
+                    ctx.session, ctx.actor, ctx.authority, assignment.id, source_run_id=ctx.run.id
+                )
             except EngineError as exc:
                 raise StepFailure.from_engine_error(exc) from exc
             removed.append(assignment.id)
