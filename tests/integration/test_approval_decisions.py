@@ -21,6 +21,12 @@ from tests.integration.test_approvals import approval_of, definition, drain, mak
 Client = AsyncTestClient[Litestar]
 
 
+async def mfa_session(realm: RealmHandle, user: User) -> dict[str, str]:
+    """Headers of a browser session with a second factor: deciding a role assignment wants one."""
+    login = await browser_session(realm, user)
+    return {"Cookie": f"cockpit_session={login.cookie}", "X-CSRF-Token": login.csrf}
+
+
 async def requested_grant(realm: RealmHandle, client: Client) -> tuple[dict[str, Any], User, User, User, Role]:
     """A role that requires approval, asked for by a second administrator: (approval, requester, approver, subject, role)."""
     role = await realm.role("payments", ["realm.users.read"], requires_approval=True)
@@ -78,17 +84,17 @@ async def test_a_grant_refused_at_decision_time_leaves_no_decision_on_the_page_o
     client.cookies.clear()
 
     on_api = await client.post(
-        f"{realm.api}/approvals/{approval['id']}/approve",
-        headers=bearer(await realm.token(approver, audience="account")),
+        f"{realm.api}/approvals/{approval['id']}/approve", headers=await mfa_session(realm, approver)
     )
-    assert on_api.status_code == 403 and on_api.json()["code"] == "grant_ceiling_exceeded"
+    # The requester no longer holds even the permission to assign roles: the grant is refused.
+    assert on_api.status_code == 403 and on_api.json()["code"] == "forbidden", on_api.text
+    assert "realm.roles.write" in on_api.json()["detail"]
     assert await decision_trace(realm, approval["id"], role) == untouched
 
     # With the authority back, the same approval is approved and the role granted, once.
     await realm.assign(requester, await realm.builtin_role("realm-admin"))
     approved = await client.post(
-        f"{realm.api}/approvals/{approval['id']}/approve",
-        headers=bearer(await realm.token(approver, audience="account")),
+        f"{realm.api}/approvals/{approval['id']}/approve", headers=await mfa_session(realm, approver)
     )
     assert approved.status_code == 200, approved.text
     status, decided_by, events, grants = await decision_trace(realm, approval["id"], role)
@@ -141,8 +147,7 @@ async def test_a_role_assignment_is_handed_on_only_to_someone_who_could_approve_
     handed = await client.post(url, json={"user_id": deputy.id}, headers=token)
     assert handed.status_code == 200 and handed.json()["approvers"] == [deputy.id]
     decided = await client.post(
-        f"{realm.api}/approvals/{approval['id']}/approve",
-        headers=bearer(await realm.token(deputy, audience="account")),
+        f"{realm.api}/approvals/{approval['id']}/approve", headers=await mfa_session(realm, deputy)
     )
     assert decided.status_code == 200, decided.text
     made = await rows(realm, "SELECT approver_id, granted_by FROM role_assignments WHERE role_id = :r", r=role.id)

@@ -128,7 +128,7 @@ async def test_suspension_ends_sessions_tokens_and_links_and_reactivation_revive
 async def test_no_credential_is_made_for_a_suspended_user(realm: RealmHandle) -> None:
     user = await realm.user("pat@example.com")
     async with realm.sessions() as session, session.begin():
-        await directory.set_user_status(session, realm.actor, user.id, "suspended")
+        await directory.set_user_status(session, realm.actor, user.id, "suspended", authority=None)
     async with realm.sessions() as session:
         row = await session.get(User, user.id)
         assert row is not None
@@ -144,7 +144,7 @@ async def test_a_session_opened_while_a_suspension_commits_does_not_outlive_it(r
     user = await realm.user("pat@example.com")
     async with realm.sessions() as suspending:
         await suspending.begin()
-        await directory.set_user_status(suspending, realm.actor, user.id, "suspended")
+        await directory.set_user_status(suspending, realm.actor, user.id, "suspended", authority=None)
 
         async def sign_in() -> str:
             async with realm.sessions() as session, session.begin():
