@@ -11,15 +11,16 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from engine.directory import webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.platform.errors import Conflict, NotFound
-from engine.runs import approvals
+from engine.runs import approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
 from engine.runs.retention import cleanup_finished_runs
 from engine.runs.retry import FixedClock
-from tests.factories import RealmHandle
+from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
 from tests.integration.test_diagnostics import Team, diagnostics_of
 from tests.integration.test_retention import existing, finish_runs
@@ -161,3 +162,66 @@ async def test_diagnostics_read_the_last_500_runs(
     async with realm.sessions() as session:
         health = (await health_of(session, realm.id, [team.workflow_id]))[team.workflow_id]
     assert (health.status == "attention_required") is counted, health
+
+
+# --- a rotated secret's 24 h overlap ------------------------------------------------------------------
+
+
+async def test_a_rotated_secret_signs_for_exactly_24_hours(realm: RealmHandle) -> None:
+    """Rotated at ``t``, the previous secret signs beside the new one until a microsecond before
+    ``t + 24 h`` and not at ``t + 24 h``."""
+    async with realm.sessions() as session, session.begin():
+        made, first = await webhooks.create_subscription(
+            session, realm.actor, TEST_SECRET_KEY, destination="https://hooks.example.com/in"
+        )
+    rotated_at = datetime.now(UTC) - timedelta(minutes=5)
+    async with realm.sessions() as session, session.begin():
+        row, second = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, made.id, now=rotated_at)
+    end = rotated_at + timedelta(hours=24)
+    assert row.previous_secret_expires_at == end
+    assert webhooks.signing_secrets(row, TEST_SECRET_KEY, end - MICROSECOND) == [second, first]
+    assert webhooks.signing_secrets(row, TEST_SECRET_KEY, end) == [second]
+
+
+# --- a schedule's granted_before, and a wait's end -------------------------------------------------
+
+
+async def test_role_holders_granted_exactly_granted_before_ago_are_selected_and_a_microsecond_later_not(
+    realm: RealmHandle,
+) -> None:
+    role = await realm.role("temp", ["realm.workflows.read"])
+    on_time, late = await realm.user(), await realm.user()
+    await realm.assign(on_time, role)
+    await realm.assign(late, role)
+    now = datetime.now(UTC)
+    cutoff = now - timedelta(hours=48)
+    async with realm.sessions() as session, session.begin():
+        for user, granted in ((on_time, cutoff), (late, cutoff + MICROSECOND)):
+            await session.execute(
+                text("UPDATE role_assignments SET created_at = :t WHERE user_id = :u"), {"t": granted, "u": user.id}
+            )
+    selector = {"type": "role_holders", "role_id": role.id, "granted_before": "48h"}
+    async with realm.sessions() as session:
+        chosen = await schedules.select_subjects(session, realm.id, selector, now)
+    assert chosen.subjects == [(on_time.id, None)]
+
+
+async def test_a_wait_ends_at_the_very_instant_its_duration_is_over(realm: RealmHandle) -> None:
+    subject = await realm.user()
+    wid = await publish(
+        realm,
+        definition({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"}),
+        name="Exact wait",
+    )
+    run_id = await start(realm, wid, subject)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
+    started = clock.now()
+    await drain(make_runner(realm, clock))
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.due_at) == ("waiting", started + timedelta(hours=2))
+    clock.current = started + timedelta(hours=2) - MICROSECOND
+    await drain(make_runner(realm, clock))
+    assert (await load(realm, run_id))[0].state == "waiting"
+    clock.current = started + timedelta(hours=2)
+    await drain(make_runner(realm, clock))
+    assert (await load(realm, run_id))[0].state == "succeeded"
