@@ -18,7 +18,7 @@ from engine.platform.errors import Conflict, NotFound
 from engine.runs import approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
-from engine.runs.retention import cleanup_finished_runs
+from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
 from engine.runs.retry import FixedClock
 from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
@@ -34,7 +34,7 @@ async def test_a_run_that_ended_exactly_the_retention_ago_is_kept_and_one_a_micr
     realm: RealmHandle,
 ) -> None:
     """With 180 days, the cutoff is ``now - 180 days``: a run that ended at the cutoff stays, one
-    that ended a microsecond before it is deleted."""
+    that ended a microsecond before it is deleted; the pass is recorded with its cutoff."""
     at_cutoff, older = await finish_runs(realm, 2, days_ago=1)
     now = datetime.now(UTC)
     cutoff = now - timedelta(days=180)
@@ -46,6 +46,10 @@ async def test_a_run_that_ended_exactly_the_retention_ago_is_kept_and_one_a_micr
     done = await cleanup_finished_runs(realm.sessions, retention_days=180, clock=FixedClock(now))
     assert (done.deleted, done.cutoff) == (1, cutoff)
     assert await existing(realm, [at_cutoff, older]) == {at_cutoff}
+    async with realm.sessions() as session:
+        status = await last_retention_cleanup(session)
+    assert status is not None
+    assert (status.ran_at, status.deleted, status.cutoff, status.retention_days) == (now, 1, cutoff.isoformat(), 180)
 
 
 # --- an approval's expiry, for the run, for a decision and for its one-time link -------------------
