@@ -50,6 +50,27 @@ async def test_a_run_that_ended_exactly_the_retention_ago_is_kept_and_one_a_micr
         status = await last_retention_cleanup(session)
     assert status is not None
     assert (status.ran_at, status.deleted, status.cutoff, status.retention_days) == (now, 1, cutoff.isoformat(), 180)
+    async with realm.sessions() as session:
+        details = await session.scalar(text("SELECT details FROM maintenance_passes WHERE task = 'retention.cleanup'"))
+    assert details == {"cutoff": cutoff.isoformat(), "batches": 1, "retention_days": 180}
+
+
+async def test_a_retention_pass_stops_after_its_last_batch_and_counts_only_what_it_deleted(realm: RealmHandle) -> None:
+    """Three old runs, one per batch: two batches allowed delete two, three delete all; a pass
+    that finds nothing deletes and counts nothing, in one batch."""
+    old = await finish_runs(realm, 3, days_ago=200)
+    now = datetime.now(UTC)
+    two = await cleanup_finished_runs(
+        realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=1, max_batches=2
+    )
+    assert (two.deleted, two.batches) == (2, 2)
+    assert len(await existing(realm, old)) == 1
+    rest = await cleanup_finished_runs(
+        realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=2, max_batches=3
+    )
+    assert (rest.deleted, rest.batches) == (1, 1)
+    nothing = await cleanup_finished_runs(realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=2)
+    assert (nothing.deleted, nothing.batches) == (0, 1)
 
 
 # --- an approval's expiry, for the run, for a decision and for its one-time link -------------------
