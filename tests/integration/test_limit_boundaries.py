@@ -63,7 +63,7 @@ async def test_a_retention_pass_stops_after_its_last_batch_and_counts_only_what_
     two = await cleanup_finished_runs(
         realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=1, max_batches=2
     )
-    assert (two.deleted, two.batches) == (2, 2)
+    assert (two.ran_at, two.deleted, two.batches) == (now, 2, 2)
     assert len(await existing(realm, old)) == 1
     rest = await cleanup_finished_runs(
         realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=2, max_batches=3
