@@ -8,6 +8,7 @@ error and tries, the audit event and its details, and a run's due time, update t
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -83,12 +84,14 @@ async def trail(realm: RealmHandle, run_id: str) -> list[tuple[str, str | None, 
         return [(t, st, si, d) for t, st, si, d in rows]
 
 
-def timing(result: dict[str, Any] | None, status: int) -> None:
-    """An endpoint answer as recorded: exactly its status code and its latency in milliseconds."""
+def timing(result: dict[str, Any] | None, status: int, within_ms: tuple[float, float] = (0, 10_000)) -> None:
+    """An endpoint answer as recorded: exactly its status code and its latency in milliseconds, which
+    lies in ``within_ms`` (by default no longer than the test runner's 10 s call timeout)."""
     assert result is not None
     assert sorted(result) == ["latency_ms", "status_code"], result
     assert result["status_code"] == status
-    assert isinstance(result["latency_ms"], int) and result["latency_ms"] >= 0
+    low, high = within_ms
+    assert isinstance(result["latency_ms"], int) and low <= result["latency_ms"] <= high, (result, within_ms)
 
 
 def the(attempts: list[StepAttempt], step_id: str) -> StepAttempt:
@@ -103,25 +106,28 @@ async def test_a_failed_call_records_the_answers_status_and_latency_on_its_attem
     realm: RealmHandle, receiver: Receiver
 ) -> None:
     """An answer that fails the step still leaves its status code and latency on the attempt, beside
-    the error category and message; the retry that succeeds records the same two keys."""
-    answers = iter([500, 200])
+    the error category and message; the retry that succeeds records the same two keys. The latency
+    is the time the endpoint took, in milliseconds: a 300 ms answer records 300 ms or a little more."""
+    answers = iter([(500, 0.3), 200])
     receiver.respond = lambda _r: next(answers)
     hook = await subscribe(realm, receiver)
     _, run_id = await run_one(realm, calling(hook))
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     worker = call_runner(realm, clock=clock)
+    before = time.monotonic()
     await drain(worker)
+    elapsed_ms = (time.monotonic() - before) * 1000
     run, attempts = await load(realm, run_id)
     [failed] = attempts
     assert (failed.state, failed.error_category, failed.error_message) == ("failed", "http_500", "HTTP 500")
-    timing(failed.result, 500)
+    timing(failed.result, 500, within_ms=(300, elapsed_ms))
     assert (run.state, run.error_category, run.last_error) == ("running", "http_500", "HTTP 500")
     clock.advance(seconds=5)
     await drain(worker)
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded"
     first, second = (a for a in attempts if a.step_id == "sync")
-    timing(first.result, 500)
+    timing(first.result, 500, within_ms=(300, elapsed_ms))
     assert (second.number, second.state, second.error_category) == (2, "succeeded", None)
     timing(second.result, 200)
 

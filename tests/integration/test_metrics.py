@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import timedelta
 from typing import Any
 
 from litestar.testing import AsyncTestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
 
 from cockpit.app import create_app
 from engine.platform.config import Settings
@@ -62,14 +64,19 @@ async def test_request_metrics_carry_route_templates_never_realm_data(client: Cl
 
 async def test_gauges_come_from_the_database(client: Client, realm: RealmHandle) -> None:
     team = await Team.make(realm)
-    for member in (True, True, False):
-        await start(realm, team.workflow_id, (await team.subject(member)).id)
+    started = [await start(realm, team.workflow_id, (await team.subject(member)).id) for member in (True, True, False)]
+    before = time.monotonic()
+    async with realm.sessions() as session, session.begin():  # the oldest has waited ten minutes
+        await session.execute(
+            text("UPDATE workflow_runs SET due_at = now() - interval '600 seconds' WHERE id = :r"), {"r": started[0]}
+        )
     found = await scrape(client)
+    waited = time.monotonic() - before
     r = ("realm_id", realm.id)
     assert found[("cockpit_runs", (r, ("state", "pending")))] == 3
     assert found[("cockpit_runs", (r, ("state", "running")))] == 0
     assert found[("cockpit_runs_due", (r,))] == 3
-    assert found[("cockpit_oldest_due_run_age_seconds", (r,))] >= 0
+    assert 600 <= found[("cockpit_oldest_due_run_age_seconds", (r,))] <= 600 + waited
     assert found[("cockpit_approvals_pending", ())] == 0
     assert found[("cockpit_webhook_deliveries_failing", ())] == 0
 

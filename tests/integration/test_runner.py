@@ -100,8 +100,63 @@ async def test_internal_steps_run_once_with_attempts_and_audit(realm: RealmHandl
     assert {rid for _, _, rid in types} == {run_id}
 
 
-async def test_transient_failures_back_off_and_exhaust_then_compensate(realm: RealmHandle) -> None:
-    """Retry timing with an injectable clock: backoff doubles from the policy."""
+async def test_transient_failures_back_off_by_the_steps_policy_and_exhaust_then_compensate(
+    realm: RealmHandle,
+) -> None:
+    """A step's own retry policy overrides the definition's: a transient failure (the directory
+    refuses the join) waits the step's 5 s backoff (not yet due after 4 s), fails again, and with
+    its 2 attempts exhausted the run compensates the grant made before it."""
+    from tests.integration.test_engine_rules import member_group, outage
+
+    subject = await realm.user("subject@example.com")
+    _, group_id = await member_group(realm, subject.id)
+    role = await realm.role("viewer", ["realm.workflows.read"])
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "retry": {"max_attempts": 3, "backoff": "10s"},
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
+            {"id": "team", "type": "add_to_group", "group_id": group_id, "retry": {"max_attempts": 2, "backoff": "5s"}},
+        ],
+    }
+    wid = await publish(realm, definition)
+    await outage(realm, "group_members", "INSERT")
+    run_id = await start(realm, wid, subject.id)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
+    r = runner(realm, clock)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert [(a.step_id, a.number, a.state, a.error_category) for a in attempts] == [
+        ("grant", 1, "succeeded", None),
+        ("team", 1, "failed", "error"),
+    ]
+    assert (attempts[0].max_attempts, attempts[0].backoff_ms) == (3, 10_000)  # the definition's policy
+    assert (attempts[1].max_attempts, attempts[1].backoff_ms) == (2, 5_000)  # the step's own
+    assert (run.state, run.due_at) == ("running", clock.now() + timedelta(seconds=5))
+    clock.advance(seconds=4)
+    await drain(r)
+    assert len((await load(realm, run_id))[1]) == 2  # the backoff is not over
+    clock.advance(seconds=1)
+    await drain(r)
+    run, attempts = await load(realm, run_id)
+    assert [(a.step_id, a.number, a.state) for a in attempts] == [
+        ("grant", 1, "succeeded"),
+        ("team", 1, "failed"),
+        ("team", 2, "failed"),
+    ]
+    assert (run.state, run.error_category) == ("compensated", "retries_exhausted")
+    assert attempts[0].compensation_state == "done"
+    async with realm.sessions() as session:
+        left = await session.scalar(text("SELECT count(*) FROM role_assignments WHERE user_id = :u"), {"u": subject.id})
+    assert left == 0
+
+
+async def test_a_permanent_failure_is_tried_once_whatever_its_retry_policy_then_compensates(
+    realm: RealmHandle,
+) -> None:
+    """A permanent failure (removing a membership the subject does not have) is not retried although
+    the step allows two attempts, and the grant before it is undone."""
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")
     await realm.member(org, subject)

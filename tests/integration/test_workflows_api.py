@@ -128,6 +128,7 @@ class TestWorkflowValidation:
             return response.status_code
 
         assert await create(name="n" * 100, description="d" * 500) == 201
+        assert await create(name="x") == 201  # the shortest name
         assert await create(name="m" * 101) == 422
         assert await create(name="two\nlines") == 422
         assert await create(name="ok", description="d" * 501) == 422

@@ -1,0 +1,252 @@
+"""Time windows and windows of rows pinned at their exact boundary, on a real database: the last
+value allowed and the first refused (docs/testing.md, "Limits and windows")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine.directory import webhooks
+from engine.directory.audit import Actor
+from engine.directory.models import User
+from engine.platform.errors import Conflict, NotFound
+from engine.runs import approvals, schedules
+from engine.runs.approval_models import WorkflowApproval
+from engine.runs.diagnostics import health_of
+from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
+from engine.runs.retry import FixedClock
+from tests.factories import TEST_SECRET_KEY, RealmHandle
+from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
+from tests.integration.test_diagnostics import Team, diagnostics_of
+from tests.integration.test_retention import existing, finish_runs
+
+MICROSECOND = timedelta(microseconds=1)
+
+# --- retention: finished runs older than the retention days ----------------------------------------
+
+
+async def test_a_run_that_ended_exactly_the_retention_ago_is_kept_and_one_a_microsecond_older_goes(
+    realm: RealmHandle,
+) -> None:
+    """With 180 days, the cutoff is ``now - 180 days``: a run that ended at the cutoff stays, one
+    that ended a microsecond before it is deleted; the pass is recorded with its cutoff."""
+    at_cutoff, older = await finish_runs(realm, 2, days_ago=1)
+    now = datetime.now(UTC)
+    cutoff = now - timedelta(days=180)
+    async with realm.sessions() as session, session.begin():
+        for run_id, ended in ((at_cutoff, cutoff), (older, cutoff - MICROSECOND)):
+            await session.execute(
+                text("UPDATE workflow_runs SET finished_at = :t WHERE id = :r"), {"t": ended, "r": run_id}
+            )
+    done = await cleanup_finished_runs(realm.sessions, retention_days=180, clock=FixedClock(now))
+    assert (done.deleted, done.cutoff) == (1, cutoff)
+    assert await existing(realm, [at_cutoff, older]) == {at_cutoff}
+    async with realm.sessions() as session:
+        status = await last_retention_cleanup(session)
+    assert status is not None
+    assert (status.ran_at, status.deleted, status.cutoff, status.retention_days) == (now, 1, cutoff.isoformat(), 180)
+    async with realm.sessions() as session:
+        details = await session.scalar(text("SELECT details FROM maintenance_passes WHERE task = 'retention.cleanup'"))
+    assert details == {"cutoff": cutoff.isoformat(), "batches": 1, "retention_days": 180}
+
+
+async def test_a_retention_pass_stops_after_its_last_batch_and_counts_only_what_it_deleted(realm: RealmHandle) -> None:
+    """Three old runs, one per batch: two batches allowed delete two, three delete all; a pass
+    that finds nothing deletes and counts nothing, in one batch."""
+    old = await finish_runs(realm, 3, days_ago=200)
+    now = datetime.now(UTC)
+    two = await cleanup_finished_runs(
+        realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=1, max_batches=2
+    )
+    assert (two.ran_at, two.deleted, two.batches) == (now, 2, 2)
+    assert len(await existing(realm, old)) == 1
+    rest = await cleanup_finished_runs(
+        realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=2, max_batches=3
+    )
+    assert (rest.deleted, rest.batches) == (1, 1)
+    nothing = await cleanup_finished_runs(realm.sessions, retention_days=180, clock=FixedClock(now), batch_size=2)
+    assert (nothing.deleted, nothing.batches) == (0, 1)
+
+
+# --- an approval's expiry, for the run, for a decision and for its one-time link -------------------
+
+
+async def pending_approval(realm: RealmHandle) -> tuple[str, User, WorkflowApproval, FixedClock]:
+    """A run waiting for ``approver`` on an approval that expires in 1 h (the shortest allowed)."""
+    subject, approver = await realm.user(), await realm.user()
+    wid = await publish(
+        realm,
+        definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"}),
+        name=f"Approval {approver.id[-6:]}",
+    )
+    run_id = await start(realm, wid, subject)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
+    await drain(make_runner(realm, clock))
+    async with realm.sessions() as session:
+        approval = await approvals.for_step(session, run_id, "approve")
+    assert approval is not None and approval.expires_at == clock.now() + timedelta(hours=1)
+    return run_id, approver, approval, clock
+
+
+async def decision(realm: RealmHandle, approver: User, approval_id: str, now: datetime) -> str:
+    """What approving at ``now`` answers ("approved" or the refusal's code); rolled back."""
+    async with realm.sessions() as session:
+        try:
+            decided = await approvals.decide(
+                session,
+                Actor(type="user", id=approver.id, realm_id=realm.id),
+                approval_id,
+                approve=True,
+                comment=None,
+                now=now,
+            )
+            return decided.status
+        except Conflict as refused:
+            return refused.code
+        finally:
+            await session.rollback()
+
+
+async def test_an_approval_is_decided_until_the_microsecond_it_expires_and_the_run_expires_it_then(
+    realm: RealmHandle,
+) -> None:
+    """Approving a microsecond before ``expires_at`` succeeds, at ``expires_at`` it is refused
+    (409); the run is not due a microsecond before, and at ``expires_at`` it expires the approval."""
+    run_id, approver, approval, clock = await pending_approval(realm)
+    assert await decision(realm, approver, approval.id, approval.expires_at - MICROSECOND) == "approved"
+    assert await decision(realm, approver, approval.id, approval.expires_at) == "conflict"
+
+    clock.current = approval.expires_at - MICROSECOND  # the reminder is long sent; the run is not due
+    await drain(make_runner(realm, clock))
+    run, _ = await load(realm, run_id)
+    assert run.state == "awaiting_approval" and run.due_at == approval.expires_at
+    clock.current = approval.expires_at  # due, and expired at this very instant
+    await drain(make_runner(realm, clock))
+    run, attempts = await load(realm, run_id)
+    assert (run.state, run.error_category) == ("failed", "approval_expired")
+    assert [(a.step_id, a.error_category) for a in attempts] == [("approve", "approval_expired")]
+
+
+async def test_an_approval_link_opens_until_the_microsecond_its_approval_expires(realm: RealmHandle) -> None:
+    _, approver, approval, _ = await pending_approval(realm)
+    async with realm.sessions() as session, session.begin():
+        row = await session.get(WorkflowApproval, approval.id)
+        assert row is not None
+        token = await approvals.create_link(session, row, approver.id)
+
+    async def redeem(now: datetime) -> str:
+        async with realm.sessions() as session:
+            try:
+                return await approvals.redeem_link(session, realm.id, approver.id, token, now=now)
+            except NotFound:
+                return "not_found"
+            finally:
+                await session.rollback()
+
+    assert await redeem(approval.expires_at - MICROSECOND) == approval.id
+    assert await redeem(approval.expires_at) == "not_found"
+
+
+# --- diagnostics read a workflow's last 500 runs ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("newer", "counted"), [(499, True), (500, False)])  # the seed's 500, not the constant
+async def test_diagnostics_read_the_last_500_runs(
+    client: AsyncTestClient[Litestar], realm: RealmHandle, newer: int, counted: bool
+) -> None:
+    """The oldest run failed its compensation; ``newer`` runs succeeded after it. With 499 newer
+    ones it is the 500th and last run read: it shows, and the workflow needs attention. With 500
+    newer ones it is the 501st: neither the diagnostics nor the workflows list sees it."""
+    team = await Team.make(realm, f"Window {newer}")
+    user = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                """
+                INSERT INTO workflow_runs (id, realm_id, workflow_id, revision, revision_id, subject_id, state,
+                       step_index, trigger_type, trigger_key, input, input_version, publisher_id, depth,
+                       created_at, updated_at, finished_at)
+                SELECT 'wrn_' || lpad(g::text, 26, '0'), :r, v.workflow_id, v.number, v.id, :u,
+                       CASE WHEN g = 0 THEN 'compensation_failed' ELSE 'succeeded' END,
+                       0, 'manual', 'k' || g, '{}', 1, :u, 0, now() - interval '1 day' + g * interval '1 second',
+                       now(), now() - interval '1 day' + g * interval '1 second'
+                  FROM generate_series(0, :newer) g, workflow_revisions v WHERE v.workflow_id = :w AND v.number = 1
+                """
+            ),
+            {"r": realm.id, "u": user.id, "w": team.workflow_id, "newer": newer},
+        )
+    found: dict[str, Any] = await diagnostics_of(client, realm, team.workflow_id)
+    assert found["window"]["runs"] == 500
+    assert found["runs_by_state"].get("compensation_failed", 0) == (1 if counted else 0)
+    assert (found["health"] == "attention_required") is counted, found["health"]
+    async with realm.sessions() as session:
+        health = (await health_of(session, realm.id, [team.workflow_id]))[team.workflow_id]
+    assert (health.status == "attention_required") is counted, health
+
+
+# --- a rotated secret's 24 h overlap ------------------------------------------------------------------
+
+
+async def test_a_rotated_secret_signs_for_exactly_24_hours(realm: RealmHandle) -> None:
+    """Rotated at ``t``, the previous secret signs beside the new one until a microsecond before
+    ``t + 24 h`` and not at ``t + 24 h``."""
+    async with realm.sessions() as session, session.begin():
+        made, first = await webhooks.create_subscription(
+            session, realm.actor, TEST_SECRET_KEY, destination="https://hooks.example.com/in"
+        )
+    rotated_at = datetime.now(UTC) - timedelta(minutes=5)
+    async with realm.sessions() as session, session.begin():
+        row, second = await webhooks.rotate_secret(session, realm.actor, TEST_SECRET_KEY, made.id, now=rotated_at)
+    end = rotated_at + timedelta(hours=24)
+    assert row.previous_secret_expires_at == end
+    assert webhooks.signing_secrets(row, TEST_SECRET_KEY, end - MICROSECOND) == [second, first]
+    assert webhooks.signing_secrets(row, TEST_SECRET_KEY, end) == [second]
+
+
+# --- a schedule's granted_before, and a wait's end -------------------------------------------------
+
+
+async def test_role_holders_granted_exactly_granted_before_ago_are_selected_and_a_microsecond_later_not(
+    realm: RealmHandle,
+) -> None:
+    role = await realm.role("temp", ["realm.workflows.read"])
+    on_time, late = await realm.user(), await realm.user()
+    await realm.assign(on_time, role)
+    await realm.assign(late, role)
+    now = datetime.now(UTC)
+    cutoff = now - timedelta(hours=48)
+    async with realm.sessions() as session, session.begin():
+        for user, granted in ((on_time, cutoff), (late, cutoff + MICROSECOND)):
+            await session.execute(
+                text("UPDATE role_assignments SET created_at = :t WHERE user_id = :u"), {"t": granted, "u": user.id}
+            )
+    selector = {"type": "role_holders", "role_id": role.id, "granted_before": "48h"}
+    async with realm.sessions() as session:
+        chosen = await schedules.select_subjects(session, realm.id, selector, now)
+    assert chosen.subjects == [(on_time.id, None)]
+
+
+async def test_a_wait_ends_at_the_very_instant_its_duration_is_over(realm: RealmHandle) -> None:
+    subject = await realm.user()
+    wid = await publish(
+        realm,
+        definition({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"}),
+        name="Exact wait",
+    )
+    run_id = await start(realm, wid, subject)
+    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
+    started = clock.now()
+    await drain(make_runner(realm, clock))
+    run, _ = await load(realm, run_id)
+    assert (run.state, run.due_at) == ("waiting", started + timedelta(hours=2))
+    clock.current = started + timedelta(hours=2) - MICROSECOND
+    await drain(make_runner(realm, clock))
+    assert (await load(realm, run_id))[0].state == "waiting"
+    clock.current = started + timedelta(hours=2)
+    await drain(make_runner(realm, clock))
+    assert (await load(realm, run_id))[0].state == "succeeded"
