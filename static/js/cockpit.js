@@ -185,3 +185,25 @@
     });
   });
 })();
+
+// A table that scrolls sideways inside its card (a narrow window) can be scrolled from the
+// keyboard: while it overflows and holds no control of its own, it is a tab stop itself.
+(function () {
+  "use strict";
+  var CONTROLS = 'a[href], button, input:not([type="hidden"]), select, textarea, summary, [tabindex]:not(.table-scroll)';
+  function mark() {
+    document.querySelectorAll(".table-scroll").forEach(function (box) {
+      var needs = box.scrollWidth > box.clientWidth + 1 && !box.querySelector(CONTROLS);
+      if (needs && !box.hasAttribute("tabindex")) box.setAttribute("tabindex", "0");
+      else if (!needs && box.getAttribute("tabindex") === "0") box.removeAttribute("tabindex");
+    });
+  }
+  var pending = null;
+  window.addEventListener("resize", function () {
+    window.clearTimeout(pending);
+    pending = window.setTimeout(mark, 150);
+  });
+  document.addEventListener("htmx:afterSettle", mark);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
+  else mark();
+})();
