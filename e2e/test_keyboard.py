@@ -33,7 +33,7 @@ WATCH = """() => {
     if (id) window.swaps[id] = (window.swaps[id] || 0) + 1;
   });
   window.said = {};
-  document.querySelectorAll('[data-announces]').forEach((live) => {
+  document.querySelectorAll('[data-testid$="-announcer"]').forEach((live) => {
     const name = live.dataset.testid;
     window.said[name] = [];
     const changes = {childList: true, characterData: true, subtree: true};
