@@ -45,7 +45,19 @@
     if (gutter) gutter.scrollTop = textarea.scrollTop;
   }
 
+  // The text is marked invalid exactly when the validation's verdict says so (the verdict is
+  // announced once per change by the page's status region, see cockpit.js).
+  function markVerdict() {
+    var feedback = document.getElementById("editor-feedback");
+    if (!feedback) return;
+    document.querySelectorAll('textarea[aria-describedby~="editor-feedback"]').forEach(function (textarea) {
+      if (feedback.getAttribute("data-announce-key") === "invalid") textarea.setAttribute("aria-invalid", "true");
+      else textarea.removeAttribute("aria-invalid");
+    });
+  }
+
   function init(root) {
+    markVerdict();
     root.querySelectorAll("textarea[data-gutter]").forEach(function (textarea) {
       if (!textarea.dataset.ready) {
         textarea.dataset.ready = "1";
