@@ -13,19 +13,24 @@ from collections.abc import Iterator
 from typing import Any
 
 from litestar import Litestar
+from litestar.enums import ParamType
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.spec import (
     Components,
     OpenAPI,
+    OpenAPIFormat,
+    OpenAPIHeader,
     OpenAPIMediaType,
     OpenAPIResponse,
     OpenAPIType,
     Operation,
+    Parameter,
     Reference,
     RequestBody,
     Schema,
 )
 
+from cockpit.api.http_semantics import CONDITIONAL_METHODS, KEY_MAX_LENGTH, REALM_PREFIX, REPLAYED_HEADER
 from cockpit.problems import PROBLEM_MEDIA_TYPE
 
 ISSUE_SCHEMA = Schema(
@@ -77,10 +82,89 @@ PROBLEMS: dict[int, str] = {
     401: "No valid credential (`unauthorized`)",
     403: "Not allowed: audience, permission, grant ceiling, or the target outranks the caller",
     404: "No such resource in this realm (another realm's, or a realm that does not exist, alike)",
-    409: "Conflicts with the current state (`conflict` or a more precise code)",
+    409: "Conflicts with the current state (`conflict` or a more precise code; `idempotency_key_in_use` "
+    "while a request with the same `Idempotency-Key` is still being answered)",
+    412: "`If-Match` does not match the resource's current `ETag` (`precondition_failed`): read it again",
     413: "The request body is too large",
-    422: "The input is not valid (`validation_failed`): `errors` lists every issue with its path",
+    422: "The input is not valid (`validation_failed`): `errors` lists every issue with its path; "
+    "`idempotency_key_reused` when the `Idempotency-Key` was used for another request",
 }
+
+ETAG_HEADER = OpenAPIHeader(
+    schema=Schema(type=OpenAPIType.STRING),
+    description="The strong entity tag of this representation: send it back in `If-Match` or `If-None-Match`",
+)
+IDEMPOTENCY_KEY = Parameter(
+    name="Idempotency-Key",
+    param_in=ParamType.HEADER,
+    required=False,
+    description="Makes the request safe to repeat: the first answer for this key is kept 24 hours for the "
+    "caller and replayed (with `Idempotent-Replayed: true`); the same key with another request answers 422 "
+    "`idempotency_key_reused`, and while the first is being answered, 409 `idempotency_key_in_use`.",
+    schema=Schema(type=OpenAPIType.STRING, min_length=1, max_length=KEY_MAX_LENGTH, pattern="^[!#-\\[\\]-~]+$"),
+)
+IF_MATCH = Parameter(
+    name="If-Match",
+    param_in=ParamType.HEADER,
+    required=False,
+    description="Change only if the resource's current `ETag` is one of these (or `*`): else 412 "
+    "`precondition_failed`, and nothing changes",
+    schema=Schema(type=OpenAPIType.STRING),
+)
+IF_NONE_MATCH = Parameter(
+    name="If-None-Match",
+    param_in=ParamType.HEADER,
+    required=False,
+    description="Answer 304 with no body when the current `ETag` is one of these",
+    schema=Schema(type=OpenAPIType.STRING),
+)
+
+
+def declare_http_semantics(path: str, method: str, operation: Operation, opt: dict[str, Any]) -> None:
+    """The headers of cockpit/api/http_semantics.py on an operation: keys, tags, conditions, Location."""
+    responses = dict(operation.responses or {})
+    parameters = list(operation.parameters or [])
+    realm = path.startswith(REALM_PREFIX)
+    if method == "get":
+        _add(parameters, IF_NONE_MATCH)
+        ok = responses.get("200")
+        if isinstance(ok, OpenAPIResponse):
+            ok.headers = {**(ok.headers or {}), "ETag": ETAG_HEADER}
+        responses["304"] = OpenAPIResponse(
+            description="Not modified: the `ETag` in `If-None-Match` is current", headers={"ETag": ETAG_HEADER}
+        )
+    elif method == "post" and realm and not opt.get("reads_only"):
+        _add(parameters, IDEMPOTENCY_KEY)
+        responses.setdefault("409", _problem(409))
+        responses.setdefault("422", _problem(422))
+    elif method.upper() in CONDITIONAL_METHODS and realm:
+        _add(parameters, IF_MATCH)
+        responses["412"] = _problem(412)
+    for status, answer in responses.items():
+        if status in {"201", "202"} and isinstance(answer, OpenAPIResponse) and opt.get("location"):
+            answer.headers = {
+                **(answer.headers or {}),
+                "Location": OpenAPIHeader(
+                    schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.URI_REFERENCE),
+                    description="Where what this made (or acts on) lives",
+                ),
+            }
+        keyed = method == "post" and realm and not opt.get("reads_only")
+        if keyed and isinstance(answer, OpenAPIResponse) and status[0] in "24":
+            answer.headers = {
+                **(answer.headers or {}),
+                REPLAYED_HEADER: OpenAPIHeader(
+                    schema=Schema(type=OpenAPIType.STRING, enum=["true"]),
+                    description="Present on a replay of the answer kept for the `Idempotency-Key`",
+                ),
+            }
+    operation.parameters = parameters
+    operation.responses = dict(sorted(responses.items()))
+
+
+def _add(parameters: list[Any], parameter: Parameter) -> None:
+    if not any(getattr(p, "name", None) == parameter.name for p in parameters):
+        parameters.append(parameter)
 
 
 def _problem(status: int) -> OpenAPIResponse:
@@ -145,6 +229,7 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
             for status in problem_statuses(path, method, operation, opts.get(operation.operation_id or "", {})):
                 responses[str(status)] = _problem(status)
             operation.responses = responses
+            declare_http_semantics(path, method, operation, opts.get(operation.operation_id or "", {}))
     ready = (schema.paths or {}).get("/readyz")
     if ready is not None and ready.get is not None:
         responses = dict(ready.get.responses or {})

@@ -48,7 +48,12 @@ class ManualRunsController(Controller):
     path = REALM_BASE + "/workflows/{workflow_id:str}/runs"
     tags = ["runs"]
 
-    @post("/", operation_id="startWorkflowRun", status_code=202, opt={"permission": "realm.workflows.run"})
+    @post(
+        "/",
+        operation_id="startWorkflowRun",
+        status_code=202,
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
+    )
     async def start(
         self,
         request: AnyRequest,
@@ -125,7 +130,7 @@ class RunsController(Controller):
         "/{run_id:str}/cancel",
         operation_id="cancelWorkflowRun",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def cancel(
         self,
@@ -145,7 +150,7 @@ class RunsController(Controller):
         "/{run_id:str}/rerun",
         operation_id="rerunWorkflowRun",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def rerun(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
@@ -158,7 +163,7 @@ class RunsController(Controller):
         "/{run_id:str}/retry-now",
         operation_id="retryWorkflowRunNow",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def retry_now(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
