@@ -35,6 +35,8 @@ class BulkFilter(Body):
     trigger_type: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    organization_id: str | None = None
+    starter_id: str | None = None
 
 
 class BulkRequest(Body):
@@ -89,13 +91,16 @@ class RunsController(Controller):
         trigger_type: FromQuery[str | None] = None,
         created_after: FromQuery[datetime | None] = None,
         created_before: FromQuery[datetime | None] = None,
+        organization_id: FromQuery[str | None] = None,
+        starter_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.WorkflowRunPage:
         """Newest first.
 
         ``state_group``: ``failed_any`` (failed, compensated, compensation_failed), ``in_flight`` or
-        ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``.
+        ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``;
+        ``organization_id``; ``starter_id`` (who started it by hand).
         """
         page = await runs.list_runs(
             db_session,
@@ -110,6 +115,8 @@ class RunsController(Controller):
                 trigger_type=trigger_type,
                 created_after=created_after,
                 created_before=created_before,
+                organization_id=organization_id,
+                starter_id=starter_id,
             ),
         )
         return typed(schemas.WorkflowRunPage, page_view(page, runs.run_view))
@@ -190,6 +197,8 @@ class RunsController(Controller):
                 trigger_type=f.trigger_type,
                 created_after=f.created_after,
                 created_before=f.created_before,
+                organization_id=f.organization_id,
+                starter_id=f.starter_id,
             )
         outcome = await run_controls.bulk_action(
             db_session,
