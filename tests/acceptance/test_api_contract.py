@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,3 +252,20 @@ def test_the_declared_shapes_refuse_an_answer_that_drifts(served: Served) -> Non
     assert list(validator.iter_errors({k: v for k, v in answer.items() if k != "state"}))
     assert list(validator.iter_errors(answer | {"attempts": [{"id": 1}]}))
     assert list(validator.iter_errors(answer | {"trigger": None}))
+
+
+def test_of_writers_holding_the_same_etag_exactly_one_wins(served: Served) -> None:
+    """If-Match against a real server with concurrent requests: the check and the write are one step."""
+    url = f"{served.base}/api/v1/realms/{served.slug}/users/{served.ids['user_id']}"
+    tag = httpx.get(url, headers=served.headers, timeout=30).headers["etag"]
+    writers = 6
+    barrier = threading.Barrier(writers)
+
+    def write(i: int) -> int:
+        with httpx.Client(headers={**served.headers, "If-Match": tag}, timeout=60) as client:
+            barrier.wait()
+            return client.patch(url, json={"display_name": f"Writer {i}"}).status_code
+
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        statuses = sorted(pool.map(write, range(writers)))
+    assert statuses == [200] + [412] * (writers - 1)
