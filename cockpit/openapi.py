@@ -9,6 +9,7 @@ changes anything) — so client generators and contract tests (schemathesis) see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,10 +29,13 @@ from litestar.openapi.spec import (
     Reference,
     RequestBody,
     Schema,
+    SecurityScheme,
 )
 
 from cockpit.api.http_semantics import CONDITIONAL_METHODS, KEY_MAX_LENGTH, REALM_PREFIX, REPLAYED_HEADER
+from cockpit.auth import SESSION_COOKIE
 from cockpit.problems import PROBLEM_MEDIA_TYPE
+from engine.platform.pagination import DEFAULT_LIMIT, MAX_LIMIT
 
 ISSUE_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
@@ -118,6 +122,63 @@ IF_NONE_MATCH = Parameter(
     description="Answer 304 with no body when the current `ETag` is one of these",
     schema=Schema(type=OpenAPIType.STRING),
 )
+
+
+SECURITY_SCHEMES = {
+    "adminToken": SecurityScheme(
+        type="http",
+        scheme="bearer",
+        description="An admin-audience API token (`pat_…`) of a user or service principal of the realm",
+    ),
+    "accountToken": SecurityScheme(
+        type="http",
+        scheme="bearer",
+        description="Any API token of a user of the realm (account or admin audience)",
+    ),
+    "session": SecurityScheme(
+        type="apiKey",
+        name=SESSION_COOKIE,
+        security_scheme_in="cookie",
+        description="A browser session; unsafe requests carry its CSRF token in `X-CSRF-Token`, and "
+        "administration routes need a session with a verified second factor",
+    ),
+    "metricsToken": SecurityScheme(
+        type="http", scheme="bearer", description="`COCKPIT_METRICS_TOKEN`, when the operator set one"
+    ),
+}
+
+
+def summary_of(operation_id: str) -> str:
+    """``listWorkflowRuns`` → "List workflow runs": the operation's name, as words."""
+    words = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", operation_id)
+    text = " ".join(w.lower() for w in words)
+    return text[:1].upper() + text[1:]
+
+
+def describe_operation(path: str, operation: Operation, opt: dict[str, Any]) -> None:
+    """Summary, who may call it (security and permission), and the bounds of ``limit``."""
+    if operation.operation_id:
+        operation.summary = summary_of(operation.operation_id)
+    if opt.get("public"):
+        operation.security = []
+    elif opt.get("audience") == "account":
+        operation.security = [{"accountToken": []}, {"session": []}]
+    elif path.startswith(REALM_PREFIX):
+        operation.security = [{"adminToken": []}, {"session": []}]
+    permission = opt.get("permission")
+    if permission and "Permission:" not in (operation.description or ""):
+        scope = " in the organization of the path" if opt.get("org_param") else ""
+        note = f"Permission: `{permission}`{scope}."
+        operation.description = f"{operation.description}\n\n{note}" if operation.description else note
+    for parameter in operation.parameters or []:
+        if getattr(parameter, "name", None) == "limit" and isinstance(parameter, Parameter):
+            parameter.schema = Schema(
+                type=OpenAPIType.INTEGER,
+                minimum=1,
+                maximum=MAX_LIMIT,
+                default=DEFAULT_LIMIT,
+                description=f"Items per page: 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})",
+            )
 
 
 def declare_http_semantics(path: str, method: str, operation: Operation, opt: dict[str, Any]) -> None:
@@ -217,6 +278,7 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
         schema.components.schemas = {}
     schema.components.schemas["Problem"] = PROBLEM_SCHEMA
     schema.components.schemas["ProblemIssue"] = ISSUE_SCHEMA
+    schema.components.security_schemes = {**(schema.components.security_schemes or {}), **SECURITY_SCHEMES}
     opts = {h.operation_id: dict(h.opt) for h in _handlers(app) if isinstance(h.operation_id, str)}
     for path, item in (schema.paths or {}).items():
         if not path.startswith("/api/"):
@@ -230,6 +292,17 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
                 responses[str(status)] = _problem(status)
             operation.responses = responses
             declare_http_semantics(path, method, operation, opts.get(operation.operation_id or "", {}))
+            describe_operation(path, operation, opts.get(operation.operation_id or "", {}))
+    metrics = (schema.paths or {}).get("/metrics")
+    if metrics is not None and metrics.get is not None:
+        metrics.get.security = [{"metricsToken": []}, {}]
+        metrics.get.responses = {
+            **(metrics.get.responses or {}),
+            "401": OpenAPIResponse(
+                description="`COCKPIT_METRICS_TOKEN` is set and the request did not present it (`unauthorized`)",
+                content={PROBLEM_MEDIA_TYPE: OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Problem"))},
+            ),
+        }
     ready = (schema.paths or {}).get("/readyz")
     if ready is not None and ready.get is not None:
         responses = dict(ready.get.responses or {})
