@@ -34,8 +34,14 @@ from litestar.openapi.spec import (
 
 from cockpit.api.http_semantics import CONDITIONAL_METHODS, KEY_MAX_LENGTH, REALM_PREFIX, REPLAYED_HEADER
 from cockpit.auth import SESSION_COOKIE
-from cockpit.problems import PROBLEM_MEDIA_TYPE
+from cockpit.problems import PROBLEM_CODES, PROBLEM_MEDIA_TYPE
+from engine.directory.roles import ROLE_BOUNDARIES
+from engine.directory.tokens import AUDIENCES
 from engine.platform.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from engine.runs.approvals import STATUSES as APPROVAL_STATUSES
+from engine.runs.controls import BULK_ACTIONS
+from engine.runs.service import STATE_GROUPS, TRIGGER_TYPES
+from engine.runs.states import RUN_STATES
 
 ISSUE_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
@@ -67,9 +73,8 @@ PROBLEM_SCHEMA = Schema(
         "status": Schema(type=OpenAPIType.INTEGER),
         "code": Schema(
             type=OpenAPIType.STRING,
-            description="`validation_failed`, `malformed_json`, `unauthorized`, `forbidden`, `mfa_required`, "
-            "`grant_ceiling_exceeded`, `target_outranks_actor`, `csrf_failed`, `not_found`, `conflict`, "
-            "`referenced_by_workflows`, … (see the API guide)",
+            enum=list(PROBLEM_CODES),
+            description="What went wrong, for a program to branch on (see the API guide)",
         ),
         "detail": Schema(type=OpenAPIType.STRING, description="A sentence for a person"),
         "errors": Schema(
@@ -146,6 +151,59 @@ SECURITY_SCHEMES = {
         type="http", scheme="bearer", description="`COCKPIT_METRICS_TOKEN`, when the operator set one"
     ),
 }
+
+
+# The closed sets of the answers and bodies, from the engine's own definitions: (schema, member).
+MEMBER_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
+    **{
+        (name, "state"): RUN_STATES
+        for name in ("WorkflowRun", "RunTimeline", "RunWithAttempts", "DueRun", "BulkFilter")
+    },
+    ("BulkFilter", "state_group"): tuple(STATE_GROUPS),
+    ("BulkFilter", "trigger_type"): TRIGGER_TYPES,
+    ("RunTrigger", "type"): TRIGGER_TYPES,
+    ("BulkRequest", "action"): BULK_ACTIONS,
+    ("BulkOutcome", "action"): BULK_ACTIONS,
+    ("Role", "boundary"): ROLE_BOUNDARIES,
+    ("CreateRole", "boundary"): ROLE_BOUNDARIES,
+    ("ApiToken", "audience"): AUDIENCES,
+    ("MintedToken", "audience"): AUDIENCES,
+    ("CreateToken", "audience"): AUDIENCES,
+    ("Approval", "status"): APPROVAL_STATUSES,
+}
+# The same sets where a list takes them as query parameters: (operation, parameter).
+QUERY_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("listWorkflowRuns", "state"): RUN_STATES,
+    ("listWorkflowRuns", "state_group"): tuple(STATE_GROUPS),
+    ("listWorkflowRuns", "trigger_type"): TRIGGER_TYPES,
+    ("listApprovals", "status"): APPROVAL_STATUSES,
+}
+
+
+def _with_enum(schema: Any, values: tuple[str, ...]) -> None:
+    """Add ``enum`` to a string schema, or to the string branch of a nullable one."""
+    if not isinstance(schema, Schema):
+        return
+    if schema.type == OpenAPIType.STRING:
+        schema.enum = list(values)
+    for branch in schema.one_of or []:
+        _with_enum(branch, values)
+
+
+def declare_enums(schema: OpenAPI) -> None:
+    components = (schema.components.schemas if schema.components else None) or {}
+    for (name, member), values in MEMBER_ENUMS.items():
+        shape = components.get(name)
+        if isinstance(shape, Schema) and shape.properties and member in shape.properties:
+            _with_enum(shape.properties[member], values)
+    for item in (schema.paths or {}).values():
+        operation = item.get
+        if operation is None:
+            continue
+        for parameter in operation.parameters or []:
+            found = QUERY_ENUMS.get((operation.operation_id or "", getattr(parameter, "name", "")))
+            if found is not None:
+                _with_enum(getattr(parameter, "schema", None), found)
 
 
 def summary_of(operation_id: str) -> str:
@@ -293,6 +351,7 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
             operation.responses = responses
             declare_http_semantics(path, method, operation, opts.get(operation.operation_id or "", {}))
             describe_operation(path, operation, opts.get(operation.operation_id or "", {}))
+    declare_enums(schema)
     metrics = (schema.paths or {}).get("/metrics")
     if metrics is not None and metrics.get is not None:
         metrics.get.security = [{"metricsToken": []}, {}]
