@@ -190,6 +190,29 @@ def _with_enum(schema: Any, values: tuple[str, ...]) -> None:
         _with_enum(branch, values)
 
 
+def _as_date_time(schema: Any) -> None:
+    if isinstance(schema, Schema):
+        if schema.type == OpenAPIType.STRING and schema.format is None:
+            schema.format = OpenAPIFormat.DATE_TIME
+        for branch in schema.one_of or []:
+            _as_date_time(branch)
+
+
+def declare_date_times(schema: OpenAPI) -> None:
+    """Every moment is a date-time: members named ``*_at`` (some answers carry them as text the
+    engine wrote, RFC 3339 all the same) and the audit log's ``since`` and ``until``."""
+    for shape in ((schema.components.schemas if schema.components else None) or {}).values():
+        if isinstance(shape, Schema):
+            for member, value in (shape.properties or {}).items():
+                if member.endswith("_at"):
+                    _as_date_time(value)
+    for item in (schema.paths or {}).values():
+        if item.get is not None and item.get.operation_id == "listAuditEvents":
+            for parameter in item.get.parameters or []:
+                if getattr(parameter, "name", None) in {"since", "until"}:
+                    _as_date_time(getattr(parameter, "schema", None))
+
+
 def declare_enums(schema: OpenAPI) -> None:
     components = (schema.components.schemas if schema.components else None) or {}
     for (name, member), values in MEMBER_ENUMS.items():
@@ -352,6 +375,7 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
             declare_http_semantics(path, method, operation, opts.get(operation.operation_id or "", {}))
             describe_operation(path, operation, opts.get(operation.operation_id or "", {}))
     declare_enums(schema)
+    declare_date_times(schema)
     metrics = (schema.paths or {}).get("/metrics")
     if metrics is not None and metrics.get is not None:
         metrics.get.security = [{"metricsToken": []}, {}]

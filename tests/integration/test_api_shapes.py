@@ -153,6 +153,14 @@ def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, 
     created = paths[f"{api}/role-assignments"]["post"]["responses"]
     assert created["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/RoleAssignment")
     assert created["202"]["content"]["application/json"]["schema"]["$ref"].endswith("/PendingRoleAssignment")
+    # Every moment is a date-time, whichever answer carries it.
+    untyped = [
+        (name, member)
+        for name, shape in document["components"]["schemas"].items()
+        for member, value in (shape.get("properties") or {}).items()
+        if member.endswith("_at") and "date-time" not in str(value)
+    ]
+    assert untyped == []
     problem = document["components"]["schemas"]["Problem"]
     assert set(problem["properties"]) == {"type", "title", "status", "code", "detail", "errors"}
     assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/ProblemIssue"}
