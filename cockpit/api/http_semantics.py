@@ -1,9 +1,9 @@
 """What the JSON API promises at the HTTP level, for every route at once.
 
 - **Idempotency keys** (IETF httpapi ``Idempotency-Key``): a ``POST`` with a key is reserved per
-  principal and key before it runs; its answer is kept for 24 hours and replayed for the same key
-  and the same request (``Idempotent-Replayed: true``); the same key with another request answers
-  422 ``idempotency_key_reused``, and while the first is still being answered, 409
+  principal and key before it runs; its answer is kept for 24 hours (its body encrypted at rest)
+  and replayed for the same key and the same request (``Idempotent-Replayed: true``); the same key
+  with another request answers 422 ``idempotency_key_reused``, and while the first is still being answered, 409
   ``idempotency_key_in_use``. The store is :mod:`engine.platform.idempotency`.
 - **Entity tags**: every ``200`` answer to a ``GET`` carries a strong ``ETag`` (a hash of its
   body); ``If-None-Match`` answers 304. ``PATCH``, ``PUT`` and ``DELETE`` honour ``If-Match``: the
@@ -21,6 +21,7 @@ the answer.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -37,7 +38,7 @@ from sqlalchemy import text
 from cockpit.problems import ProblemError
 from cockpit.state import context_of, request_db
 from engine.directory.identity import now as utc_now
-from engine.platform import idempotency
+from engine.platform import crypto, idempotency
 from engine.platform.errors import Conflict, Issue, ValidationFailed
 
 log = logging.getLogger("cockpit.api")
@@ -163,7 +164,9 @@ async def _reserve_key(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
         return
     if found.outcome == "done":
         assert found.answer is not None
-        raise IdempotentReplay(found.answer)
+        sealed = found.answer
+        body = _unseal(context_of(connection.app).settings.secret_key, principal.id, key, sealed.body)
+        raise IdempotentReplay(idempotency.KeptAnswer(sealed.status, sealed.headers, body))
     if found.outcome == "mismatch":
         raise ValidationFailed(
             "This Idempotency-Key was used for another request; use a new key for a new request.",
@@ -316,6 +319,20 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _purpose(principal_id: str, key: str) -> str:
+    return f"idempotency:{principal_id}:{key}"
+
+
+def _seal(operator_key: str, principal_id: str, key: str, body: bytes) -> bytes:
+    """A kept body is encrypted at rest: it may hold a secret shown once (a minted token, a webhook secret)."""
+    plain = base64.b64encode(body).decode()
+    return crypto.encrypt(operator_key, _purpose(principal_id, key), plain).encode()
+
+
+def _unseal(operator_key: str, principal_id: str, key: str, sealed: bytes) -> bytes:
+    return base64.b64decode(crypto.decrypt(operator_key, _purpose(principal_id, key), sealed.decode()))
+
+
 async def _settle(scope: Scope, reserved: _Reserved, answer: idempotency.KeptAnswer | None) -> None:
     """Keep the answer of a reserved key, or give the key back (no answer, a 5xx, a "not now")."""
     ctx = context_of(scope["app"])
@@ -324,7 +341,9 @@ async def _settle(scope: Scope, reserved: _Reserved, answer: idempotency.KeptAns
         async with engine.connect() as connection:
             conn = (await connection.get_raw_connection()).driver_connection
             if answer is not None and answer.status < 500 and answer.status not in NOT_KEPT:
-                await idempotency.keep(conn, reserved.principal_id, reserved.key, answer, utc_now())
+                sealed = _seal(ctx.settings.secret_key, reserved.principal_id, reserved.key, answer.body)
+                kept = idempotency.KeptAnswer(answer.status, answer.headers, sealed)
+                await idempotency.keep(conn, reserved.principal_id, reserved.key, kept, utc_now())
             else:
                 await idempotency.release(conn, reserved.principal_id, reserved.key)
     except Exception:

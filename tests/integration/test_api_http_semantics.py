@@ -61,6 +61,17 @@ class TestIdempotencyKeys:
         assert other.status_code == plain.status_code == 202
         assert len({first.json()["id"], other.json()["id"], plain.json()["id"]}) == 3
 
+    async def test_a_secret_shown_once_is_replayed_but_kept_encrypted(self, client: Client, realm: RealmHandle) -> None:
+        body = {"destination": "http://127.0.0.1:9/h", "allow_private_network": True}
+        made = await client.post(realm.api + "/webhooks", json=body, headers=keyed(realm, "hook"))
+        replay = await client.post(realm.api + "/webhooks", json=body, headers=keyed(realm, "hook"))
+        assert made.status_code == replay.status_code == 201, made.text
+        secret = made.json()["secret"]
+        assert replay.json() == made.json()
+        async with realm.sessions() as session:
+            kept = await session.scalar(text("SELECT body FROM idempotency_keys WHERE key = 'hook'"))
+        assert kept and secret.encode() not in kept and made.json()["id"].encode() not in kept
+
     async def test_the_same_key_with_another_body_or_path_is_422_and_changes_nothing(
         self, client: Client, realm: RealmHandle
     ) -> None:
