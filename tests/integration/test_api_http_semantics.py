@@ -288,3 +288,18 @@ class TestLocation:
         )
         assert revision.status_code == 201, revision.text
         assert revision.headers["location"] == f"{realm.api}/workflows/{wid}/revisions/2"
+
+    async def test_a_role_that_needs_approval_points_at_its_approval(self, client: Client, realm: RealmHandle) -> None:
+        approver = await realm.user("approver@example.com")
+        await realm.assign(approver, await realm.builtin_role("realm-admin"))
+        subject = await realm.user("gated@example.com")
+        gated = await realm.role("gated", ["realm.users.read"], requires_approval=True)
+        pending = await client.post(
+            realm.api + "/role-assignments",
+            json={"role_id": gated.id, "user_id": subject.id, "approver_id": approver.id},
+            headers=realm.headers,
+        )
+        assert pending.status_code == 202, pending.text
+        assert pending.headers["location"] == f"{realm.api}/approvals/{pending.json()['approval']['id']}"
+        as_approver = bearer(await realm.token(approver, audience="account"))
+        assert (await client.get(pending.headers["location"], headers=as_approver)).status_code == 200
