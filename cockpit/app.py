@@ -18,6 +18,7 @@ from cockpit.api.approvals import ApprovalsController, NoticesController
 from cockpit.api.audit import AuditEventsController
 from cockpit.api.diagnostics import DiagnosticsController
 from cockpit.api.health import HealthController
+from cockpit.api.http_semantics import IdempotentReplay, api_guard, api_response_middleware, replay_handler
 from cockpit.api.organizations import GroupsController, OrganizationsController
 from cockpit.api.roles import PermissionsController, RoleAssignmentsController, RolesController
 from cockpit.api.runs import ManualRunsController, RunsController
@@ -183,15 +184,16 @@ def create_app(
             *extra_route_handlers,
         ],
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
-        guards=[realm_guard],
+        guards=[realm_guard, api_guard],
         lifespan=[lifespan],
         middleware=[
             metrics_middleware,
             boundary_middleware_factory(settings.trusted_proxies),
             request_id_middleware,
             request_db_middleware,
+            api_response_middleware,
         ],
-        exception_handlers={Exception: problem_handler},
+        exception_handlers={Exception: problem_handler, IdempotentReplay: replay_handler},
         template_config=template_config,
         openapi_config=OpenAPIConfig(
             title="Lifecycle Cockpit API",

@@ -48,6 +48,51 @@ _DEFAULT_CODES = {
 }
 
 
+# Every problem ``code`` the service answers (the document declares them as an enum, so a client
+# can branch on them). A test scans the code for codes and fails on one missing here.
+PROBLEM_CODES: tuple[str, ...] = (
+    "validation_failed",
+    "malformed_json",
+    "bad_request",
+    "unauthorized",
+    "forbidden",
+    "mfa_required",
+    "csrf_failed",
+    "grant_ceiling_exceeded",
+    "target_outranks_actor",
+    "separation_of_duties",
+    "approval_required",
+    "self_action",
+    "not_found",
+    "method_not_allowed",
+    "conflict",
+    "already_a_member",
+    "not_a_member",
+    "builtin_role",
+    "role_in_use",
+    "referenced_by_workflows",
+    "mfa_not_enrolled",
+    "user_suspended",
+    "organization_inactive",
+    "plugin_managed",
+    "runs_in_flight",
+    "run_in_flight",
+    "nothing_waits",
+    "not_compensation_failed",
+    "already_resolved",
+    "subject_missing",
+    "idempotency_key_in_use",
+    "idempotency_key_reused",
+    "precondition_failed",
+    "payload_too_large",
+    "unsupported_media_type",
+    "too_many_requests",
+    "internal_error",
+    "unavailable",
+    "error",
+)
+
+
 @dataclass
 class FieldError:
     path: str

@@ -6,10 +6,19 @@ difference.
 """
 
 from engine.directory import models as directory_models
+from engine.platform import idempotency as idempotency_models
 from engine.platform.tables import metadata
 from engine.runs import approval_models
 from engine.runs import models as run_models
 from engine.worker import models as worker_models
 from engine.workflows import models as workflow_models
 
-__all__ = ["approval_models", "directory_models", "metadata", "run_models", "worker_models", "workflow_models"]
+__all__ = [
+    "approval_models",
+    "directory_models",
+    "idempotency_models",
+    "metadata",
+    "run_models",
+    "worker_models",
+    "workflow_models",
+]

@@ -42,16 +42,18 @@ class ApprovalsController(Controller):
         principal: CurrentPrincipal,
         approval_status: Annotated[str | None, QueryParameter(name="status")] = None,
         decided_by_me: FromQuery[bool] = False,
+        run_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.ApprovalPage:
-        """What involves me: waiting for my decision (``status=pending``), or decided by me."""
+        """What involves me: waiting for my decision (``status=pending``), or decided by me; ``run_id``: one run's."""
         page = await approvals.list_for_user(
             db_session,
             principal.realm.id,
             principal.id,
             status=approval_status,
             decided_by_me=decided_by_me,
+            run_id=run_id,
             cursor=cursor,
             limit=limit,
         )

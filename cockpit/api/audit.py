@@ -28,13 +28,20 @@ class AuditEventsController(Controller):
         subject_id: FromQuery[str | None] = None,
         since: FromQuery[str | None] = None,
         until: FromQuery[str | None] = None,
+        correlation_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.AuditEventPage:
         """``type`` is exact or a prefix ending with ``*``; ``since`` (inclusive) and ``until``
-        (exclusive) are ISO 8601 timestamps."""
+        (exclusive) are ISO 8601 timestamps; ``correlation_id``: everything one request or one run caused."""
         filters = audit_log.AuditFilters(
-            type=type, category=category, actor_id=actor_id, subject_id=subject_id, since=since, until=until
+            type=type,
+            category=category,
+            actor_id=actor_id,
+            subject_id=subject_id,
+            since=since,
+            until=until,
+            correlation_id=correlation_id,
         )
         page = await audit_log.list_audit_events(db_session, principal.realm.id, filters, cursor=cursor, limit=limit)
         return typed(schemas.AuditEventPage, page_view(page, audit_log.audit_event_view))

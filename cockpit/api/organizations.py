@@ -58,7 +58,11 @@ class OrganizationsController(Controller):
     path = REALM_BASE + "/organizations"
     tags = ["directory"]
 
-    @post("/", operation_id="createOrganization", opt={"permission": "realm.organizations.write"})
+    @post(
+        "/",
+        operation_id="createOrganization",
+        opt={"permission": "realm.organizations.write", "location": "/organizations/{id}"},
+    )
     async def create(
         self,
         request: AnyRequest,
@@ -105,7 +109,11 @@ class OrganizationsController(Controller):
         )
         return typed(schemas.Organization, orgs.organization_view(org))
 
-    @post("/{org_id:str}/members", operation_id="addOrganizationMember", opt=MEMBERS_WRITE)
+    @post(
+        "/{org_id:str}/members",
+        operation_id="addOrganizationMember",
+        opt={**MEMBERS_WRITE, "location": "/organizations/{org_id}/members/{user_id}"},
+    )
     async def add_member(
         self,
         request: AnyRequest,
@@ -154,7 +162,7 @@ class GroupsController(Controller):
     path = REALM_BASE + "/organizations/{org_id:str}/groups"
     tags = ["directory"]
 
-    @post("/", operation_id="createGroup", opt=GROUPS_WRITE)
+    @post("/", operation_id="createGroup", opt={**GROUPS_WRITE, "location": "/organizations/{org_id}/groups/{id}"})
     async def create(
         self,
         request: AnyRequest,
@@ -223,7 +231,11 @@ class GroupsController(Controller):
         )
         return typed(schemas.Group, orgs.group_view(group, role_ids))
 
-    @post("/{group_id:str}/members", operation_id="addGroupMember", opt=GROUPS_WRITE)
+    @post(
+        "/{group_id:str}/members",
+        operation_id="addGroupMember",
+        opt={**GROUPS_WRITE, "location": "/organizations/{org_id}/groups/{group_id}/members/{user_id}"},
+    )
     async def add_member(
         self,
         request: AnyRequest,

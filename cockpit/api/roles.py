@@ -64,7 +64,7 @@ class RolesController(Controller):
     path = REALM_BASE + "/roles"
     tags = ["directory"]
 
-    @post("/", operation_id="createRole", opt={"permission": "realm.roles.write"})
+    @post("/", operation_id="createRole", opt={"permission": "realm.roles.write", "location": "/roles/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateRole], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Role:
@@ -148,7 +148,10 @@ class RoleAssignmentsController(Controller):
     @post(
         "/",
         operation_id="createRoleAssignment",
-        opt={"permission": "realm.roles.write"},
+        opt={
+            "permission": "realm.roles.write",
+            "location": {201: "/role-assignments/{id}", 202: "/approvals/{approval[id]}"},
+        },
         status_code=201,
         responses={
             201: ResponseSpec(schemas.RoleAssignment, description="Assigned"),

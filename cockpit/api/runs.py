@@ -35,6 +35,8 @@ class BulkFilter(Body):
     trigger_type: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    organization_id: str | None = None
+    starter_id: str | None = None
 
 
 class BulkRequest(Body):
@@ -48,7 +50,12 @@ class ManualRunsController(Controller):
     path = REALM_BASE + "/workflows/{workflow_id:str}/runs"
     tags = ["runs"]
 
-    @post("/", operation_id="startWorkflowRun", status_code=202, opt={"permission": "realm.workflows.run"})
+    @post(
+        "/",
+        operation_id="startWorkflowRun",
+        status_code=202,
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
+    )
     async def start(
         self,
         request: AnyRequest,
@@ -84,13 +91,16 @@ class RunsController(Controller):
         trigger_type: FromQuery[str | None] = None,
         created_after: FromQuery[datetime | None] = None,
         created_before: FromQuery[datetime | None] = None,
+        organization_id: FromQuery[str | None] = None,
+        starter_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.WorkflowRunPage:
         """Newest first.
 
         ``state_group``: ``failed_any`` (failed, compensated, compensation_failed), ``in_flight`` or
-        ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``.
+        ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``;
+        ``organization_id``; ``starter_id`` (who started it by hand).
         """
         page = await runs.list_runs(
             db_session,
@@ -105,6 +115,8 @@ class RunsController(Controller):
                 trigger_type=trigger_type,
                 created_after=created_after,
                 created_before=created_before,
+                organization_id=organization_id,
+                starter_id=starter_id,
             ),
         )
         return typed(schemas.WorkflowRunPage, page_view(page, runs.run_view))
@@ -125,7 +137,7 @@ class RunsController(Controller):
         "/{run_id:str}/cancel",
         operation_id="cancelWorkflowRun",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def cancel(
         self,
@@ -145,7 +157,7 @@ class RunsController(Controller):
         "/{run_id:str}/rerun",
         operation_id="rerunWorkflowRun",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def rerun(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
@@ -158,7 +170,7 @@ class RunsController(Controller):
         "/{run_id:str}/retry-now",
         operation_id="retryWorkflowRunNow",
         status_code=202,
-        opt={"permission": "realm.workflows.run"},
+        opt={"permission": "realm.workflows.run", "location": "/workflow-runs/{id}"},
     )
     async def retry_now(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
@@ -185,6 +197,8 @@ class RunsController(Controller):
                 trigger_type=f.trigger_type,
                 created_after=f.created_after,
                 created_before=f.created_before,
+                organization_id=f.organization_id,
+                starter_id=f.starter_id,
             )
         outcome = await run_controls.bulk_action(
             db_session,

@@ -590,6 +590,8 @@ class Approval(Shape):
     subject_id: str
     status: str
     approvers: list[str]
+    reminder_at: datetime | None
+    reminded_at: datetime | None
     expires_at: datetime
     decided_by: str | None
     decided_at: datetime | None

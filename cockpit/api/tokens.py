@@ -44,7 +44,7 @@ class TokensController(Controller):
     path = REALM_BASE + "/tokens"
     tags = ["authentication"]
 
-    @post("/", operation_id="createToken", opt={"audience": "account"})
+    @post("/", operation_id="createToken", opt={"audience": "account", "location": "/tokens/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateToken], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.MintedToken:
@@ -93,7 +93,11 @@ class ServicePrincipalTokensController(Controller):
     path = REALM_BASE + "/service-principals/{sp_id:str}/tokens"
     tags = ["authentication"]
 
-    @post("/", operation_id="createServicePrincipalToken", opt={"permission": "realm.tokens.write"})
+    @post(
+        "/",
+        operation_id="createServicePrincipalToken",
+        opt={"permission": "realm.tokens.write", "location": "/tokens/{id}"},
+    )
     async def create(
         self,
         request: AnyRequest,

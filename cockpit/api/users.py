@@ -43,7 +43,7 @@ class UsersController(Controller):
     path = REALM_BASE + "/users"
     tags = ["directory"]
 
-    @post("/", operation_id="createUser", opt={"permission": "realm.users.write"})
+    @post("/", operation_id="createUser", opt={"permission": "realm.users.write", "location": "/users/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.User:
@@ -154,7 +154,9 @@ class SignInLinksController(Controller):
     path = REALM_BASE + "/sign-in-links"
     tags = ["authentication"]
 
-    @post("/", operation_id="createSignInLink", opt={"permission": "realm.users.write"})
+    @post(
+        "/", operation_id="createSignInLink", opt={"permission": "realm.users.write", "location": "/sign-in-links/{id}"}
+    )
     async def create(
         self,
         request: AnyRequest,
@@ -187,7 +189,11 @@ class ServicePrincipalsController(Controller):
     path = REALM_BASE + "/service-principals"
     tags = ["directory"]
 
-    @post("/", operation_id="createServicePrincipal", opt={"permission": "realm.users.write"})
+    @post(
+        "/",
+        operation_id="createServicePrincipal",
+        opt={"permission": "realm.users.write", "location": "/service-principals/{id}"},
+    )
     async def create(
         self,
         request: AnyRequest,

@@ -45,7 +45,7 @@ class WebhooksController(Controller):
     path = REALM_BASE + "/webhooks"
     tags = ["directory"]
 
-    @post("/", operation_id="createWebhook", opt={"permission": "realm.webhooks.write"})
+    @post("/", operation_id="createWebhook", opt={"permission": "realm.webhooks.write", "location": "/webhooks/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWebhook], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.WebhookWithSecret:
@@ -173,7 +173,7 @@ class WebhooksController(Controller):
         "/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver",
         operation_id="redeliverWebhookDelivery",
         status_code=202,
-        opt={"permission": "realm.webhooks.write"},
+        opt={"permission": "realm.webhooks.write", "location": "/webhooks/{webhook_id}/deliveries/{id}"},
     )
     async def redeliver(
         self,

@@ -72,7 +72,9 @@ class WorkflowsController(Controller):
         found = {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
         return typed(schemas.DefinitionValidation, found)
 
-    @post("/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write"})
+    @post(
+        "/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write", "location": "/workflows/{id}"}
+    )
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWorkflow], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.CreatedWorkflow:
@@ -170,7 +172,7 @@ class WorkflowsController(Controller):
     @post(
         "/{workflow_id:str}/revisions",
         operation_id="stageWorkflowRevision",
-        opt={"permission": "realm.workflows.write"},
+        opt={"permission": "realm.workflows.write", "location": "/workflows/{workflow_id}/revisions/{number}"},
     )
     async def stage(
         self,

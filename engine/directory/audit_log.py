@@ -28,6 +28,7 @@ class AuditFilters:
     subject_id: str | None = None
     since: str | None = None
     until: str | None = None
+    correlation_id: str | None = None
     # What a name or an email matched (set by callers that resolve them): any of these ids.
     actor_ids: tuple[str, ...] | None = None
     subject_ids: tuple[str, ...] | None = None
@@ -116,6 +117,8 @@ async def list_audit_events(
         query = query.where(AuditEvent.actor_id == filters.actor_id)
     if filters.subject_id:
         query = query.where(AuditEvent.subject_id == filters.subject_id)
+    if filters.correlation_id:
+        query = query.where(AuditEvent.correlation_id == filters.correlation_id)
     if filters.actor_ids is not None:
         query = query.where(AuditEvent.actor_id.in_(filters.actor_ids))  # type: ignore[union-attr]
     if filters.subject_ids is not None:

@@ -302,6 +302,14 @@ class AuditEvent(SQLModel, table=True):
     __table_args__ = (
         Index("ix_audit_events_realm_id_id", "realm_id", "id"),
         Index("ix_audit_events_realm_id_type_id", "realm_id", "type", "id"),
+        # Everything one request or one run caused (the list's filter by correlation id).
+        Index(
+            "ix_audit_events_realm_correlation_id",
+            "realm_id",
+            "correlation_id",
+            "id",
+            postgresql_where=text("correlation_id IS NOT NULL"),
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=40)

@@ -45,6 +45,8 @@ class WorkflowApproval(SQLModel, table=True):
         Index("ix_workflow_approvals_realm_status", "realm_id", "status", "workflow_id"),
         Index("ix_workflow_approvals_approvers", "approvers", postgresql_using="gin"),
         Index("ix_workflow_approvals_realm_decided_by", "realm_id", "decided_by", "decided_at"),
+        # A run's approvals (the list's filter, the timeline).
+        Index("ix_workflow_approvals_run_id", "run_id", postgresql_where=text("run_id IS NOT NULL")),
     )
 
     id: str = Field(primary_key=True, max_length=40)

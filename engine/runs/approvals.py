@@ -299,6 +299,7 @@ async def list_for_user(
     *,
     status: str | None = None,
     decided_by_me: bool = False,
+    run_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[WorkflowApproval]:
@@ -317,6 +318,8 @@ async def list_for_user(
         query = query.where(_mine(user_id))
     if status is not None:
         query = query.where(WorkflowApproval.status == status)
+    if run_id is not None:
+        query = query.where(WorkflowApproval.run_id == run_id)
     return await keyset_page(session, query, WorkflowApproval.id, cursor=cursor, limit=limit, descending=True)
 
 
@@ -660,6 +663,8 @@ def approval_view(row: WorkflowApproval) -> dict[str, Any]:
         "subject_id": row.subject_id,
         "status": row.status,
         "approvers": list(row.approvers),
+        "reminder_at": row.remind_at,
+        "reminded_at": row.reminded_at,
         "expires_at": row.expires_at,
         "decided_by": row.decided_by,
         "decided_at": row.decided_at,

@@ -515,6 +515,8 @@ class RunFilter:
     trigger_type: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    organization_id: str | None = None
+    starter_id: str | None = None
 
     def issues(self, prefix: str = "query:") -> list[Issue]:
         out: list[Issue] = []
@@ -562,6 +564,10 @@ def _runs_query(
         query = query.where(WorkflowRun.subject_id == subject_id)
     if where.trigger_type:
         query = query.where(WorkflowRun.trigger_type == where.trigger_type)
+    if where.organization_id:
+        query = query.where(WorkflowRun.organization_id == where.organization_id)
+    if where.starter_id:
+        query = query.where(WorkflowRun.starter_id == where.starter_id)
     if where.created_after:
         query = query.where(col(WorkflowRun.id) >= id_floor("wrn", int(where.created_after.timestamp() * 1000)))
     if where.created_before:
@@ -698,8 +704,12 @@ async def reruns_of(session: AsyncSession, realm_id: str, run_id: str) -> list[s
 
 
 def next_attempt_at(run: WorkflowRun) -> datetime | None:
-    """When a run waiting for a retry (or a compensation retry) goes on."""
-    if run.state in FINISHED or run.due_at is None:
+    """When a run waiting for a retry (or a compensation retry) goes on.
+
+    A run awaiting an approval is due at the approval's reminder or expiry, which is no attempt:
+    those are the approval's own ``reminder_at`` and ``expires_at``.
+    """
+    if run.state in FINISHED or run.state == "awaiting_approval" or run.due_at is None:
         return None
     return run.due_at if run.due_at > utc_now() else None
 

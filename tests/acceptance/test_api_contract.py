@@ -7,10 +7,15 @@ included). Examples are few and derandomized, so a run is bounded and repeatable
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +35,7 @@ from testing.databases import clone_database, drop_database
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 
 EXAMPLES_PER_OPERATION = 6
+FLOW = Path(__file__).parent / "generated_client" / "flow.py"
 MINIMAL = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
 
 
@@ -117,6 +123,52 @@ def served(pg_server: str, pg_template: str, tmp_path_factory: pytest.TempPathFa
             log = (home / "serve.log").read_text()
             assert "Traceback" not in log, log[-4000:]
         drop_database(pg_server, database_url)
+
+
+def test_a_generated_client_type_checks_strictly_and_drives_a_flow(served: Served, tmp_path: Path) -> None:
+    """openapi-python-client makes a client of the document; mypy --strict accepts it and a flow
+    written against it (tests/acceptance/generated_client/flow.py), which then runs against the server."""
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ)
+    document = tmp_path / "openapi.json"
+    document.write_bytes(httpx.get(served.base + "/schema/openapi.json", timeout=30).content)
+    config = tmp_path / "client.yaml"
+    config.write_text("post_hooks: []\n")  # the generated code as generated, not as a formatter left it
+    generated = subprocess.run(
+        [
+            str(bin_dir / "openapi-python-client"),
+            "generate",
+            *("--path", str(document), "--meta", "none", "--output-path", str(tmp_path / "cockpit_client")),
+            *("--config", str(config)),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    assert "Warning" not in generated.stdout, generated.stdout
+    shutil.copy(FLOW, tmp_path / "flow.py")
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / ".mypy"), "cockpit_client", "flow.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    token = served.headers["Authorization"].split(" ", 1)[1]
+    flow = subprocess.run(
+        [sys.executable, "flow.py", served.base, served.slug, token, served.ids["workflow_id"], served.ids["user_id"]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert flow.returncode == 0 and "flow ok" in flow.stdout, flow.stdout + flow.stderr
 
 
 def test_no_operation_answers_5xx_or_off_contract(served: Served) -> None:
@@ -250,3 +302,20 @@ def test_the_declared_shapes_refuse_an_answer_that_drifts(served: Served) -> Non
     assert list(validator.iter_errors({k: v for k, v in answer.items() if k != "state"}))
     assert list(validator.iter_errors(answer | {"attempts": [{"id": 1}]}))
     assert list(validator.iter_errors(answer | {"trigger": None}))
+
+
+def test_of_writers_holding_the_same_etag_exactly_one_wins(served: Served) -> None:
+    """If-Match against a real server with concurrent requests: the check and the write are one step."""
+    url = f"{served.base}/api/v1/realms/{served.slug}/users/{served.ids['user_id']}"
+    tag = httpx.get(url, headers=served.headers, timeout=30).headers["etag"]
+    writers = 6
+    barrier = threading.Barrier(writers)
+
+    def write(i: int) -> int:
+        with httpx.Client(headers={**served.headers, "If-Match": tag}, timeout=60) as client:
+            barrier.wait()
+            return client.patch(url, json={"display_name": f"Writer {i}"}).status_code
+
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        statuses = sorted(pool.map(write, range(writers)))
+    assert statuses == [200] + [412] * (writers - 1)

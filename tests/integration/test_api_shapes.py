@@ -129,18 +129,38 @@ def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, 
 
     # A change with a body: unreadable, too large, not valid, not allowed, not there, in conflict.
     assert statuses(f"{api}/users", "post") == {"201", "400", "401", "403", "404", "409", "413", "422"}
-    # A read by id: no body, nothing to conflict with.
-    assert statuses(f"{api}/users/{{user_id}}", "get") == {"200", "401", "403", "404"}
+    # A read by id: no body, nothing to conflict with; 304 for a current If-None-Match.
+    assert statuses(f"{api}/users/{{user_id}}", "get") == {"200", "304", "401", "403", "404"}
     # A list: its query parameters can be wrong.
-    assert statuses(f"{api}/workflow-runs", "get") == {"200", "401", "403", "404", "422"}
+    assert statuses(f"{api}/workflow-runs", "get") == {"200", "304", "401", "403", "404", "422"}
+    # A conditional change: 412 when If-Match does not match.
+    assert statuses(f"{api}/users/{{user_id}}", "patch") == {
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "412",
+        "413",
+        "422",
+    }
     # Validation changes nothing: never a conflict.
     assert "409" not in statuses(f"{api}/workflows/validate", "post")
     # The public contracts need no credential.
-    assert statuses("/api/v1/contracts/workflows/{name}", "get") == {"200", "404"}
+    assert statuses("/api/v1/contracts/workflows/{name}", "get") == {"200", "304", "404"}
     # A role that requires approval answers 202 with the pending approval.
     created = paths[f"{api}/role-assignments"]["post"]["responses"]
     assert created["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/RoleAssignment")
     assert created["202"]["content"]["application/json"]["schema"]["$ref"].endswith("/PendingRoleAssignment")
+    # Every moment is a date-time, whichever answer carries it.
+    untyped = [
+        (name, member)
+        for name, shape in document["components"]["schemas"].items()
+        for member, value in (shape.get("properties") or {}).items()
+        if member.endswith("_at") and "date-time" not in str(value)
+    ]
+    assert untyped == []
     problem = document["components"]["schemas"]["Problem"]
     assert set(problem["properties"]) == {"type", "title", "status", "code", "detail", "errors"}
     assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/ProblemIssue"}
