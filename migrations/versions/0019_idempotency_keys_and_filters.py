@@ -4,8 +4,8 @@
 - runs by organization and by starter, approvals by run, audit events by correlation id: partial
   indexes (the columns are set once, at the insert, and often empty).
 
-Revision ID: 0020
-Revises: 0015
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-02
 """
 
@@ -16,8 +16,8 @@ import sqlmodel
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0020"
-down_revision = "0015"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
