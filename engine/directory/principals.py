@@ -13,6 +13,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import rules
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, require_authority_over
 from engine.directory.identity import create_user, issue_sign_in_link, now
@@ -137,10 +138,12 @@ async def set_user_status(
     """
     user = await get_user(session, actor.realm_id, user_id)
     await require_outranks(session, actor, authority, user, "change their status")
-    if user.status == status:
-        raise Conflict(f"The user is already {status}.")
-    if status == "suspended" and actor.id == user.id:
-        raise Conflict("You cannot suspend yourself.")
+    rules.check_status_change(user.status, status, actor_id=actor.id, user_id=user.id)
+    return await apply_user_status(session, actor, user, status)
+
+
+async def apply_user_status(session: AsyncSession, actor: Actor, user: User, status: str) -> User:
+    """Change a status every rule already allowed, with its audit and outbox events."""
     user.status = status
     user.updated_at = now()
     await session.flush()

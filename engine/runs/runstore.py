@@ -429,7 +429,7 @@ GROUP_WITH_ROLES = positional(
         UNION
         SELECT g.id, g.parent_id FROM groups g JOIN chain c ON g.id = c.parent_id
     )
-    SELECT g.realm_id, g.organization_id,
+    SELECT g.realm_id, g.organization_id, g.name,
            (SELECT coalesce(json_agg(json_build_array(r.name, r.permissions, r.boundary)), '[]')::text
               FROM roles r
              WHERE r.id IN (SELECT gr.role_id FROM chain c JOIN group_roles gr ON gr.group_id = c.id)) AS roles

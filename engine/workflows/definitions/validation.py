@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from jsonschema import Draft202012Validator, ValidationError
@@ -36,6 +36,9 @@ from engine.platform.errors import Issue
 from engine.workflows.definitions.canonical import canonical_json
 from engine.workflows.definitions.contract import shared_contract
 from engine.workflows.definitions.durations import BOUNDS
+
+if TYPE_CHECKING:
+    from engine.directory.authz import Authority
 
 MAX_DEFINITION_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -361,6 +364,66 @@ def required_authority(step: Mapping[str, Any]) -> list[Requirement]:
     if kind == "call_webhook":
         return [Requirement("permission", "realm", permission="realm.webhooks.write")]
     return []
+
+
+# A role as a requirement reads it: (name, permissions, boundary); None when it does not exist.
+RoleFacts = tuple[str, Sequence[str], str]
+
+
+def requirement_problem(
+    requirement: Requirement,
+    authority: Authority,
+    run_org: str | None,
+    path: str,
+    *,
+    role: RoleFacts | None = None,
+    group_exists: bool = True,
+    group_org: str | None = None,
+    group_roles: Sequence[RoleFacts] = (),
+) -> Issue | None:
+    """Does ``authority`` meet ``requirement``? The one rule of publication, of a manual start and of a
+    run's step, judged on facts already read: the role the requirement names, the group (whether it
+    exists in the realm, its organization and every role its membership gives)."""
+    if requirement.group_id and not group_exists:
+        # A group that vanished is not a question of authority: say so whatever the authority's scope.
+        return Issue(path, "group_missing", "The step names a group that does not exist.")
+    if requirement.kind == "permission" and requirement.permission:
+        if requirement.scope == "realm":
+            org = None
+        elif requirement.group_id:
+            org = group_org
+        else:
+            org = requirement.organization_id or run_org
+        if not authority.holds(requirement.permission, org):
+            return Issue(path, "forbidden", f"Publishing this step needs {requirement.permission}.")
+        return None
+    if requirement.kind == "role_ceiling" and requirement.role_id:
+        if role is None:
+            return Issue(path, "not_found", "The step names a role that does not exist.")
+        name, permissions, boundary = role
+        if boundary == "realm" or requirement.scope == "realm":
+            org = None
+        else:
+            org = requirement.organization_id or run_org
+        missing = sorted(p for p in permissions if not authority.holds(p, org))
+        if missing:
+            return Issue(
+                path,
+                "grant_ceiling_exceeded",
+                f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+            )
+        return None
+    if requirement.kind == "group_ceiling" and requirement.group_id:
+        for name, permissions, boundary in group_roles:
+            scope = group_org if boundary == "organization" else None
+            missing = sorted(p for p in permissions if not authority.holds(p, scope))
+            if missing:
+                return Issue(
+                    path,
+                    "grant_ceiling_exceeded",
+                    f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+                )
+    return None
 
 
 # ---------------------------------------------------------------------------- layer 1: size and JSON
