@@ -78,6 +78,8 @@ ISSUE_CODES: dict[str, str] = {
     "duplicate": "A repeated step id, approver, event type, manual trigger or trigger.",
     "not_allowed": "A member that contradicts another (an organization on a realm-scope role assignment).",
     "unreachable": "A step after an end step: it would never run.",
+    "organization_required": "A step that acts in an organization names none, and no trigger of the workflow "
+    "can start a run with one: every run would fail.",
     "too_many_issues": "Only the first 1000 issues are listed.",
     "not_found": "A referenced role, group, organization or webhook subscription does not exist in the realm.",
     "boundary_mismatch": "A role whose boundary does not fit the step (an organization role assigned at realm "
@@ -893,6 +895,50 @@ def _duration_issue(path: str, text: Any, where: str) -> Issue | None:
     return Issue(path, "out_of_range", f"{path.rsplit('/', 1)[-1]} {problem}")
 
 
+# The events that carry an organization (the membership's, the expired grant's).
+ORGANIZATION_EVENTS = frozenset(
+    {"organization.membership.added", "organization.membership.removed", "role.assignment.expired"}
+)
+
+
+def _supplies_organization(trigger: Mapping[str, Any]) -> bool:
+    """Can a run this trigger starts have an organization? A manual start may name one, a schedule's
+    selector gives each subject's, an event trigger pinned to one or listening to an event that
+    carries one does; ``user.*`` events alone never do."""
+    if trigger.get("type") != "event":
+        return True
+    if trigger.get("organization_id"):
+        return True
+    return any(event in ORGANIZATION_EVENTS for event in trigger.get("event_types") or [])
+
+
+def _organization_issues(steps: list[Any], member: Callable[[dict[str, Any], str, str], Any]) -> list[Issue]:
+    """Steps that act in an organization and name none, in a definition no trigger can give one to:
+    every run would fail ``organization_required``."""
+    issues: list[Issue] = []
+    for i, step in enumerate(steps):
+        path = f"/steps/{i}"
+        if not isinstance(step, dict) or "organization_id" in step:
+            continue
+        kind = member(step, path, "type")
+        scoped = kind == "remove_membership" or (
+            kind == "assign_role" and member(step, path, "scope") == "organization"
+        )
+        if scoped:
+            issues.append(
+                Issue(
+                    path,
+                    "organization_required",
+                    f"This {kind} step acts in an organization, and no trigger of this workflow starts a run "
+                    "with one: every run would fail. Pin organization_id on the step, or add a trigger that "
+                    "carries an organization (a manual trigger, a schedule, or an event trigger for "
+                    "organization.membership.added, organization.membership.removed or role.assignment.expired, "
+                    "or with organization_id).",
+                )
+            )
+    return issues
+
+
 def _semantic_issues(raw: dict[str, Any], sound: Callable[[str], bool]) -> list[Issue]:
     """Rules the schema cannot say, applied to every member whose own shape (and its object's type) is sound."""
     issues: list[Issue] = []
@@ -973,6 +1019,9 @@ def _semantic_issues(raw: dict[str, Any], sound: Callable[[str], bool]) -> list[
             first_end = i
         if kind in STEP_TYPES and kind not in NEVER_RETRIED and isinstance(step.get("retry"), dict):
             duration(f"{path}/retry/backoff", step["retry"].get("backoff"), "retry.backoff")
+    if isinstance(triggers, list) and triggers and all(sound(f"/triggers/{i}") for i in range(len(triggers))):
+        if not any(_supplies_organization(t) for t in triggers):
+            issues.extend(_organization_issues(step_list, member))
     if first_end is not None and first_end + 1 < len(step_list):
         issues.append(
             Issue(
