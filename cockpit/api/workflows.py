@@ -12,9 +12,7 @@ from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
-from cockpit.state import AnyRequest, DbSession, context_of
-from engine.endpoints.calls import EndpointSettings
-from engine.platform.config import Settings
+from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
 from engine.runs import preview
 from engine.workflows import service as workflows
@@ -61,12 +59,6 @@ def _issues(issues: list[Any]) -> list[dict[str, str]]:
 
 def publication_view(result: Any) -> dict[str, Any]:
     return {"workflow": workflows.workflow_view(result.workflow), "revision": workflows.revision_view(result.revision)}
-
-
-def preview_settings(settings: Settings) -> preview.PreviewSettings:
-    """What a preview judges calls and notices with: the worker's own settings."""
-    endpoints = EndpointSettings(operator_key=settings.secret_key, allow_private_egress=settings.allow_private_egress)
-    return preview.PreviewSettings(endpoints=endpoints, mail_configured=settings.mail is not None)
 
 
 class WorkflowsController(Controller):
