@@ -58,6 +58,7 @@ from engine.runs.states import (
     PENDING,
     RUNNING,
     SUCCEEDED,
+    step_move_allowed,
 )
 from engine.runs.steps import STEP_TYPES
 from engine.runs.steps.assign_role import AssignRole
@@ -339,7 +340,7 @@ class FastPath:
         organization_id: str | None,
         effect: Effect,
         now: datetime,
-    ) -> Move:
+    ) -> Move | None:
         steps = revision.definition["steps"]  # a valid definition always has them
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)
@@ -349,6 +350,9 @@ class FastPath:
         audit = [*effect.audit, step_succeeded_entry(run["id"], step["id"], number, idempotency_key)]
         if finished:
             audit.append(run_succeeded_entry(run["id"]))
+        target = SUCCEEDED if finished else RUNNING
+        if not step_move_allowed(run["state"], target):
+            return None  # never written: the ordinary way refuses it by name
         moved_at = self.clock.now()
         row = {
             "run_ids": run["id"],
@@ -356,7 +360,7 @@ class FastPath:
             "subject_ids": run["subject_id"],
             "publisher_ids": run["publisher_id"],
             "from_states": run["state"],
-            "targets": SUCCEEDED if finished else RUNNING,
+            "targets": target,
             "step_indexes": index,
             "finished": finished,
             "lease_expires_ats": now + self.lease,

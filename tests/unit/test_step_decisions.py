@@ -606,3 +606,16 @@ def test_every_step_type_of_the_contract_has_a_decision() -> None:
 
     assert set(d.DECISIONS) == set(STEP_TYPES)
     assert d.RECHECKED == set(STEP_TYPES) - {"approval", "wait"}
+
+
+def test_a_transition_ends_only_where_the_state_table_allows() -> None:
+    from engine.runs import states
+
+    # A pending run starts and makes its first step in one transaction: it may end wherever a
+    # running run may go (a one-step run succeeds in one commit), never where neither may.
+    assert states.step_move_allowed("pending", "succeeded")
+    assert states.step_move_allowed("pending", "running")
+    assert states.step_move_allowed("running", "succeeded")
+    assert not states.step_move_allowed("waiting", "succeeded")
+    assert not states.step_move_allowed("compensating", "running")
+    assert not states.step_move_allowed("succeeded", "running")
