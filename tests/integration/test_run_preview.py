@@ -174,3 +174,31 @@ async def test_the_preview_keeps_the_rules_of_a_manual_start(client: Client, rea
     no_revision = await preview(client, realm, wid, subject_id=subject.id, revision=2)
     assert no_revision.status_code == 404
     assert (await preview(client, realm, wid, subject_id=subject.id, revision=1)).status_code == 200
+
+
+async def test_a_call_is_judged_without_calling(client: Client, realm: RealmHandle) -> None:
+    """The egress policy's verdict on the destination (the operator allows no private egress here),
+    and the subscription's state; nothing is sent, and the attempt the run would record is named."""
+    subject = await realm.user("subject@example.com")
+    private = await client.post(
+        f"{realm.api}/webhooks",
+        json={"destination": "http://10.1.2.3/hook", "allow_private_network": True},
+        headers=realm.headers,
+    )
+    assert private.status_code == 201, private.text
+    wid = await publish(
+        realm,
+        definition(
+            {"id": "call", "type": "call_webhook", "subscription_id": private.json()["id"]},
+            {"id": "done", "type": "end"},
+        ),
+    )
+    found = (await preview(client, realm, wid, subject_id=subject.id)).json()
+    assert outcomes(found) == [("call", "would_fail", "egress_denied"), ("done", "not_reached", None)]
+    assert found["steps"][0]["refusal"]["permanent"] is False  # retried, as the transport's verdict is
+    paused = await client.patch(
+        f"{realm.api}/webhooks/{private.json()['id']}", json={"state": "paused"}, headers=realm.headers
+    )
+    assert paused.status_code == 200, paused.text
+    found = (await preview(client, realm, wid, subject_id=subject.id)).json()
+    assert outcomes(found)[0] == ("call", "would_fail", "subscription_paused")
