@@ -20,14 +20,14 @@ changes, or changes rarely, kept in memory:
 Each step is decided by the same function as the ordinary transition and the preview
 (engine/runs/decisions.py, ``decide``), on a snapshot built from these caches (``_snapshot``):
 what the batched statement checks as it writes — the subject is a user of the realm, the grant or
-the group's place is not held yet, the subject is a member of the group's organization — is taken
-as fine there, and the statement re-checks it. The fast path never records a failure. Whenever
-the decision refuses, or something is not plainly fine — a cancellation, a disabled workflow, a
-step already applied, a step type without a fast form, an inactive publisher, a role that needs
-approval (its approver is read the ordinary way), a missing subject, or a run the statement finds
-it cannot make — it writes nothing and returns ``None``, and the runner takes the step the
-ordinary way, which records the refusal exactly as it always has. Cache entries read inside a
-transaction become visible to later transactions only once it commits.
+the group's place is not held yet (or, to leave a group, is held), the subject is a member of the
+group's organization — is taken as fine there, and the statement re-checks it. The fast path never
+records a failure. Whenever the decision refuses, or something is not plainly fine — a
+cancellation, a disabled workflow, a step already applied, a step type without a fast form, an
+inactive publisher, a role that needs approval (its approver is read the ordinary way), a missing
+subject, or a run the statement finds it cannot make — it writes nothing and returns ``None``, and
+the runner takes the step the ordinary way, which records the refusal exactly as it always has.
+Cache entries read inside a transaction become visible to later transactions only once it commits.
 """
 
 from __future__ import annotations
@@ -62,13 +62,18 @@ from engine.runs.states import (
 )
 from engine.runs.steps import STEP_TYPES
 from engine.runs.steps.assign_role import AssignRole
-from engine.runs.steps.groups import AddToGroup
+from engine.runs.steps.groups import AddToGroup, RemoveFromGroup
 from engine.runs.steps.simple import End
 from engine.workflows.definitions.canonical import input_version
 
 # The step types with a fast form, and the ``perform`` each mirrors: when a type's ``perform`` is
 # another one (replaced in a test, say), the fast form steps aside and the step runs as written.
-MIRRORED: dict[str, Any] = {"assign_role": AssignRole.perform, "add_to_group": AddToGroup.perform, "end": End.perform}
+MIRRORED: dict[str, Any] = {
+    "assign_role": AssignRole.perform,
+    "add_to_group": AddToGroup.perform,
+    "remove_from_group": RemoveFromGroup.perform,
+    "end": End.perform,
+}
 FAST_STEP_TYPES = frozenset(MIRRORED)
 CACHE_LIMIT = 10_000  # entries per cache; a full cache starts again empty
 _AUTHORITY = runstore.positional(AUTHORITY_SQL)
@@ -291,7 +296,8 @@ class FastPath:
 
         What the batched statement checks as it writes (``runstore.FAST_TRANSITIONS``: the subject
         is a user of the realm, the organization is the realm's, the grant or the group's place is
-        not held yet, the subject is a member of the group's organization) is taken as fine here;
+        not held yet — or, to leave a group, is held — the subject is a member of the group's
+        organization) is taken as fine here;
         a run the statement finds otherwise writes nothing and is decided the ordinary way.
         """
         kind = step["type"]
@@ -305,12 +311,13 @@ class FastPath:
                     step["role_id"], role.name, role.permissions, role.boundary, role.requires_approval
                 )
             facts["fresh_id"] = new_id("ras")
-        elif kind == "add_to_group":
+        elif kind in ("add_to_group", "remove_from_group"):
             group = await self._group(conn, staged, step.get("group_id"), run["realm_epoch"])
             if group is not None and group.realm_id == run["realm_id"]:
                 facts["group"] = GroupFacts(step["group_id"], group.name, group.organization_id, group.roles)
                 facts["is_member"] = True
-        if kind in ("assign_role", "add_to_group"):
+                facts["in_group"] = kind == "remove_from_group"
+        if kind in ("assign_role", "add_to_group", "remove_from_group"):
             if run["subject_epoch"] is None:
                 return None  # not a user: refused the ordinary way
             facts["subject"] = SubjectFacts("", "active")
