@@ -22,9 +22,11 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from engine.directory.credentials import AuthorityCache
+from engine.endpoints.calls import EndpointSettings
 from engine.platform.config import Settings
 from engine.platform.database import asyncpg_url
 from engine.platform.db import HOT_DRIVER, driver_connection
+from engine.runs.preview import PreviewSettings
 
 REQUEST_DB = "request_db"
 
@@ -197,3 +199,9 @@ DbSession = NamedDependency[AsyncSession]
 
 AnyRequest = Request[Any, Any, Any]
 """Handler parameter ``request: AnyRequest``."""
+
+
+def preview_settings(settings: Settings) -> PreviewSettings:
+    """What a run's preview judges calls and notices with: the worker's own settings."""
+    endpoints = EndpointSettings(operator_key=settings.secret_key, allow_private_egress=settings.allow_private_egress)
+    return PreviewSettings(endpoints=endpoints, mail_configured=settings.mail is not None)

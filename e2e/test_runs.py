@@ -224,7 +224,9 @@ def test_a_run_whose_last_step_fails_undoes_its_steps_and_ends_compensated(live_
         ],
     )
     sign_in(live_server, page, setup)
-    timeline = WorkflowPage(page, setup.realm, workflow_id).open().start_run(setup.subject_email)
+    # The form previews the run first: its last step is certain to fail, so it asks before starting.
+    workflow = WorkflowPage(page, setup.realm, workflow_id).open()
+    timeline = workflow.start_run(setup.subject_email, certain_to_fail=True)
 
     timeline.follow_to("compensated", timeout_ms=FINISH_TIMEOUT)
     expect(timeline.step_state("leave")).to_have_text("failed")

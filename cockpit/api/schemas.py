@@ -572,6 +572,53 @@ class RunWithAttempts(WorkflowRun):
     next_attempt_at: datetime | UnsetType | None = UNSET
 
 
+class PreviewRefusal(Shape):
+    """The refusal a step would meet now: its error category, its message, and whether it is final."""
+
+    category: str
+    message: str
+    permanent: bool
+
+
+class PreviewAuditEvent(Shape):
+    type: str
+    details: dict[str, Any]
+
+
+class PreviewEffect(Shape):
+    """What a step would write, as data: ``kind`` names the effect, ``values`` its rows."""
+
+    kind: str
+    values: dict[str, Any]
+    result: dict[str, Any]
+    audit: list[PreviewAuditEvent]
+    ends_run: bool
+
+
+class PreviewStep(Shape):
+    """``outcome``: would_succeed (``effect``), would_fail (``refusal``) or not_reached."""
+
+    index: int
+    step_id: str
+    type: str
+    outcome: str
+    summary: str
+    effect: PreviewEffect | None
+    refusal: PreviewRefusal | None
+
+
+class RunPreview(Shape):
+    """What a run would do, step by step, judged now; nothing is written."""
+
+    workflow_id: str
+    revision: int
+    subject_id: str
+    organization_id: str | None
+    publisher_id: str
+    outcome: str
+    steps: list[PreviewStep]
+
+
 class ApprovalDelegation(Shape):
     from_: str = msgspec.field(name="from")
     to: str

@@ -12,8 +12,9 @@ from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
-from cockpit.state import AnyRequest, DbSession
+from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
+from engine.runs import preview
 from engine.workflows import service as workflows
 from engine.workflows.definitions import CONTRACT_NAMES, contract
 
@@ -46,6 +47,12 @@ class RollbackBody(Body):
     revision: int
 
 
+class PreviewBody(Body):
+    subject_id: str
+    organization_id: str | None = None
+    revision: int | None = None  # the published one when not given
+
+
 def _issues(issues: list[Any]) -> list[dict[str, str]]:
     return [{"path": i.path, "code": i.code, "message": i.message} for i in issues]
 
@@ -71,6 +78,36 @@ class WorkflowsController(Controller):
         issues = await workflows.validate_for_realm(db_session, principal.realm.id, data.definition)
         found = {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
         return typed(schemas.DefinitionValidation, found)
+
+    @post(
+        "/{workflow_id:str}/preview",
+        operation_id="previewWorkflowRun",
+        status_code=200,
+        opt={"permission": "realm.workflows.run"},
+    )
+    async def preview(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        data: JSONBody[PreviewBody],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> schemas.RunPreview:
+        """What a run about one person would do, step by step, judged now; writes nothing.
+
+        The same rules as starting the run by hand (realm.workflows.run, the starter's authority over
+        every step and over the subject, never about oneself) and the same decisions as the worker.
+        """
+        found = await preview.preview_run(
+            db_session,
+            principal.actor(request_id_of(request)),
+            workflow_id,
+            subject_id=data.subject_id,
+            organization_id=data.organization_id,
+            revision_number=data.revision,
+            settings=preview_settings(context_of(request.app).settings),
+        )
+        return typed(schemas.RunPreview, found)
 
     @post(
         "/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write", "location": "/workflows/{id}"}

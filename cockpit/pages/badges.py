@@ -41,6 +41,8 @@ BADGES: Final[dict[str, dict[str, str]]] = {
         "failed": "bad",
         "cancelled": "stopped",
     },
+    # engine/runs/preview.py: what a previewed step would do.
+    "preview": {"would_succeed": "ok", "would_fail": "bad", "not_reached": "quiet"},
     # engine/runs/states.py ATTEMPT_*
     "attempt": {"started": "progress", "succeeded": "ok", "failed": "bad"},
     # engine/runs/approval_models.py APPROVAL_STATUSES

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from playwright.sync_api import Locator, Page
+import re
+
+from playwright.sync_api import Locator, Page, expect
 
 from e2e.pages.base import CockpitPage
 from e2e.pages.editor import EditorPage
@@ -58,13 +60,21 @@ class WorkflowPage(CockpitPage):
     def start_form(self) -> Locator:
         return self.page.get_by_role("region", name="Start a run")
 
-    def start_run(self, subject: str, *, organization: str | None = None) -> TimelinePage:
-        """Start a run by hand; ends on its timeline."""
+    def start_run(
+        self, subject: str, *, organization: str | None = None, certain_to_fail: bool = False
+    ) -> TimelinePage:
+        """Start a run by hand; ends on its timeline. A run ``certain_to_fail`` is confirmed when the
+        form asks (it starts nothing before)."""
         form = self.start_form
         form.get_by_label("Subject").fill(subject)
         if organization:
             form.get_by_label("Organization").select_option(label=organization)
         form.get_by_role("button", name="Start run").click()
+        if certain_to_fail:
+            form = self.start_form
+            expect(form.get_by_test_id("confirm-failure")).to_be_visible()
+            form.get_by_label(re.compile("Start it anyway")).check()
+            form.get_by_role("button", name="Start run").click()
         timeline = TimelinePage(self.page, self.realm)
         timeline.wait_until_open()
         return timeline

@@ -182,6 +182,16 @@ async def require_authority_over(
     if actor is None or (actor.principal_id == target_id and actor.principal_type == target_type):
         return
     target = await load_authority(session, realm_id, target_type, target_id)
+    check_authority_over(actor, target, target_type, target_id, what=what)
+
+
+def check_authority_over(
+    actor: Authority | None, target: Authority, target_type: str, target_id: str, *, what: str
+) -> None:
+    """:func:`require_authority_over` on an authority already read (the pure rule both it and a run's
+    step decisions apply)."""
+    if actor is None or (actor.principal_id == target_id and actor.principal_type == target_type):
+        return
     missing = authority_gaps(actor, target)
     if missing:
         label = "user" if target_type == "user" else "service principal"

@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import rules
 from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
@@ -201,8 +202,8 @@ async def remove_member(
     """
     org = await get_organization(session, actor.realm_id, org_id)
     membership = await _membership(session, org.id, user_id)
-    if membership is None or membership.realm_id != actor.realm_id:
-        raise NotFound("The user is not a member of this organization.")
+    rules.check_membership_removal(membership is not None and membership.realm_id == actor.realm_id)
+    assert membership is not None
     if authority is not None:
         joined = await session.execute(
             select(Group)
@@ -212,12 +213,21 @@ async def remove_member(
         for group in joined.scalars().all():
             await check_group_grant(session, authority, group, "revoke")
     await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their memberships")
+    await apply_member_removal(session, actor, org.id, membership, user_id)
+
+
+async def apply_member_removal(
+    session: AsyncSession, actor: Actor, org_id: str, membership: Membership, user_id: str
+) -> None:
+    """Take a user out of an organization and its groups, as every rule already allowed; with the
+    audit events of each group left and of the membership, and the outbox event. Whoever decided
+    it (an administrator or a run), the realm keeps an active administrator (409 ``last_admin``)."""
     async with keeping_an_admin(session, actor.realm_id, check=await is_admin(session, actor.realm_id, user_id)):
         left = await session.execute(
             delete(GroupMember)
             .where(
                 GroupMember.user_id == user_id,
-                col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org.id)),
+                col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org_id)),
             )
             .returning(GroupMember.group_id)
         )
@@ -229,13 +239,13 @@ async def remove_member(
             "group.member_removed",
             subject_type="user",
             subject_id=user_id,
-            details={"group_id": group_id, "organization_id": org.id, "reason": "membership_removed"},
+            details={"group_id": group_id, "organization_id": org_id, "reason": "membership_removed"},
         )
     await session.delete(membership)
     await session.flush()
-    payload = {"membership_id": membership.id, "organization_id": org.id, "user_id": user_id}
+    payload = {"membership_id": membership.id, "organization_id": org_id, "user_id": user_id}
     await emit_event(
-        session, actor, "organization.membership.removed", subject_id=user_id, organization_id=org.id, payload=payload
+        session, actor, "organization.membership.removed", subject_id=user_id, organization_id=org_id, payload=payload
     )
     await record_audit(
         session, actor, "organization.membership.removed", subject_type="user", subject_id=user_id, details=payload
@@ -337,8 +347,10 @@ async def inherited_roles(session: AsyncSession, group: Group) -> list[Role]:
 
 async def check_group_grant(session: AsyncSession, authority: Authority, group: Group, verb: str = "grant") -> None:
     """The grant ceiling for every role that membership of ``group`` gives (ancestors included)."""
-    for role in await inherited_roles(session, group):
-        require_ceiling(authority, role, group.organization_id, verb)
+    roles = await inherited_roles(session, group)
+    rules.check_group_ceiling(
+        authority, [(r.name, r.permissions, r.boundary) for r in roles], group.organization_id, verb
+    )
 
 
 async def _group_name_taken(session: AsyncSession, org_id: str, name: str, other_than: str | None = None) -> bool:
@@ -553,14 +565,21 @@ async def add_group_member(
 ) -> GroupMember:
     group = await get_group(session, actor.realm_id, org_id, group_id)
     user = await _user_in_realm(session, actor.realm_id, user_id)
-    if not await is_member(session, group.organization_id, user.id):
-        raise Conflict("Only members of the organization can join its groups.", code="not_a_member")
-    if await session.get(GroupMember, (group.id, user.id)) is not None:
-        raise Conflict("The user is already in this group.", code="already_a_member")
+    rules.check_group_join(
+        await is_member(session, group.organization_id, user.id),
+        await session.get(GroupMember, (group.id, user.id)) is not None,
+    )
     await check_group_grant(session, authority, group, "grant")
     await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their groups")
+    return await apply_group_join(session, actor, group.id, group.organization_id, user.id, source_run_id=source_run_id)
+
+
+async def apply_group_join(
+    session: AsyncSession, actor: Actor, group_id: str, organization_id: str, user_id: str, *, source_run_id: str | None
+) -> GroupMember:
+    """Put a user in a group, as every rule already allowed, with its ``group.member_added`` audit event."""
     member = GroupMember(
-        group_id=group.id, user_id=user.id, realm_id=actor.realm_id, added_by=actor.id, source_run_id=source_run_id
+        group_id=group_id, user_id=user_id, realm_id=actor.realm_id, added_by=actor.id, source_run_id=source_run_id
     )
     session.add(member)
     await session.flush()
@@ -569,8 +588,8 @@ async def add_group_member(
         actor,
         "group.member_added",
         subject_type="user",
-        subject_id=user.id,
-        details={"group_id": group.id, "organization_id": group.organization_id},
+        subject_id=user_id,
+        details=rules.group_member_details(group_id, organization_id),
     )
     return member
 
@@ -600,11 +619,19 @@ async def remove_group_member(
 ) -> None:
     group = await get_group(session, actor.realm_id, org_id, group_id)
     member = await session.get(GroupMember, (group.id, user_id))
-    if member is None or member.realm_id != actor.realm_id:
-        raise NotFound("The user is not in this group.")
+    rules.check_group_leave(member is not None and member.realm_id == actor.realm_id)
+    assert member is not None
     await check_group_grant(session, authority, group, "revoke")
     await require_authority_over(session, actor.realm_id, authority, "user", user_id, what="change their groups")
-    async with keeping_an_admin(session, actor.realm_id, check=await is_admin(session, actor.realm_id, user_id)):
+    await apply_group_leave(session, actor, member, group.organization_id)
+
+
+async def apply_group_leave(session: AsyncSession, actor: Actor, member: GroupMember, organization_id: str) -> None:
+    """Take a user out of a group, as every rule already allowed, with its ``group.member_removed``
+    audit event. Whoever decided it, the realm keeps an active administrator (409 ``last_admin``)."""
+    async with keeping_an_admin(
+        session, member.realm_id, check=await is_admin(session, member.realm_id, member.user_id)
+    ):
         await session.delete(member)
         await session.flush()
     await record_audit(
@@ -612,8 +639,8 @@ async def remove_group_member(
         actor,
         "group.member_removed",
         subject_type="user",
-        subject_id=user_id,
-        details={"group_id": group.id, "organization_id": group.organization_id},
+        subject_id=member.user_id,
+        details=rules.group_member_details(member.group_id, organization_id),
     )
 
 

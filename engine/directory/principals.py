@@ -13,6 +13,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import rules
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
@@ -149,10 +150,17 @@ async def set_user_status(
     """
     user = await get_user(session, actor.realm_id, user_id)
     await require_outranks(session, actor, authority, user, "change their status")
-    if user.status == status:
-        raise Conflict(f"The user is already {status}.")
-    if status == "suspended" and actor.id == user.id:
-        raise Conflict("You cannot suspend yourself.")
+    rules.check_status_change(user.status, status, actor_id=actor.id, user_id=user.id)
+    return await apply_user_status(session, actor, user, status)
+
+
+async def apply_user_status(session: AsyncSession, actor: Actor, user: User, status: str) -> User:
+    """Change a status every rule already allowed, with its audit and outbox events.
+
+    Whoever decided the change (an administrator or a run), the realm keeps an active
+    administrator (409 ``last_admin``), and a suspension ends the user's sessions, tokens and
+    unused sign-in links.
+    """
     taken = status != "active" and await is_admin(session, actor.realm_id, user.id)
     async with keeping_an_admin(session, actor.realm_id, check=taken, reload=[user]):
         user.status = status

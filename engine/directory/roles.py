@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import rules
 from engine.directory.admins import holds_admin_role, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import (
@@ -30,7 +31,6 @@ from engine.directory.authz import (
     load_authority,
     needs_permission,
     require_authority_over,
-    require_grant_ceiling,
     role_authority,
 )
 from engine.directory.identity import now as current_time
@@ -107,12 +107,12 @@ def role_view(role: Role) -> dict[str, Any]:
 
 def grant_scope(role: Role, organization_id: str | None) -> str | None:
     """Where a grant of ``role`` takes effect: its organization when organization-bound, else the realm."""
-    return organization_id if role.boundary == "organization" else None
+    return rules.grant_scope(role.boundary, organization_id)
 
 
 def require_ceiling(authority: Authority, role: Role, organization_id: str | None, verb: str = "assign") -> None:
     """The grant ceiling for one role in one scope (403 grant_ceiling_exceeded naming what is missing)."""
-    require_grant_ceiling(authority, role.name, role.permissions, grant_scope(role, organization_id), verb)
+    rules.check_grant_ceiling(authority, role.name, role.permissions, role.boundary, organization_id, verb)
 
 
 def _permission_issues(permissions: Sequence[str]) -> tuple[list[str], list[Issue]]:
@@ -444,18 +444,12 @@ async def create_assignment(
             issues.append(Issue("/expires_at", "out_of_range", "must fall within the years 1 to 9999 in UTC"))
             expires_at = None
         else:
-            if expires_at <= current_time():
-                issues.append(Issue("/expires_at", "not_in_future", "must be in the future"))
+            issues += rules.expiry_issues(expires_at, current_time())
     role = await session.get(Role, role_id)
     if role is not None and role.realm_id != actor.realm_id:
         role = None
     if role is not None:
-        if role.boundary == "organization" and not organization_id:
-            issues.append(Issue("/organization_id", "required", f"{role.name} is bound to an organization: name one"))
-        if role.boundary == "realm" and organization_id:
-            issues.append(
-                Issue("/organization_id", "not_allowed", f"{role.name} is a realm role: it takes no organization")
-            )
+        issues += rules.assignment_scope_issues(role.name, role.boundary, organization_id)
     raise_issues(issues)
     if role is None:
         raise NotFound("No such role.")
@@ -509,21 +503,8 @@ async def create_assignment(
             named=approver_id,
         )
     subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
-    duplicate = await session.scalar(
-        select(func.count())
-        .select_from(RoleAssignment)
-        .where(
-            RoleAssignment.realm_id == actor.realm_id,
-            RoleAssignment.role_id == role.id,
-            subject_column == subject_id,
-            col(RoleAssignment.organization_id).is_(None)
-            if organization_id is None
-            else RoleAssignment.organization_id == organization_id,
-            or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > current_time()),
-        )
-    )
-    if duplicate:
-        raise Conflict(f"The {subject_type.replace('_', ' ')} already holds {role.name} in that scope.")
+    duplicate = await holds_grant(session, actor.realm_id, role.id, subject_column, subject_id, organization_id)
+    rules.refuse_duplicate_grant(duplicate, subject_type, role.name)
     if role.requires_approval and source_run_id is None and not approved:
         assert approver_id is not None  # check_assignment requires one for such a role
         # Every check passed; the caller records the request (engine.runs.approvals) for the approver.
@@ -535,16 +516,71 @@ async def create_assignment(
             expires_at=expires_at,
             approver_id=approver_id,
         )
-    assignment = RoleAssignment(
-        id=new_id("ras"),
-        realm_id=actor.realm_id,
+    return await apply_assignment(
+        session,
+        actor,
+        assignment_id=new_id("ras"),
         role_id=role.id,
-        user_id=user_id or None,
-        service_principal_id=service_principal_id or None,
+        role_name=role.name,
+        subject_type=subject_type,
+        subject_id=subject_id,
         organization_id=organization_id or None,
         expires_at=expires_at,
-        granted_by=actor.id,
         approver_id=approver_id or None,
+        source_run_id=source_run_id,
+    )
+
+
+async def holds_grant(
+    session: AsyncSession,
+    realm_id: str,
+    role_id: str,
+    subject_column: Any,
+    subject_id: str,
+    organization_id: str | None,
+) -> bool:
+    """Does the subject hold the role in that scope now (an expired grant does not count)?"""
+    count = await session.scalar(
+        select(func.count())
+        .select_from(RoleAssignment)
+        .where(
+            RoleAssignment.realm_id == realm_id,
+            RoleAssignment.role_id == role_id,
+            subject_column == subject_id,
+            col(RoleAssignment.organization_id).is_(None)
+            if organization_id is None
+            else RoleAssignment.organization_id == organization_id,
+            or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > current_time()),
+        )
+    )
+    return bool(count)
+
+
+async def apply_assignment(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    assignment_id: str,
+    role_id: str,
+    role_name: str,
+    subject_type: str,
+    subject_id: str,
+    organization_id: str | None,
+    expires_at: datetime | None,
+    approver_id: str | None,
+    source_run_id: str | None,
+) -> RoleAssignment:
+    """Write a grant every rule already allowed, and its ``role.assigned`` audit event."""
+    assignment = RoleAssignment(
+        id=assignment_id,
+        realm_id=actor.realm_id,
+        role_id=role_id,
+        user_id=subject_id if subject_type == "user" else None,
+        service_principal_id=subject_id if subject_type == "service_principal" else None,
+        organization_id=organization_id,
+        expires_at=expires_at,
+        granted_by=actor.id,
+        approver_id=approver_id,
         source_run_id=source_run_id,
     )
     session.add(assignment)
@@ -556,14 +592,14 @@ async def create_assignment(
         category="authorization",
         subject_type=subject_type,
         subject_id=subject_id,
-        details={
-            "assignment_id": assignment.id,
-            "role_id": role.id,
-            "role": role.name,
-            "organization_id": assignment.organization_id,
-            "expires_at": expires_at.isoformat() if expires_at else None,
-            "approver_id": assignment.approver_id,
-        },
+        details=rules.assigned_details(
+            assignment_id=assignment.id,
+            role_id=role_id,
+            role_name=role_name,
+            organization_id=organization_id,
+            expires_at=expires_at,
+            approver_id=approver_id,
+        ),
     )
     return assignment
 
@@ -592,8 +628,16 @@ async def revoke_assignment(
     await require_authority_over(
         session, actor.realm_id, authority, subject_type, subject_id, what="change what they hold"
     )
-    admin_grant = assignment.user_id is not None and await holds_admin_role(session, [role.id])
-    async with keeping_an_admin(session, actor.realm_id, check=admin_grant):
+    await apply_revocation(session, actor, assignment, role.name)
+    return assignment
+
+
+async def apply_revocation(session: AsyncSession, actor: Actor, assignment: RoleAssignment, role_name: str) -> None:
+    """Delete a grant every rule already allowed to revoke, and write its ``role.revoked`` audit
+    event. Whoever decided it (an administrator or a run), the realm keeps an active administrator
+    (409 ``last_admin``)."""
+    admin_grant = assignment.user_id is not None and await holds_admin_role(session, [assignment.role_id])
+    async with keeping_an_admin(session, assignment.realm_id, check=admin_grant):
         await session.delete(assignment)
         await session.flush()
     await record_audit(
@@ -603,14 +647,13 @@ async def revoke_assignment(
         category="authorization",
         subject_type="user" if assignment.user_id else "service_principal",
         subject_id=assignment.user_id or assignment.service_principal_id,
-        details={
-            "assignment_id": assignment.id,
-            "role_id": role.id,
-            "role": role.name,
-            "organization_id": assignment.organization_id,
-        },
+        details=rules.revoked_details(
+            assignment_id=assignment.id,
+            role_id=assignment.role_id,
+            role_name=role_name,
+            organization_id=assignment.organization_id,
+        ),
     )
-    return assignment
 
 
 async def expire_due_assignments(session: AsyncSession, now: datetime, *, limit: int = EXPIRY_BATCH) -> int:

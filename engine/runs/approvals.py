@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Select, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from engine.directory import rules
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Organization, Realm, Role, User
@@ -54,19 +55,21 @@ def _hash(token: str) -> str:
 
 async def eligible_approvers(session: AsyncSession, realm_id: str, named: list[str], subject_id: str) -> list[str]:
     """The named users who may decide now: active users of the realm, not guests, never the subject."""
-    ids = [str(i) for i in named if isinstance(i, str) and i != subject_id]
+    return rules.eligible_approvers(named, subject_id, await approver_facts(session, realm_id, named))
+
+
+async def approver_facts(session: AsyncSession, realm_id: str, named: list[Any]) -> dict[str, tuple[bool, bool]]:
+    """(active, guest) of each named user of the realm: what :func:`rules.eligible_approvers` judges."""
+    ids = [str(i) for i in named if isinstance(i, str)]
     if not ids:
-        return []
+        return {}
     rows = await session.execute(
-        select(User.id).where(
+        select(User.id, User.status, User.guest).where(
             User.id.in_(ids),  # type: ignore[attr-defined]
             User.realm_id == realm_id,
-            User.status == "active",
-            User.guest.is_(False),  # type: ignore[attr-defined]
         )
     )
-    found = set(rows.scalars())
-    return [i for i in dict.fromkeys(ids) if i in found]
+    return {user_id: (status == "active", bool(guest)) for user_id, status, guest in rows}
 
 
 async def request_approval(
@@ -78,9 +81,13 @@ async def request_approval(
     actor: Actor,
     now: datetime,
     mail_configured: bool,
+    approvers: list[str] | None = None,
 ) -> WorkflowApproval:
-    """Record the pending approval, audit the request and notify every eligible approver."""
-    approvers = await eligible_approvers(session, run.realm_id, list(step.get("approvers") or []), run.subject_id)
+    """Record the pending approval, audit the request and notify every eligible approver.
+
+    ``approvers``: the eligible approvers as the step's decision found them (else read here)."""
+    if approvers is None:
+        approvers = await eligible_approvers(session, run.realm_id, list(step.get("approvers") or []), run.subject_id)
     if not approvers:
         raise NoEligibleApprover()
     lifetime = timedelta(seconds=parse_duration(step["expires_in"]))

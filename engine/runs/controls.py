@@ -34,10 +34,10 @@ from engine.runs.service import (
     CATEGORY,
     RunFilter,
     StartRequest,
-    _published,
     _runs_query,
     cancel_run,
     get_run,
+    published_revision,
     require_starter,
     start_run,
 )
@@ -71,7 +71,7 @@ async def rerun_run(
         org = await session.get(Organization, original.organization_id)
         if org is None or org.realm_id != actor.realm_id or org.state != "active":
             raise Conflict("The run's organization is gone or inactive.", code="organization_inactive")
-    revision = await _published(session, workflow)
+    revision = await published_revision(session, workflow)
     if authority is None:
         authority = await load_authority(session, actor.realm_id, "user", actor.id)
     await require_starter(session, actor.realm_id, authority, revision, original.subject_id, original.organization_id)

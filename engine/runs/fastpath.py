@@ -17,12 +17,17 @@ changes, or changes rarely, kept in memory:
   authority query runs again, in that transaction. An authority also expires with its earliest
   expiring grant.
 
-The fast path never decides a failure. Whenever something is not plainly fine — a cancellation,
-a disabled workflow, a step already applied, a step type without a fast form, an inactive
-publisher, a missing permission, a role that needs approval, a missing subject or membership, a
-duplicate grant — it writes nothing and returns ``None``, and the runner takes the step the
-ordinary way, which reports the failure exactly as it always has. Cache entries read inside a
-transaction become visible to later transactions only once it commits.
+Each step is decided by the same function as the ordinary transition and the preview
+(engine/runs/decisions.py, ``decide``), on a snapshot built from these caches (``_snapshot``):
+what the batched statement checks as it writes — the subject is a user of the realm, the grant or
+the group's place is not held yet (or, to leave a group, is held), the subject is a member of the
+group's organization — is taken as fine there, and the statement re-checks it. The fast path never
+records a failure. Whenever the decision refuses, or something is not plainly fine — a
+cancellation, a disabled workflow, a step already applied, a step type without a fast form, an
+inactive publisher, a role that needs approval (its approver is read the ordinary way), a missing
+subject, or a run the statement finds it cannot make — it writes nothing and returns ``None``, and
+the runner takes the step the ordinary way, which records the refusal exactly as it always has.
+Cache entries read inside a transaction become visible to later transactions only once it commits.
 """
 
 from __future__ import annotations
@@ -33,30 +38,43 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine.directory.authz import AUTHORITY_SQL, Authority, Grant, authority_gaps
+from engine.directory.admins import ADMIN_ROLE
+from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
 from engine.platform.ids import new_id
 from engine.runs import runstore
+from engine.runs.decisions import (
+    Effect,
+    GroupFacts,
+    Refusal,
+    RoleFacts,
+    Snapshot,
+    SubjectFacts,
+    decide,
+    run_succeeded_entry,
+    step_succeeded_entry,
+)
 from engine.runs.retry import Clock, policy_for
 from engine.runs.states import (
     ATTEMPT_SUCCEEDED,
-    COMP_NOT_NEEDED,
-    COMP_PENDING,
     PENDING,
     RUNNING,
-    STRATEGY_NONE,
-    STRATEGY_UNDO,
     SUCCEEDED,
+    step_move_allowed,
 )
 from engine.runs.steps import STEP_TYPES
 from engine.runs.steps.assign_role import AssignRole
-from engine.runs.steps.groups import AddToGroup
+from engine.runs.steps.groups import AddToGroup, RemoveFromGroup
 from engine.runs.steps.simple import End
 from engine.workflows.definitions.canonical import input_version
-from engine.workflows.definitions.durations import parse_duration
 
 # The step types with a fast form, and the ``perform`` each mirrors: when a type's ``perform`` is
 # another one (replaced in a test, say), the fast form steps aside and the step runs as written.
-MIRRORED: dict[str, Any] = {"assign_role": AssignRole.perform, "add_to_group": AddToGroup.perform, "end": End.perform}
+MIRRORED: dict[str, Any] = {
+    "assign_role": AssignRole.perform,
+    "add_to_group": AddToGroup.perform,
+    "remove_from_group": RemoveFromGroup.perform,
+    "end": End.perform,
+}
 FAST_STEP_TYPES = frozenset(MIRRORED)
 CACHE_LIMIT = 10_000  # entries per cache; a full cache starts again empty
 _AUTHORITY = runstore.positional(AUTHORITY_SQL)
@@ -84,6 +102,7 @@ class CachedGroup:
     epoch: int
     realm_id: str
     organization_id: str
+    name: str
     roles: tuple[tuple[str, tuple[str, ...], str], ...]  # (name, permissions, boundary), ancestors' included
 
 
@@ -94,19 +113,6 @@ class CachedAuthority:
     read_at: datetime  # the run clock's time it was read at
     valid_until: datetime | None  # its earliest expiring grant
     authority: Authority
-
-
-@dataclass(frozen=True)
-class Effect:
-    """What one fast transition writes besides the attempt and the advance."""
-
-    kind: str  # assign_role, add_to_group or none: the effect columns of runstore.FAST_TRANSITIONS
-    values: dict[str, Any]
-    result: dict[str, Any]
-    strategy: str
-    compensation_state: str
-    audit: tuple[str, str, str, dict[str, Any]] | None  # category, type, subject type, details
-    ends_run: bool = False
 
 
 def _json(value: Any) -> str:
@@ -234,7 +240,7 @@ class FastPath:
         if row is None:
             return None
         roles = tuple((name, tuple(perms or ()), boundary) for name, perms, boundary in json.loads(row["roles"]))
-        group = CachedGroup(epoch, row["realm_id"], row["organization_id"], roles)
+        group = CachedGroup(epoch, row["realm_id"], row["organization_id"], row["name"], roles)
         staged.remember(self.groups, group_id, group)
         return group
 
@@ -268,31 +274,16 @@ class FastPath:
         if step_type is None or MIRRORED.get(step_type.name) is not type(step_type).perform:
             return None
         authority = await self._authority(conn, staged, run, now)
-        if not authority.holds("realm.workflows.publish"):
-            return None
         organization_id = step.get("organization_id") or run["organization_id"]
-        if step_type.name == "assign_role":
-            effect = await self._assign_role(conn, staged, run, step, organization_id, authority, now)
-        elif step_type.name == "add_to_group":
-            effect = await self._add_to_group(conn, staged, run, step, authority)
-        else:
-            effect = Effect("none", {}, {}, STRATEGY_NONE, COMP_NOT_NEEDED, None, ends_run=True)
-        if effect is None:
+        snapshot = await self._snapshot(conn, staged, run, step, organization_id, authority, now)
+        if snapshot is None:
             return None
-        if step_type.name in ("assign_role", "add_to_group"):
-            # The one rule of engine.directory.authz: changing what the subject holds needs everything the
-            # subject holds, in every scope. A subject who outranks the publisher goes the
-            # ordinary way, which refuses with target_outranks_actor.
-            if run["subject_epoch"] is None:
-                return None
-            subject = await self._user_authority(
-                conn, staged, run["realm_id"], run["subject_id"], run["realm_epoch"], run["subject_epoch"], now
-            )
-            if authority_gaps(authority, subject):
-                return None
-        return self._move(run, revision, step, index, organization_id, effect, now)
+        decision = decide(snapshot)
+        if isinstance(decision, Refusal):
+            return None  # the ordinary way records it
+        return self._move(run, revision, step, index, organization_id, decision, now)
 
-    async def _assign_role(
+    async def _snapshot(
         self,
         conn: Any,
         staged: Staged,
@@ -301,75 +292,53 @@ class FastPath:
         organization_id: str | None,
         authority: Authority,
         now: datetime,
-    ) -> Effect | None:
-        """The checks of ``AssignRole.perform``, ``roles.create_assignment`` and the authority re-check."""
-        role = await self._role(conn, staged, step.get("role_id"), run["realm_epoch"])
-        if role is None or role.realm_id != run["realm_id"] or role.requires_approval:
-            return None
-        realm_scope = step.get("scope") != "organization"
-        grant_org = None if realm_scope else organization_id
-        if not realm_scope and not organization_id:
-            return None
-        if (role.boundary == "organization") != (grant_org is not None):
-            return None
-        expires_at = None
-        if step.get("expires_in"):
-            expires_at = now + timedelta(seconds=parse_duration(step["expires_in"]))
-            if expires_at <= datetime.now(UTC):
-                return None
-        # The step's requirement (role_ceiling) and the grant ceiling: every permission of the role,
-        # held where the grant takes effect. Past the boundary check above, both are one scope: the
-        # organization for a role bounded by one (granted there), the whole realm for any other.
-        if not all(authority.holds(p, grant_org) for p in role.permissions):
-            return None
-        assignment_id = new_id("ras")
-        return Effect(
-            "assign_role",
-            {
-                "role_id": step["role_id"],
-                "organization_id": grant_org,
-                "assignment_id": assignment_id,
-                "expires_at": expires_at,
-            },
-            {"assignment_id": assignment_id, "role_id": step["role_id"], "organization_id": grant_org},
-            STRATEGY_UNDO,
-            COMP_PENDING,
-            (
-                "authorization",
-                "role.assigned",
-                "user",
-                {
-                    "assignment_id": assignment_id,
-                    "role_id": step["role_id"],
-                    "role": role.name,
-                    "organization_id": grant_org,
-                    "expires_at": expires_at.isoformat() if expires_at else None,
-                    "approver_id": None,
-                },
-            ),
-        )
+    ) -> Snapshot | None:
+        """The step's snapshot from the caches (None: the step goes the ordinary way).
 
-    async def _add_to_group(
-        self, conn: Any, staged: Staged, run: Mapping[str, Any], step: dict[str, Any], authority: Authority
-    ) -> Effect | None:
-        """The checks of ``AddToGroup.perform``, ``organizations.add_group_member`` and the re-check."""
-        group = await self._group(conn, staged, step.get("group_id"), run["realm_epoch"])
-        if group is None or group.realm_id != run["realm_id"]:
-            return None
-        if not authority.holds("org.groups.write", group.organization_id):
-            return None
-        for _name, permissions, boundary in group.roles:
-            scope = group.organization_id if boundary == "organization" else None
-            if not all(authority.holds(p, scope) for p in permissions):
-                return None
-        details = {"group_id": step["group_id"], "organization_id": group.organization_id}
-        return Effect(
-            "add_to_group",
-            {"group_id": step["group_id"], "organization_id": group.organization_id},
-            dict(details),
-            STRATEGY_UNDO,
-            COMP_PENDING,
-            ("directory", "group.member_added", "user", details),
+        What the batched statement checks as it writes (``runstore.FAST_TRANSITIONS``: the subject
+        is a user of the realm, the organization is the realm's, the grant or the group's place is
+        not held yet — or, to leave a group, is held — the subject is a member of the group's
+        organization) is taken as fine here;
+        a run the statement finds otherwise writes nothing and is decided the ordinary way.
+        """
+        kind = step["type"]
+        facts: dict[str, Any] = {}
+        if kind == "assign_role":
+            role = await self._role(conn, staged, step.get("role_id"), run["realm_epoch"])
+            if role is not None and role.realm_id == run["realm_id"]:
+                if role.requires_approval:
+                    return None  # its approver is read the ordinary way
+                facts["role"] = RoleFacts(
+                    step["role_id"], role.name, role.permissions, role.boundary, role.requires_approval
+                )
+            facts["fresh_id"] = new_id("ras")
+        elif kind in ("add_to_group", "remove_from_group"):
+            group = await self._group(conn, staged, step.get("group_id"), run["realm_epoch"])
+            if group is not None and group.realm_id == run["realm_id"]:
+                if kind == "remove_from_group" and any(name == ADMIN_ROLE for name, _, _ in group.roles):
+                    return None  # it may take the realm's last administrator away: the ordinary way checks
+                facts["group"] = GroupFacts(step["group_id"], group.name, group.organization_id, group.roles)
+                facts["is_member"] = True
+                facts["in_group"] = kind == "remove_from_group"
+        if kind in ("assign_role", "add_to_group", "remove_from_group"):
+            if run["subject_epoch"] is None:
+                return None  # not a user: refused the ordinary way
+            facts["subject"] = SubjectFacts("", "active")
+            facts["subject_authority"] = await self._user_authority(
+                conn, staged, run["realm_id"], run["subject_id"], run["realm_epoch"], run["subject_epoch"], now
+            )
+        return Snapshot(
+            run_id=run["id"],
+            realm_id=run["realm_id"],
+            subject_id=run["subject_id"],
+            publisher_id=run["publisher_id"],
+            step=step,
+            organization_id=organization_id,
+            now=now,
+            wall_now=datetime.now(UTC),
+            authority=authority,
+            publisher_active=run["publisher_status"] == "active",
+            **facts,
         )
 
     def _move(
@@ -381,28 +350,19 @@ class FastPath:
         organization_id: str | None,
         effect: Effect,
         now: datetime,
-    ) -> Move:
+    ) -> Move | None:
         steps = revision.definition["steps"]  # a valid definition always has them
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)
         number = int(run["attempts"]) + 1
         finished = effect.ends_run or index + 1 >= len(steps)
         idempotency_key = f"{run['id']}.{step['id']}"
-        audit: list[tuple[str, str, str, str | None, dict[str, Any]]] = []  # category, type, subject, id, details
-        if effect.audit is not None:
-            category, kind, subject_type, details = effect.audit
-            audit.append((category, kind, subject_type, run["subject_id"], details))
-        audit.append(
-            (
-                "workflow",
-                "workflow.step.succeeded",
-                "workflow_run",
-                run["id"],
-                {"step_id": step["id"], "attempt": number, "idempotency_key": idempotency_key},
-            )
-        )
+        audit = [*effect.audit, step_succeeded_entry(run["id"], step["id"], number, idempotency_key)]
         if finished:
-            audit.append(("workflow", "workflow.run.succeeded", "workflow_run", run["id"], {}))
+            audit.append(run_succeeded_entry(run["id"]))
+        target = SUCCEEDED if finished else RUNNING
+        if not step_move_allowed(run["state"], target):
+            return None  # never written: the ordinary way refuses it by name
         moved_at = self.clock.now()
         row = {
             "run_ids": run["id"],
@@ -410,7 +370,7 @@ class FastPath:
             "subject_ids": run["subject_id"],
             "publisher_ids": run["publisher_id"],
             "from_states": run["state"],
-            "targets": SUCCEEDED if finished else RUNNING,
+            "targets": target,
             "step_indexes": index,
             "finished": finished,
             "lease_expires_ats": now + self.lease,
@@ -437,7 +397,8 @@ class FastPath:
             "expires_ats": effect.values.get("expires_at"),
             "group_ids": effect.values.get("group_id"),
         }
-        return Move(run["id"], finished, row, [(new_id("aud"), *entry[:4], _json(entry[4])) for entry in audit])
+        events = [(new_id("aud"), e.category, e.type, e.subject_type, e.subject_id, _json(e.details)) for e in audit]
+        return Move(run["id"], finished, row, events)
 
     async def apply(self, conn: Any, moves: list[Move]) -> set[str]:
         """Make the moves of a group in one statement: the runs that moved (the others wrote nothing)."""

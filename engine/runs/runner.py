@@ -29,6 +29,7 @@ from engine.endpoints.transport import CallOutcome
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
 from engine.runs import approvals, metrics, runstore
+from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
 from engine.runs.fastpath import FastPath, Move, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
@@ -39,6 +40,7 @@ from engine.runs.retry import (
     policy_for,
 )
 from engine.runs.runstore import LeaseLost
+from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_STARTED,
@@ -64,7 +66,6 @@ from engine.runs.states import (
 from engine.runs.steps import APPROVAL, EXTERNAL, STEP_TYPES, WAIT, Outcome, StepContext, StepFailure, StepType
 from engine.runs.steps.call_webhook import CallWebhook
 from engine.workflows.definitions.canonical import input_version
-from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow, WorkflowRevision
 
 log = logging.getLogger("cockpit.engine")
@@ -470,7 +471,7 @@ class Runner:
         assert isinstance(step_type, CallWebhook)
         try:
             async with session.begin_nested():
-                await self._recheck_authority(session, ctx, step)
+                await step_type.decide_call(ctx, self.settings.endpoints)
                 call = await step_type.prepare(ctx, attempt, self.settings.endpoints)
         except StepFailure as failure:
             await self._record_failure(session, run, attempt, failure)
@@ -569,7 +570,9 @@ class Runner:
         if step_type.kind == APPROVAL:
             return await self._request_approval(session, run, revision, step, len(attempts) + 1)
         if step_type.kind == WAIT:
-            until = now + timedelta(seconds=parse_duration(step["duration"]))
+            wait = decide(await load_snapshot(session, RunFacts.of(run), step, now=now))
+            assert isinstance(wait, Effect)  # a wait is never refused
+            until = wait.values["until"]
             context = {**run.context, "wait": {"step_id": step["id"], "since": now.isoformat()}}
             await runstore.move_run(
                 session, run, WAITING, worker_id=self.worker_id, due_at=until, now=now, context=context
@@ -625,7 +628,10 @@ class Runner:
             return await self._start_call(session, run, step, step_type, attempt, ctx)
         try:
             async with session.begin_nested():
-                await self._recheck_authority(session, ctx, step)
+                # The publisher's re-check on the step's snapshot; the step type decides the rest.
+                refused = publisher_refusal(await step_type.snapshot(ctx))
+                if refused is not None:
+                    raise StepFailure(refused.category, refused.message, permanent=refused.permanent)
                 try:
                     outcome = await step_type.perform(ctx)
                 except IntegrityError as exc:
@@ -697,26 +703,22 @@ class Runner:
         self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision, step: dict[str, Any], number: int
     ) -> bool:
         now = self.clock.now()
-        try:
-            async with session.begin_nested():
-                approval = await approvals.request_approval(
-                    session,
-                    run,
-                    step,
-                    run.step_index,
-                    actor=run_actor(run),
-                    now=now,
-                    mail_configured=self.settings.mail_configured,
-                )
-        except approvals.NoEligibleApprover:
+        decision = decide(await load_snapshot(session, RunFacts.of(run), step, now=now))
+        if isinstance(decision, Refusal):
             attempt = self._attempt(run, revision, step, STEP_TYPES["approval"], number)
-            failure = StepFailure(
-                "no_eligible_approver",
-                "None of the named approvers may decide (suspended, a guest, the subject, or gone).",
-                permanent=True,
-            )
+            failure = StepFailure(decision.category, decision.message, permanent=decision.permanent)
             await self._record_failure(session, run, attempt, failure)
             return True
+        approval = await approvals.request_approval(
+            session,
+            run,
+            step,
+            run.step_index,
+            actor=run_actor(run),
+            now=now,
+            mail_configured=self.settings.mail_configured,
+            approvers=decision.values["approvers"],
+        )
         due = min(d for d in (approval.remind_at, approval.expires_at) if d is not None)
         await runstore.move_run(session, run, AWAITING_APPROVAL, worker_id=self.worker_id, due_at=due, now=now)
         return True
@@ -823,33 +825,6 @@ class Runner:
             context=context,
         )
         return True
-
-    async def _recheck_authority(self, session: AsyncSession, ctx: StepContext, step: dict[str, Any]) -> None:
-        """Inside the effect's transaction: the publisher still holds publish and the step's authority."""
-        from engine.directory.models import User
-        from engine.workflows.service import requirement_issue
-
-        publisher = await session.get(User, ctx.run.publisher_id)
-        if publisher is None or publisher.status != "active":
-            raise StepFailure(
-                "publisher_lacks_authority", "The accountable publisher's account is not active.", permanent=True
-            )
-        if not ctx.authority.holds("realm.workflows.publish"):
-            raise StepFailure(
-                "publisher_lacks_authority",
-                "The accountable publisher no longer holds realm.workflows.publish.",
-                permanent=True,
-            )
-        from engine.workflows.definitions.validation import required_authority
-
-        for requirement in required_authority(step):
-            issue = await requirement_issue(
-                session, ctx.run.realm_id, ctx.authority, requirement, ctx.organization_id, ""
-            )
-            if issue is not None:
-                # A reference that vanished is not an authority problem: report it as what it is.
-                category = issue.code if issue.code in ("not_found", "group_missing") else "publisher_lacks_authority"
-                raise StepFailure(category, issue.message, permanent=True)
 
     async def _record_failure(
         self,

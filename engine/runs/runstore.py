@@ -429,7 +429,7 @@ GROUP_WITH_ROLES = positional(
         UNION
         SELECT g.id, g.parent_id FROM groups g JOIN chain c ON g.id = c.parent_id
     )
-    SELECT g.realm_id, g.organization_id,
+    SELECT g.realm_id, g.organization_id, g.name,
            (SELECT coalesce(json_agg(json_build_array(r.name, r.permissions, r.boundary)), '[]')::text
               FROM roles r
              WHERE r.id IN (SELECT gr.role_id FROM chain c JOIN group_roles gr ON gr.group_id = c.id)) AS roles
@@ -440,8 +440,8 @@ GROUP_WITH_ROLES = positional(
 
 # The transitions of a group commit, every run at once, in one statement. Each run is one row of the
 # input (``moves``, unnested from one array per column) and names its effect: ``assign_role``,
-# ``add_to_group`` or ``none`` (``end``, and any step without an effect of its own). ``applicable``
-# keeps the runs whose effect can be made as the database stands; a run it drops writes nothing at
+# ``add_to_group``, ``remove_from_group`` or ``none`` (``end``, and any step without an effect of its
+# own). ``applicable`` keeps the runs whose effect can be made as the database stands; a run it drops writes nothing at
 # all, and the runner takes its step the ordinary way, which reports why. The runs of one group are
 # independent (no run's subject is another run's publisher or subject), so one snapshot serves all.
 # For the runs kept, together: the advance (under the lease, from the state each was read in), the
@@ -455,7 +455,8 @@ GROUP_WITH_ROLES = positional(
 # The effects' conditions: ``assign_role`` — the subject is a user of the realm, the organization
 # (when the grant names one) is the realm's, and the subject does not hold the role in that scope
 # yet (an expired grant does not count); ``add_to_group`` — the subject is a user of the realm and a
-# member of the group's organization, and not in the group yet. The grant ceiling and the publisher's
+# member of the group's organization, and not in the group yet; ``remove_from_group`` — the subject
+# is in the group. The grant ceiling and the publisher's
 # authority were checked before, in Python.
 FAST_TRANSITIONS = positional(
     """
@@ -490,6 +491,10 @@ FAST_TRANSITIONS = positional(
                             AND ra.organization_id IS NOT DISTINCT FROM m.organization_id
                             AND (ra.expires_at IS NULL OR ra.expires_at > m.wall_now)
                           LIMIT 1) IS NULL
+               WHEN 'remove_from_group' THEN
+                    (SELECT 1 FROM group_members gm
+                      WHERE gm.group_id = m.group_id AND gm.user_id = m.subject_id AND gm.realm_id = m.realm_id
+                      LIMIT 1) IS NOT NULL
                WHEN 'add_to_group' THEN
                     coalesce((SELECT u.realm_id FROM users u WHERE u.id = m.subject_id) = m.realm_id, false)
                     AND (SELECT 1 FROM memberships ms
@@ -550,6 +555,11 @@ FAST_TRANSITIONS = positional(
         SELECT group_id, subject_id, realm_id, publisher_id, run_id, wall_now
           FROM made
          WHERE effect = 'add_to_group'
+    ),
+    left_group AS (
+        DELETE FROM group_members gm
+         USING made m
+         WHERE m.effect = 'remove_from_group' AND gm.group_id = m.group_id AND gm.user_id = m.subject_id
     )
     SELECT id FROM advanced
     """

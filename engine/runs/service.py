@@ -231,7 +231,7 @@ def _audit_row(event: AuditEvent) -> dict[str, Any]:
     }
 
 
-async def _published(session: AsyncSession, workflow: Workflow) -> WorkflowRevision:
+async def published_revision(session: AsyncSession, workflow: Workflow) -> WorkflowRevision:
     if workflow.published_revision is None:
         raise Conflict("The workflow has no published revision.")
     revision = (
@@ -251,23 +251,10 @@ async def start_manual_run(
     if actor.type != "user" or actor.id is None:
         raise Forbidden("Only users start runs by hand.")
     workflow = await get_workflow(session, actor.realm_id, workflow_id)
-    issues: list[Issue] = []
-    subject = await session.get(User, subject_id)
-    if subject is None or subject.realm_id != actor.realm_id:
-        issues.append(Issue("/subject_id", "not_found", "There is no such user in this realm."))
-    if organization_id is not None:
-        org = await session.get(Organization, organization_id)
-        if org is None or org.realm_id != actor.realm_id:
-            issues.append(Issue("/organization_id", "not_found", "There is no such organization in this realm."))
-        elif org.state != "active":
-            issues.append(Issue("/organization_id", "inactive", "The organization is inactive."))
-    if issues:
-        raise ValidationFailed("The request is not valid.", issues=issues)
-    if subject_id == actor.id:
-        raise Forbidden("Nobody starts a run about themselves.", code="self_action")
+    await check_start_request(session, actor, subject_id, organization_id)
     if workflow.state != "active":
         raise Conflict(f"The workflow is {workflow.state}; only an active workflow starts runs.")
-    revision = await _published(session, workflow)
+    revision = await published_revision(session, workflow)
     if not any(t.get("type") == "manual" for t in revision.definition.get("triggers", [])):
         raise Conflict("The published revision has no manual trigger.")
     authority = await load_authority(session, actor.realm_id, "user", actor.id)
@@ -290,6 +277,27 @@ async def start_manual_run(
     )
     assert run is not None
     return run
+
+
+async def check_start_request(
+    session: AsyncSession, actor: Actor, subject_id: str, organization_id: str | None
+) -> None:
+    """A run started by a person (or previewed) is about a user of the realm, in an active organization of
+    the realm when it names one, and never about the person themselves."""
+    issues: list[Issue] = []
+    subject = await session.get(User, subject_id)
+    if subject is None or subject.realm_id != actor.realm_id:
+        issues.append(Issue("/subject_id", "not_found", "There is no such user in this realm."))
+    if organization_id is not None:
+        org = await session.get(Organization, organization_id)
+        if org is None or org.realm_id != actor.realm_id:
+            issues.append(Issue("/organization_id", "not_found", "There is no such organization in this realm."))
+        elif org.state != "active":
+            issues.append(Issue("/organization_id", "inactive", "The organization is inactive."))
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    if subject_id == actor.id:
+        raise Forbidden("Nobody starts a run about themselves.", code="self_action")
 
 
 async def require_starter(

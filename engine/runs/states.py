@@ -48,6 +48,19 @@ RUN_TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 }
 
 
+def step_move_allowed(current: str, target: str) -> bool:
+    """May a run in ``current`` end a transition in ``target``?
+
+    A pending run starts and makes its first step in one transaction (pending → running, then
+    running → the step's target), so from ``pending`` a transition may end wherever ``running``
+    may go: a one-step run goes from pending to succeeded in one commit (the batched transitions
+    of engine/runs/fastpath.py write it so).
+    """
+    if current == PENDING and target in RUN_TRANSITIONS[RUNNING]:
+        return True
+    return target in RUN_TRANSITIONS.get(current, frozenset())
+
+
 def allowed_from(target: str) -> list[str]:
     """The states a run may be in to move to ``target``."""
     return sorted(state for state, targets in RUN_TRANSITIONS.items() if target in targets)

@@ -47,6 +47,7 @@ from engine.workflows.definitions.validation import (
     StaticReferences,
     collect_references,
     required_authority,
+    requirement_problem,
     validate_definition,
 )
 from engine.workflows.models import Workflow, WorkflowRevision
@@ -341,49 +342,29 @@ async def requirement_issue(
     run_org: str | None,
     path: str,
 ) -> Issue | None:
+    """:func:`requirement_problem` on the facts read now."""
+    role: tuple[str, list[str], str] | None = None
+    group_exists, group_org = True, None
+    group_roles: list[tuple[str, list[str], str]] = []
     if requirement.group_id:
-        # A group that vanished is not a question of authority: say so whatever the authority's scope.
         group = await session.get(Group, requirement.group_id)
-        if group is None or group.realm_id != realm_id:
-            return Issue(path, "group_missing", "The step names a group that does not exist.")
-    if requirement.kind == "permission" and requirement.permission:
-        if requirement.scope == "realm":
-            org = None
-        elif requirement.group_id:
-            org, _ = await _group_role_permissions(session, requirement.group_id)
-        else:
-            org = requirement.organization_id or run_org
-        if not authority.holds(requirement.permission, org):
-            return Issue(path, "forbidden", f"Publishing this step needs {requirement.permission}.")
-        return None
+        group_exists = group is not None and group.realm_id == realm_id
+        if group_exists:
+            group_org, group_roles = await _group_role_permissions(session, requirement.group_id)
     if requirement.kind == "role_ceiling" and requirement.role_id:
-        role = await session.get(Role, requirement.role_id)
-        if role is None or role.realm_id != realm_id:
-            return Issue(path, "not_found", "The step names a role that does not exist.")
-        if role.boundary == "realm" or requirement.scope == "realm":
-            org = None
-        else:
-            org = requirement.organization_id or run_org
-        missing = sorted(p for p in role.permissions if not authority.holds(p, org))
-        if missing:
-            return Issue(
-                path,
-                "grant_ceiling_exceeded",
-                f"Publishing this step needs every permission of {role.name}: {', '.join(missing)}.",
-            )
-        return None
-    if requirement.kind == "group_ceiling" and requirement.group_id:
-        org, roles = await _group_role_permissions(session, requirement.group_id)
-        for name, permissions, boundary in roles:
-            scope = org if boundary == "organization" else None
-            missing = sorted(p for p in permissions if not authority.holds(p, scope))
-            if missing:
-                return Issue(
-                    path,
-                    "grant_ceiling_exceeded",
-                    f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
-                )
-    return None
+        found = await session.get(Role, requirement.role_id)
+        if found is not None and found.realm_id == realm_id:
+            role = (found.name, list(found.permissions), found.boundary)
+    return requirement_problem(
+        requirement,
+        authority,
+        run_org,
+        path,
+        role=role,
+        group_exists=group_exists,
+        group_org=group_org,
+        group_roles=group_roles,
+    )
 
 
 def raise_delegation(issues: list[Issue]) -> None:

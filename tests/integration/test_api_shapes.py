@@ -36,6 +36,9 @@ FREE_FORM = {
     ("StepAttempt", "result"),
     ("Compensation", "result"),
     ("Approval", "request"),
+    ("PreviewEffect", "values"),  # the rows a previewed step would write, by step type
+    ("PreviewEffect", "result"),  # its attempt's result, as a step attempt's
+    ("PreviewAuditEvent", "details"),
 }
 # Answers that are free-form documents themselves: the JSON Schemas of the public contracts.
 FREE_FORM_OPERATIONS = {"getWorkflowContract"}

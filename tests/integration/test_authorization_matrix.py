@@ -97,6 +97,7 @@ MATRIX: dict[tuple[str, str], str] = {
     ("POST", "/workflows/{workflow_id}/revisions/{n}/publish"): "realm.workflows.publish",
     ("POST", "/workflows/{workflow_id}/rollback"): "realm.workflows.publish",
     ("POST", "/workflows/{workflow_id}/runs"): "realm.workflows.run",
+    ("POST", "/workflows/{workflow_id}/preview"): "realm.workflows.run",
     ("GET", "/workflow-runs"): "realm.workflows.read",
     ("GET", "/workflow-runs/{run_id}"): "realm.workflows.read",
     ("POST", "/workflow-runs/{run_id}/cancel"): "realm.workflows.run",

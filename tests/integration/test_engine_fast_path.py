@@ -885,3 +885,50 @@ async def test_two_runs_about_one_subject_see_each_others_changes(realm: RealmHa
     assert (run.state, run.error_category) == ("failed", "target_outranks_actor"), run.last_error
     assert [(a.step_id, a.state) for a in attempts] == [("join", "failed")]
     assert await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id) == 0
+
+
+async def test_leaving_a_group_on_the_fast_path_writes_what_the_ordinary_path_writes(realm: RealmHandle) -> None:
+    """``remove_from_group`` has a batched form: the join and the leave of each run are made in the
+    group's statements, and every row matches the ordinary path's; a subject not in the group is
+    refused the ordinary way, as before."""
+    org_id, _role, group = await directory_for_runs(realm)
+    wid = await publish(
+        realm,
+        {
+            "schema_version": 1,
+            "triggers": [{"type": "manual"}],
+            "steps": [
+                {"id": "join", "type": "add_to_group", "group_id": group.id},
+                {"id": "out", "type": "remove_from_group", "group_id": group.id},
+                {"id": "done", "type": "end"},
+            ],
+        },
+    )
+    clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
+    expected, fast = await ordinary_then_fast(realm, wid, await subjects(realm, org_id, 3), clock)
+    assert expected["run"][0] == "succeeded" and expected["groups"] == []
+    assert [a[0] for a in expected["audit"]][1:4] == [
+        "group.member_added",
+        "workflow.step.succeeded",
+        "group.member_removed",
+    ]
+    assert fast.fast.moved == 2 * 3
+    # Leaving a group one is not in: nothing is written on the fast path, the ordinary way refuses.
+    leave_only = await publish(
+        realm,
+        {
+            "schema_version": 1,
+            "triggers": [{"type": "manual"}],
+            "steps": [{"id": "out", "type": "remove_from_group", "group_id": group.id}],
+        },
+        name="Leave only",
+    )
+    [outsider] = await subjects(realm, org_id, 1)
+    run_id = await start(realm, leave_only, outsider.id)
+    again = runner(realm, clock)
+    await drain(again)
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(text("SELECT state, error_category FROM workflow_runs WHERE id = :r"), {"r": run_id})
+        ).one()
+    assert tuple(row) == ("failed", "not_a_member") and again.fast.moved == 0

@@ -185,6 +185,10 @@ ESCALATIONS: dict[tuple[str, str], list[Attack] | Unrelated] = {
     ("POST", "/workflows/{workflow_id}/runs"): [
         user_only(lambda w, u: ("POST", f"/workflows/{w.workflow}/runs", {"subject_id": u}))
     ],
+    ("POST", "/workflows/{workflow_id}/preview"): Unrelated(
+        "writes nothing; passes the manual start's rules: authority over every step and over the subject"
+        " (tests/integration/test_run_preview.py)"
+    ),
     ("POST", "/workflow-runs/{run_id}/cancel"): Unrelated(
         "cancelling only undoes what the run did, under its publisher's authority"
     ),

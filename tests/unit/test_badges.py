@@ -15,7 +15,7 @@ import pytest
 from cockpit.pages.badges import BADGES, TONES, badge_tone
 from engine.endpoints import deliveries
 from engine.platform.config import PROJECT_ROOT
-from engine.runs import states
+from engine.runs import preview, states
 from engine.runs.approval_models import APPROVAL_STATUSES, NOTICE_STATES
 
 
@@ -45,6 +45,7 @@ SHOWN: dict[str, set[str]] = {
     },
     "delivery": set(deliveries.STATES),
     "notice": set(NOTICE_STATES),
+    "preview": {preview.WOULD_SUCCEED, preview.WOULD_FAIL, preview.NOT_REACHED},
 }
 
 

@@ -153,7 +153,7 @@ def test_every_step_type_with_a_fast_form_is_retried_like_its_ordinary_form() ->
     from engine.runs.fastpath import FAST_STEP_TYPES
     from engine.runs.steps import STEP_TYPES
 
-    assert FAST_STEP_TYPES == {"assign_role", "add_to_group", "end"}
+    assert FAST_STEP_TYPES == {"assign_role", "add_to_group", "remove_from_group", "end"}
     assert all(STEP_TYPES[name].retried for name in FAST_STEP_TYPES)
 
 

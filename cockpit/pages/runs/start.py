@@ -19,11 +19,12 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import PICKER_LIMIT, form_errors, page, targets
 from cockpit.pages.runs.shared import RUN
-from cockpit.state import AnyRequest, DbSession
+from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import identity, organizations
 from engine.directory import principals as directory
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
+from engine.runs.preview import WOULD_FAIL, preview_run
 from engine.workflows import service as workflows
 
 START_ID = "run-start"
@@ -34,6 +35,27 @@ _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
 class StartRunForm(msgspec.Struct):
     subject: str = ""
     organization_id: str = ""
+    confirm: str = ""  # "yes": start although the preview says a step will fail
+
+
+def certain_failure(preview: dict[str, Any]) -> dict[str, Any] | None:
+    """The step a previewed run is certain to fail at (a permanent refusal), or None."""
+    for step in preview["steps"]:
+        if step["outcome"] == WOULD_FAIL and step["refusal"]["permanent"]:
+            return dict(step)
+    return None
+
+
+async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tuple[str, Issue | None]:
+    """The user id a form's subject names (an email or an id), and the field's issue when none."""
+    if not subject:
+        return "", Issue("/subject_id", "required", "Give the subject's email or user id.")
+    if "@" in subject:
+        user = await identity.user_by_email(db_session, realm_id, subject)
+        if user is None:
+            return "", Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
+        return user.id, None
+    return subject, None
 
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
@@ -100,16 +122,23 @@ class RunStartPages(Controller):
         organization_id = data.organization_id.strip()
         form = {"subject": subject, "organization_id": organization_id}
         realm_id = principal.realm.id
-        subject_id = subject
-        subject_issue: Issue | None = None
-        if not subject:
-            subject_issue = Issue("/subject_id", "required", "Give the subject's email or user id.")
-        elif "@" in subject:
-            user = await identity.user_by_email(db_session, realm_id, subject)
-            subject_id = user.id if user is not None else ""
-            if user is None:
-                subject_issue = Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
+        subject_id, subject_issue = await subject_of(db_session, realm_id, subject)
         try:
+            if subject_issue is None and data.confirm != "yes":
+                # Previewed before it starts: a run certain to fail starts only once confirmed.
+                found = await self._preview(request, db_session, principal, workflow_id, subject_id, organization_id)
+                failing = certain_failure(found)
+                if failing is not None:
+                    return await self._start_form(
+                        request,
+                        db_session,
+                        principal,
+                        workflow_id,
+                        status_code=409,
+                        form=form,
+                        run_preview=found,
+                        confirm_failure=failing,
+                    )
             run = await runs.start_manual_run(
                 db_session,
                 principal.actor(request_id_of(request)),
@@ -137,6 +166,57 @@ class RunStartPages(Controller):
             # htmx follows a 303 by itself and would put the timeline into the form: navigate instead.
             return Response(content=b"", status_code=200, headers={"HX-Redirect": url})
         return Redirect(url, status_code=303)
+
+    async def _preview(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        workflow_id: str,
+        subject_id: str,
+        organization_id: str,
+    ) -> dict[str, Any]:
+        return await preview_run(
+            db_session,
+            principal.actor(request_id_of(request)),
+            workflow_id,
+            subject_id=subject_id,
+            organization_id=organization_id or None,
+            revision_number=None,
+            settings=preview_settings(context_of(request.app).settings),
+        )
+
+    @post("/workflows/{workflow_id:str}/runs/start/preview", operation_id="runPagePreview", opt=RUN, status_code=200)
+    async def preview(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[StartRunForm],
+    ) -> Template:
+        """The start form with what the run would do to the chosen person (writes nothing)."""
+        subject = data.subject.strip()[:254]
+        organization_id = data.organization_id.strip()
+        form = {"subject": subject, "organization_id": organization_id}
+        subject_id, subject_issue = await subject_of(db_session, principal.realm.id, subject)
+        try:
+            if subject_issue is not None:
+                raise ValidationFailed("The request is not valid.", issues=[subject_issue])
+            found = await self._preview(request, db_session, principal, workflow_id, subject_id, organization_id)
+        except NotFound:
+            raise
+        except EngineError as exc:
+            return await self._start_form(
+                request,
+                db_session,
+                principal,
+                workflow_id,
+                status_code=exc.status,
+                form=form,
+                **await self._start_errors(db_session, principal.realm.id, workflow_id, exc),
+            )
+        return await self._start_form(request, db_session, principal, workflow_id, form=form, run_preview=found)
 
     async def _start_errors(
         self, db_session: DbSession, realm_id: str, workflow_id: str, exc: EngineError

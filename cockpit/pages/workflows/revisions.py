@@ -20,9 +20,11 @@ from cockpit.names import ids_in
 from cockpit.pages.common import field, may, page, targets
 from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
-from cockpit.pages.workflows.shared import PUBLISH, READ, as_authored, compact, display_names, flash_of
-from cockpit.state import AnyRequest, DbSession
-from engine.platform.errors import EngineError
+from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
+from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
+from engine.directory import identity
+from engine.platform.errors import EngineError, NotFound, invalid
+from engine.runs.preview import preview_run
 from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json
 from engine.workflows.definitions.diff import line_diff, structured_diff
@@ -121,9 +123,47 @@ class WorkflowRevisionPages(Controller):
             is_author=revision.author_id == principal.id,
             can_publish=may(principal, "realm.workflows.publish"),
             can_write=may(principal, "realm.workflows.write"),
+            can_run=may(principal, "realm.workflows.run"),
             compact=compact,
             **context,
         )
+
+    @post("/{workflow_id:str}/revisions/{n:int}/preview", operation_id="workflowRevisionPagePreview", opt=RUN)
+    async def preview(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        n: FromPath[int],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Template:
+        """The revision's page with what a run of it would do to one person (writes nothing)."""
+        form = await request.form()
+        subject, organization_id = field(form, "subject").strip()[:254], field(form, "organization_id").strip()
+        shown = {"preview_form": {"subject": subject, "organization_id": organization_id}}
+        try:
+            subject_id = subject
+            if "@" in subject:
+                user = await identity.user_by_email(db_session, principal.realm.id, subject)
+                if user is None:
+                    raise invalid("/subject_id", f"There is no user {subject} in this realm.", "not_found")
+                subject_id = user.id
+            found = await preview_run(
+                db_session,
+                principal.actor(request_id_of(request)),
+                workflow_id,
+                subject_id=subject_id,
+                organization_id=organization_id or None,
+                revision_number=n,
+                settings=preview_settings(context_of(request.app).settings),
+            )
+        except NotFound:
+            raise  # the workflow or the revision
+        except EngineError as exc:
+            return await self._revision(
+                request, db_session, principal, workflow_id, n, status_code=exc.status, preview_error=exc, **shown
+            )
+        return await self._revision(request, db_session, principal, workflow_id, n, run_preview=found, **shown)
 
     @get("/{workflow_id:str}/revisions/{n:int}", operation_id="workflowRevisionPage", opt=READ)
     async def revision(

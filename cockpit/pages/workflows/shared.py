@@ -13,6 +13,7 @@ from engine.workflows.models import WorkflowRevision
 READ = {"permission": "realm.workflows.read"}
 WRITE = {"permission": "realm.workflows.write"}
 PUBLISH = {"permission": "realm.workflows.publish"}
+RUN = {"permission": "realm.workflows.run"}  # what starting a run needs; its preview too
 
 FLASHES = {
     "created": "Workflow created.",

@@ -16,7 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.audit import Actor
 from engine.directory.authz import Authority
 from engine.platform.errors import EngineError
+from engine.runs.decisions import DECISIONS, Effect, Refusal, Snapshot
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import COMP_NOT_NEEDED, STRATEGY_NONE
 
 INTERNAL = "internal"  # one transaction: lease check, authority, effect, attempt, advance, audit
@@ -55,6 +57,7 @@ class StepContext:
     authority: Authority  # the publisher's authority, loaded in this transaction
     now: datetime
     mail_configured: bool = False  # notices are mailed (else recorded as not_configured)
+    snapshot: Snapshot | None = None  # what the step's decision reads, once loaded in this transaction
 
     def require_organization(self) -> str:
         if not self.organization_id:
@@ -74,12 +77,57 @@ class Outcome:
     ends_run: bool = False
 
 
+def outcome_of(effect: Effect, **result: Any) -> Outcome:
+    """The succeeded attempt of a written effect (``result``: what only the writing learned, such as a row's id)."""
+    return Outcome(
+        result=result | effect.result,
+        strategy=effect.strategy,
+        compensation_state=effect.compensation_state,
+        ends_run=effect.ends_run,
+    )
+
+
 class StepType:
+    """One step type: its decision (engine/runs/decisions.py) and the writer of its effect.
+
+    ``perform`` is the single-run executor of an internal step: it loads the step's snapshot in
+    the step's transaction, decides, and writes exactly what was decided (``write``); a refusal
+    fails the attempt with its category, message and permanence.
+    """
+
     name: ClassVar[str]
     kind: ClassVar[str] = INTERNAL
     retried: ClassVar[bool] = True  # waits and approvals are never retried
 
+    async def snapshot(self, ctx: StepContext) -> Snapshot:
+        """The step's snapshot, read in the step's transaction (once: the executor may have read it)."""
+        if ctx.snapshot is None:
+            ctx.snapshot = await load_snapshot(
+                ctx.session,
+                RunFacts.of(ctx.run),
+                ctx.step,
+                now=ctx.now,
+                authority=ctx.authority,
+                mail_configured=ctx.mail_configured,
+            )
+        return ctx.snapshot
+
+    async def decide(self, ctx: StepContext) -> Effect:
+        """The step's decision on what it reads now; a refusal raises :class:`StepFailure`."""
+        decision = DECISIONS[self.name](await self.snapshot(ctx))
+        if isinstance(decision, Refusal):
+            raise StepFailure(decision.category, decision.message, permanent=decision.permanent)
+        return decision
+
     async def perform(self, ctx: StepContext) -> Outcome:
+        effect = await self.decide(ctx)
+        try:
+            return await self.write(ctx, effect)
+        except EngineError as exc:  # an invariant the writer holds, such as the realm's last administrator
+            raise StepFailure.from_engine_error(exc) from exc
+
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        """Write what was decided: the effect's rows and their audit events."""
         raise NotImplementedError
 
     async def undo(self, ctx: StepContext, attempt: StepAttempt) -> dict[str, Any]:

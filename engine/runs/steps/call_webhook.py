@@ -14,6 +14,7 @@ fail permanently. Compensation (``compensate: true``) calls the endpoint again w
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
 from engine.directory.models import WebhookSubscription
@@ -26,7 +27,9 @@ from engine.endpoints.calls import (
     step_call_body,
 )
 from engine.platform import crypto
+from engine.runs.decisions import Effect, Refusal, SubscriptionFacts, decide, subscription_refusal
 from engine.runs.models import StepAttempt
+from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import COMP_IMPOSSIBLE, COMP_PENDING, STRATEGY_IMPOSSIBLE, STRATEGY_NOTIFY_ENDPOINT
 from engine.runs.steps.base import EXTERNAL, Outcome, StepContext, StepFailure, StepType
 
@@ -34,29 +37,23 @@ from engine.runs.steps.base import EXTERNAL, Outcome, StepContext, StepFailure, 
 async def _target(
     ctx: StepContext, subscription_id: str, settings: EndpointSettings, now: datetime
 ) -> tuple[WebhookSubscription, list[str]]:
+    """The subscription and its signing secrets, refused by the rule the call's decision applies."""
     subscription = await ctx.session.get(WebhookSubscription, subscription_id)
-    if subscription is None or subscription.realm_id != ctx.run.realm_id or subscription.state == "deleted":
-        raise StepFailure(
-            "subscription_missing", f"The webhook subscription {subscription_id} is gone.", permanent=True
-        )
-    if subscription.state == "disabled":
-        raise StepFailure(
-            "subscription_disabled", f"The webhook subscription {subscription_id} is disabled.", permanent=True
-        )
-    if subscription.state == "paused":
-        raise StepFailure(
-            "subscription_paused",
-            f"The webhook subscription {subscription_id} is paused; retried later.",
-            permanent=False,
-        )
-    if not settings.operator_key:
-        raise StepFailure("secret_unavailable", "No operator key to read the subscription's secret.", permanent=True)
-    try:
-        secrets = signing_secrets(subscription, settings.operator_key, now)
-    except crypto.SecretUnavailable as exc:
-        raise StepFailure(
-            "secret_unavailable", "The subscription's secret cannot be read with the operator key.", permanent=True
-        ) from exc
+    if subscription is not None and (subscription.realm_id != ctx.run.realm_id or subscription.state == "deleted"):
+        subscription = None
+    secrets: list[str] = []
+    if subscription is not None and settings.operator_key:
+        with contextlib.suppress(crypto.SecretUnavailable):
+            secrets = signing_secrets(subscription, settings.operator_key, now)
+    facts = (
+        SubscriptionFacts(subscription.id, subscription.state, subscription.destination, bool(secrets))
+        if subscription is not None
+        else None
+    )
+    refusal = subscription_refusal(facts, subscription_id, bool(settings.operator_key))
+    if refusal is not None:
+        raise StepFailure(refusal.category, refusal.message, permanent=refusal.permanent)
+    assert subscription is not None
     return subscription, secrets
 
 
@@ -66,6 +63,21 @@ class CallWebhook(StepType):
 
     async def perform(self, ctx: StepContext) -> Outcome:  # the runner calls prepare, outside any transaction
         raise StepFailure("error", "call_webhook runs as an external step", permanent=False)
+
+    async def decide_call(self, ctx: StepContext, settings: EndpointSettings) -> Effect:
+        """The call's whole decision (the publisher's re-check, the subscription) before it is prepared."""
+        ctx.snapshot = await load_snapshot(
+            ctx.session,
+            RunFacts.of(ctx.run),
+            ctx.step,
+            now=ctx.now,
+            authority=ctx.authority,
+            operator_key=settings.operator_key,
+        )
+        decision = decide(ctx.snapshot)
+        if isinstance(decision, Refusal):
+            raise StepFailure(decision.category, decision.message, permanent=decision.permanent)
+        return decision
 
     @staticmethod
     def succeeded(ctx_step: dict[str, object], status_code: int | None, latency_ms: int) -> Outcome:

@@ -1,4 +1,8 @@
-"""``add_to_group {group_id}`` (undone by taking the subject out again) and ``remove_from_group {group_id}``."""
+"""``add_to_group {group_id}`` (undone by taking the subject out again) and ``remove_from_group {group_id}``.
+
+Decided by :mod:`engine.runs.decisions`; written by ``organizations.apply_group_join`` and
+``apply_group_leave``.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +12,25 @@ from sqlalchemy import delete
 
 from engine.directory import organizations
 from engine.directory.audit import record_audit
-from engine.directory.models import Group, GroupMember
-from engine.platform.errors import EngineError, NotFound
+from engine.directory.models import GroupMember
+from engine.runs.decisions import Effect
 from engine.runs.models import StepAttempt
-from engine.runs.states import COMP_PENDING, STRATEGY_UNDO
-from engine.runs.steps.base import Outcome, StepContext, StepFailure, StepType
-
-
-async def _group(ctx: StepContext) -> Group:
-    group = await ctx.session.get(Group, ctx.step["group_id"])
-    if group is None or group.realm_id != ctx.run.realm_id:
-        raise StepFailure("group_missing", "The group no longer exists.", permanent=True)
-    return group
+from engine.runs.steps.base import Outcome, StepContext, StepType, outcome_of
 
 
 class AddToGroup(StepType):
     name = "add_to_group"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        group = await _group(ctx)
-        try:
-            await organizations.add_group_member(
-                ctx.session,
-                ctx.actor,
-                ctx.authority,
-                group.organization_id,
-                group.id,
-                ctx.run.subject_id,
-                source_run_id=ctx.run.id,
-            )
-        except EngineError as exc:
-            raise StepFailure.from_engine_error(exc) from exc
-        return Outcome(
-            result={"group_id": group.id, "organization_id": group.organization_id},
-            strategy=STRATEGY_UNDO,
-            compensation_state=COMP_PENDING,
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        await organizations.apply_group_join(
+            ctx.session,
+            ctx.actor,
+            effect.values["group_id"],
+            effect.values["organization_id"],
+            ctx.run.subject_id,
+            source_run_id=ctx.run.id,
         )
+        return outcome_of(effect)
 
     async def undo(self, ctx: StepContext, attempt: StepAttempt) -> dict[str, Any]:
         group_id = (attempt.result or {}).get("group_id")
@@ -72,14 +59,8 @@ class AddToGroup(StepType):
 class RemoveFromGroup(StepType):
     name = "remove_from_group"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        group = await _group(ctx)
-        try:
-            await organizations.remove_group_member(
-                ctx.session, ctx.actor, ctx.authority, group.organization_id, group.id, ctx.run.subject_id
-            )
-        except NotFound as exc:
-            raise StepFailure("not_a_member", "The subject is not in this group.", permanent=True) from exc
-        except EngineError as exc:
-            raise StepFailure.from_engine_error(exc) from exc
-        return Outcome(result={"group_id": group.id})
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        member = await ctx.session.get(GroupMember, (effect.values["group_id"], ctx.run.subject_id))
+        assert member is not None  # read in this transaction by the snapshot
+        await organizations.apply_group_leave(ctx.session, ctx.actor, member, effect.values["organization_id"])
+        return outcome_of(effect)

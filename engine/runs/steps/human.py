@@ -8,13 +8,9 @@ with the step; the mail goes out after the commit (engine/notices.py).
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
-from engine.directory.models import User
-from engine.runs.notices import QUEUED, record_notice
-from engine.runs.states import COMP_IMPOSSIBLE, COMP_NOT_NEEDED, STRATEGY_IMPOSSIBLE
-from engine.runs.steps.base import APPROVAL, WAIT, Outcome, StepContext, StepFailure, StepType
-from engine.workflows.models import Workflow
+from engine.runs.decisions import Effect
+from engine.runs.notices import record_notice
+from engine.runs.steps.base import APPROVAL, WAIT, Outcome, StepContext, StepType, outcome_of
 
 
 class Approval(StepType):
@@ -32,28 +28,17 @@ class Wait(StepType):
 class Notify(StepType):
     name = "notify"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        user = await ctx.session.get(User, ctx.run.subject_id)
-        if user is None or user.realm_id != ctx.run.realm_id:
-            raise StepFailure("subject_missing", "The subject no longer exists.", permanent=True)
-        if not (user.email or "").strip():
-            raise StepFailure("no_recipients", "The subject has no email address.", permanent=True)
-        workflow_name = await ctx.session.scalar(select(Workflow.name).where(Workflow.id == ctx.run.workflow_id))
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
         notice = await record_notice(
             ctx.session,
             realm_id=ctx.run.realm_id,
-            user_id=user.id,
-            to_address=user.email,
-            notice=str(ctx.step["notice"]),
+            user_id=ctx.run.subject_id,
+            to_address=effect.values["to_address"],
+            notice=effect.values["notice"],
             workflow_id=ctx.run.workflow_id,
-            workflow_name=workflow_name or "",
+            workflow_name=effect.values["workflow_name"],
             run_id=ctx.run.id,
             now=ctx.now,
             mail_configured=ctx.mail_configured,
         )
-        # A message on its way cannot be taken back; one never sent needs nothing undone.
-        return Outcome(
-            result={"notice_id": notice.id, "to": user.email, "state": notice.state},
-            strategy=STRATEGY_IMPOSSIBLE,
-            compensation_state=COMP_IMPOSSIBLE if notice.state == QUEUED else COMP_NOT_NEEDED,
-        )
+        return outcome_of(effect, notice_id=notice.id)

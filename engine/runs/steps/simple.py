@@ -1,50 +1,50 @@
-"""``remove_membership {organization_id?}``, ``suspend_user {}`` and ``end {}``: effects that are never reversed."""
+"""``remove_membership {organization_id?}``, ``suspend_user {}`` and ``end {}``: effects that are never reversed.
+
+Decided by :mod:`engine.runs.decisions`; written by ``organizations.apply_member_removal`` and
+``principals.apply_user_status``.
+"""
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
 from engine.directory import organizations
 from engine.directory import principals as directory
-from engine.platform.errors import Conflict, EngineError, NotFound
-from engine.runs.steps.base import Outcome, StepContext, StepFailure, StepType
+from engine.directory.models import Membership, User
+from engine.runs.decisions import Effect
+from engine.runs.steps.base import Outcome, StepContext, StepType, outcome_of
 
 
 class RemoveMembership(StepType):
     name = "remove_membership"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        organization_id = ctx.require_organization()
-        try:
-            await organizations.remove_member(
-                ctx.session, ctx.actor, organization_id, ctx.run.subject_id, authority=ctx.authority
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        organization_id = effect.values["organization_id"]
+        membership = (
+            await ctx.session.execute(
+                select(Membership).where(
+                    Membership.organization_id == organization_id, Membership.user_id == ctx.run.subject_id
+                )
             )
-        except NotFound as exc:
-            raise StepFailure(
-                "not_a_member", "The subject is not a member of the organization.", permanent=True
-            ) from exc
-        except EngineError as exc:
-            raise StepFailure.from_engine_error(exc) from exc
-        return Outcome(result={"organization_id": organization_id})
+        ).scalar_one()
+        await organizations.apply_member_removal(
+            ctx.session, ctx.actor, organization_id, membership, ctx.run.subject_id
+        )
+        return outcome_of(effect)
 
 
 class SuspendUser(StepType):
     name = "suspend_user"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        if ctx.run.subject_id == ctx.run.publisher_id:
-            raise StepFailure("self_action", "A run never suspends its own accountable publisher.", permanent=True)
-        try:
-            await directory.set_user_status(
-                ctx.session, ctx.actor, ctx.run.subject_id, "suspended", authority=ctx.authority
-            )
-        except Conflict as exc:
-            raise StepFailure("conflict", exc.detail, permanent=True) from exc
-        except EngineError as exc:
-            raise StepFailure.from_engine_error(exc) from exc
-        return Outcome(result={"status": "suspended"})
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        user = await ctx.session.get(User, ctx.run.subject_id)
+        assert user is not None  # read in this transaction by the snapshot
+        await directory.apply_user_status(ctx.session, ctx.actor, user, "suspended")
+        return outcome_of(effect)
 
 
 class End(StepType):
     name = "end"
 
-    async def perform(self, ctx: StepContext) -> Outcome:
-        return Outcome(ends_run=True)
+    async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
+        return outcome_of(effect)

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from jsonschema import Draft202012Validator, ValidationError
@@ -36,6 +36,9 @@ from engine.platform.errors import Issue
 from engine.workflows.definitions.canonical import canonical_json
 from engine.workflows.definitions.contract import shared_contract
 from engine.workflows.definitions.durations import BOUNDS
+
+if TYPE_CHECKING:
+    from engine.directory.authz import Authority
 
 MAX_DEFINITION_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -75,6 +78,8 @@ ISSUE_CODES: dict[str, str] = {
     "duplicate": "A repeated step id, approver, event type, manual trigger or trigger.",
     "not_allowed": "A member that contradicts another (an organization on a realm-scope role assignment).",
     "unreachable": "A step after an end step: it would never run.",
+    "organization_required": "A step that acts in an organization names none, and no trigger of the workflow "
+    "can start a run with one: every run would fail.",
     "too_many_issues": "Only the first 1000 issues are listed.",
     "not_found": "A referenced role, group, organization or webhook subscription does not exist in the realm.",
     "boundary_mismatch": "A role whose boundary does not fit the step (an organization role assigned at realm "
@@ -361,6 +366,66 @@ def required_authority(step: Mapping[str, Any]) -> list[Requirement]:
     if kind == "call_webhook":
         return [Requirement("permission", "realm", permission="realm.webhooks.write")]
     return []
+
+
+# A role as a requirement reads it: (name, permissions, boundary); None when it does not exist.
+RoleFacts = tuple[str, Sequence[str], str]
+
+
+def requirement_problem(
+    requirement: Requirement,
+    authority: Authority,
+    run_org: str | None,
+    path: str,
+    *,
+    role: RoleFacts | None = None,
+    group_exists: bool = True,
+    group_org: str | None = None,
+    group_roles: Sequence[RoleFacts] = (),
+) -> Issue | None:
+    """Does ``authority`` meet ``requirement``? The one rule of publication, of a manual start and of a
+    run's step, judged on facts already read: the role the requirement names, the group (whether it
+    exists in the realm, its organization and every role its membership gives)."""
+    if requirement.group_id and not group_exists:
+        # A group that vanished is not a question of authority: say so whatever the authority's scope.
+        return Issue(path, "group_missing", "The step names a group that does not exist.")
+    if requirement.kind == "permission" and requirement.permission:
+        if requirement.scope == "realm":
+            org = None
+        elif requirement.group_id:
+            org = group_org
+        else:
+            org = requirement.organization_id or run_org
+        if not authority.holds(requirement.permission, org):
+            return Issue(path, "forbidden", f"Publishing this step needs {requirement.permission}.")
+        return None
+    if requirement.kind == "role_ceiling" and requirement.role_id:
+        if role is None:
+            return Issue(path, "not_found", "The step names a role that does not exist.")
+        name, permissions, boundary = role
+        if boundary == "realm" or requirement.scope == "realm":
+            org = None
+        else:
+            org = requirement.organization_id or run_org
+        missing = sorted(p for p in permissions if not authority.holds(p, org))
+        if missing:
+            return Issue(
+                path,
+                "grant_ceiling_exceeded",
+                f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+            )
+        return None
+    if requirement.kind == "group_ceiling" and requirement.group_id:
+        for name, permissions, boundary in group_roles:
+            scope = group_org if boundary == "organization" else None
+            missing = sorted(p for p in permissions if not authority.holds(p, scope))
+            if missing:
+                return Issue(
+                    path,
+                    "grant_ceiling_exceeded",
+                    f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+                )
+    return None
 
 
 # ---------------------------------------------------------------------------- layer 1: size and JSON
@@ -830,6 +895,50 @@ def _duration_issue(path: str, text: Any, where: str) -> Issue | None:
     return Issue(path, "out_of_range", f"{path.rsplit('/', 1)[-1]} {problem}")
 
 
+# The events that carry an organization (the membership's, the expired grant's).
+ORGANIZATION_EVENTS = frozenset(
+    {"organization.membership.added", "organization.membership.removed", "role.assignment.expired"}
+)
+
+
+def _supplies_organization(trigger: Mapping[str, Any]) -> bool:
+    """Can a run this trigger starts have an organization? A manual start may name one, a schedule's
+    selector gives each subject's, an event trigger pinned to one or listening to an event that
+    carries one does; ``user.*`` events alone never do."""
+    if trigger.get("type") != "event":
+        return True
+    if trigger.get("organization_id"):
+        return True
+    return any(event in ORGANIZATION_EVENTS for event in trigger.get("event_types") or [])
+
+
+def _organization_issues(steps: list[Any], member: Callable[[dict[str, Any], str, str], Any]) -> list[Issue]:
+    """Steps that act in an organization and name none, in a definition no trigger can give one to:
+    every run would fail ``organization_required``."""
+    issues: list[Issue] = []
+    for i, step in enumerate(steps):
+        path = f"/steps/{i}"
+        if not isinstance(step, dict) or "organization_id" in step:
+            continue
+        kind = member(step, path, "type")
+        scoped = kind == "remove_membership" or (
+            kind == "assign_role" and member(step, path, "scope") == "organization"
+        )
+        if scoped:
+            issues.append(
+                Issue(
+                    path,
+                    "organization_required",
+                    f"This {kind} step acts in an organization, and no trigger of this workflow starts a run "
+                    "with one: every run would fail. Pin organization_id on the step, or add a trigger that "
+                    "carries an organization (a manual trigger, a schedule, or an event trigger for "
+                    "organization.membership.added, organization.membership.removed or role.assignment.expired, "
+                    "or with organization_id).",
+                )
+            )
+    return issues
+
+
 def _semantic_issues(raw: dict[str, Any], sound: Callable[[str], bool]) -> list[Issue]:
     """Rules the schema cannot say, applied to every member whose own shape (and its object's type) is sound."""
     issues: list[Issue] = []
@@ -910,6 +1019,9 @@ def _semantic_issues(raw: dict[str, Any], sound: Callable[[str], bool]) -> list[
             first_end = i
         if kind in STEP_TYPES and kind not in NEVER_RETRIED and isinstance(step.get("retry"), dict):
             duration(f"{path}/retry/backoff", step["retry"].get("backoff"), "retry.backoff")
+    if isinstance(triggers, list) and triggers and all(sound(f"/triggers/{i}") for i in range(len(triggers))):
+        if not any(_supplies_organization(t) for t in triggers):
+            issues.extend(_organization_issues(step_list, member))
     if first_end is not None and first_end + 1 < len(step_list):
         issues.append(
             Issue(
