@@ -54,6 +54,18 @@ def acting_functions() -> dict[str, Callable[..., Any]]:
 
 NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.directory.audit.record_audit": "writes the audit trail of a change checked elsewhere",
+    # The writers of what a rule already allowed: the checked service that decides calls them, and so
+    # does a run's step after its decision (the publisher's authority and the grant ceiling, decided
+    # in engine/runs/decisions.py). A writer keeps only the invariants no decision can, such as the
+    # realm's last administrator.
+    "engine.directory.roles.apply_assignment": "writes a grant roles.create_assignment or a run's decision allowed",
+    "engine.directory.roles.apply_revocation": "writes a revocation roles.revoke_assignment or a run allowed",
+    "engine.directory.organizations.apply_group_join": "writes what add_group_member or a run's decision allowed",
+    "engine.directory.organizations.apply_group_leave": "writes what remove_group_member or a run allowed",
+    "engine.directory.organizations.apply_member_removal": "writes what remove_member or a run's decision allowed",
+    "engine.directory.principals.apply_user_status": "writes what set_user_status or a run's decision allowed",
+    "engine.runs.service.check_start_request": "checks a start request (realm.workflows.run, starter authority)",
+    "engine.runs.preview.preview_run": "writes nothing: a preview, under the manual start's checks",
     "engine.directory.audit.emit_event": "writes the outbox event of a change checked elsewhere",
     "engine.directory.authz.require_authority_over": "is the authority rule itself",
     "engine.directory.principals.require_outranks": "is the authority rule itself",

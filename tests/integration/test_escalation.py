@@ -500,6 +500,12 @@ PAGE_ESCALATIONS: dict[tuple[str, str], list[PageAttack] | Unrelated] = {
         "publication passes the delegation ceiling for every step"
     ),
     ("POST", "/workflows/{workflow_id}/revisions/{n}/rollback"): Unrelated("rollback passes the same ceiling"),
+    ("POST", "/workflows/{workflow_id}/revisions/{n}/preview"): Unrelated(
+        "writes nothing: a preview under the manual start's checks (tests/integration/test_run_preview.py)"
+    ),
+    ("POST", "/workflows/{workflow_id}/runs/start/preview"): Unrelated(
+        "writes nothing: a preview under the manual start's checks (tests/integration/test_run_preview.py)"
+    ),
     ("POST", "/workflows/{workflow_id}/runs/start"): [
         page_user(lambda w, u: (f"/workflows/{w.workflow}/runs/start", {"subject": u}))
     ],
