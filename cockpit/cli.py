@@ -86,6 +86,9 @@ def server_config(app: Any, host: str, port: int, *, processes: int = 1) -> Any:
         proxy_headers=False,
         forwarded_allow_ips="",
         server_header=False,
+        # Longer than a proxy keeps an idle connection to us (nginx: 60 s), so the proxy never
+        # sends a request on a connection this side is closing at that moment.
+        timeout_keep_alive=75,
         workers=processes,
         factory=processes > 1,
         # How long the supervisor waits for a process to answer its ping before it replaces it:
