@@ -12,13 +12,17 @@ The mix, drawn from a seeded random source so every run sends the same requests:
 15 % ``POST /users`` (a new user: a row, its audit event, its outbox event) and
 15 % ``PATCH /users/{id}`` (a new display name, audited). Reads run under the realm guard like any
 automation's. The client runs on the same machine as the server, so on two cores it competes
-with the web processes for them; every request must answer 2xx.
+with the web processes for them; every request must answer 2xx (a failure or a dropped
+connection is counted and named on stderr). Server CPU per request is the user + system time of
+the server's processes over the timed part, divided by the requests (column `CPU ms`): the figure that moves
+least with whatever else the machine is doing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import subprocess
@@ -82,7 +86,12 @@ async def load(
             nonlocal failures
             for method, path, body in queue:
                 started = time.perf_counter()
-                response = await client.request(method, path, json=body)
+                try:
+                    response = await client.request(method, path, json=body)
+                except httpx.TransportError as exc:  # counted, and said, not hidden
+                    print(f"{method} {path}: {exc.__class__.__name__}", file=sys.stderr, flush=True)
+                    failures += 1
+                    continue
                 latencies.append(time.perf_counter() - started)
                 if not response.is_success:
                     failures += 1
@@ -91,6 +100,20 @@ async def load(
         await asyncio.gather(*(one_client() for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
     return elapsed, latencies, failures
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of the server and its web processes so far."""
+    import psutil
+
+    total = 0.0
+    for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -111,7 +134,7 @@ def main() -> None:
     maintenance = server_maintenance_url()
     url = clone_database(maintenance, ensure_template(maintenance))
     home = Path(tempfile.mkdtemp(prefix="cockpit-bench-web-"))
-    env = cockpit_env(url, home, COCKPIT_LOG_LEVEL="WARNING")
+    env = cockpit_env(url, home, COCKPIT_LOG_LEVEL="INFO")
     rows = []
     try:
         cli(env, "admin", "create-realm", REALM, "--admin-email", "admin@bench.example")
@@ -140,7 +163,9 @@ def main() -> None:
                 warm = plan(200, user_ids, seed=args.seed + 1000 + processes)
                 asyncio.run(load(base, token, warm, args.concurrency))
                 requests = plan(args.requests, user_ids, seed=args.seed + processes)
+                cpu = server_cpu(server.pid)
                 elapsed, latencies, failures = asyncio.run(load(base, token, requests, args.concurrency))
+                cpu = server_cpu(server.pid) - cpu
             finally:
                 stop(server, timeout=60)
             rows.append(
@@ -154,6 +179,7 @@ def main() -> None:
                     pct(latencies, 0.95),
                     pct(latencies, 0.99),
                     statistics.mean(latencies) * 1000,
+                    cpu / max(1, len(latencies)) * 1000,
                 )
             )
             print(f"{processes} process(es): done", flush=True)
@@ -164,10 +190,13 @@ def main() -> None:
         f"\n{args.requests} requests (40 % list, 20 % one user, 10 % audit, 15 % create, 15 % rename), "
         f"concurrency {args.concurrency}\n"
     )
-    print("| processes | requests | failed | seconds | requests/s | p50 ms | p95 ms | p99 ms | mean ms |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for p, n, f, s, rps, p50, p95, p99, mean in rows:
-        print(f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} |")
+    print("| processes | requests | failed | seconds | requests/s | p50 ms | p95 ms | p99 ms | mean ms | CPU ms |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for p, n, f, s, rps, p50, p95, p99, mean, cpu_ms in rows:
+        print(
+            f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} | {cpu_ms:.1f} |"
+        )
+    print(f"\nload average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
