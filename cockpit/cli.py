@@ -153,12 +153,23 @@ def _serve_processes(settings: Settings, url: str, host: str, port: int, process
     """Several web processes on one listening socket: uvicorn's supervisor binds it, starts
     ``processes`` children (each calls :func:`web_process_app`), replaces one that dies, and on
     SIGTERM or SIGINT stops them all gracefully."""
+    import multiprocessing
+
+    import uvicorn._subprocess
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
+    import cockpit.app  # noqa: F401  (imported once here, inherited by every forked process)
+
+    # Forked, not spawned: a process starts with the code already imported (a spawned one
+    # imports everything again, which took most of a minute per process on a loaded host). No
+    # database connection or pool exists yet in this process, so none is shared.
+    uvicorn._subprocess.spawn = multiprocessing.get_context("fork")  # type: ignore[assignment]
     os.environ["COCKPIT_DATABASE_URL"] = url  # the children use the server this process resolved
     config = server_config("cockpit.cli:web_process_app", host, port, processes=processes)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    sock = config.bind_socket()
+    sock.listen(2048)  # connections wait in the queue while the processes start, never refused
+    supervisor = Multiprocess(config, sockets=[sock])
     parent = os.environ.get("COCKPIT_PARENT_PID")
     if parent:
         _exit_with_parent(int(parent), supervisor.should_exit.set)

@@ -46,11 +46,11 @@ def healthz_count_by_process(folder: Path) -> dict[int, float]:
 
 
 def web_processes(parent: int) -> set[int]:
-    """The supervisor's live web processes (not multiprocessing's resource tracker)."""
+    """The supervisor's live web processes (not a multiprocessing helper)."""
     found = set()
     for child in psutil.Process(parent).children():
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and any("spawn_main" in part for part in child.cmdline()):
+            if child.status() != psutil.STATUS_ZOMBIE and not any("resource_tracker" in p for p in child.cmdline()):
                 found.add(child.pid)
         except psutil.Error:  # gone, or dead and not reaped yet
             continue
