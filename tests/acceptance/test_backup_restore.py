@@ -22,10 +22,11 @@ from engine.platform.database import ensure_database, libpq_conninfo, with_datab
 from engine.platform.db import make_engine, make_sessionmaker
 from testing.chaos import build_directory, publish, start_manual_runs
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
-from testing.servers import postgres_bin, start_server, stop_server
+from testing.servers import postgres_bin, server_folder, start_server, stop_server
 
 RUNS = 30
 DEADLINE_S = 180  # generous: a loaded machine starts Python and PostgreSQL slowly
+LEASE = {"COCKPIT_WORKER_LEASE_SECONDS": "5"}  # the old system's leases run out soon after the restore
 UNFINISHED = ("pending", "running", "waiting", "awaiting_approval", "compensating")
 
 
@@ -105,9 +106,8 @@ async def test_a_dump_taken_with_runs_in_flight_restores_and_the_runs_finish_onc
             ],
         },
     )
-    lease = {"COCKPIT_WORKER_LEASE_SECONDS": "5"}
     worker = start(
-        ["worker", "--no-migrate"], cockpit_env(database_url, tmp_path / "source", **lease), tmp_path / "w.log"
+        ["worker", "--no-migrate"], cockpit_env(database_url, tmp_path / "source", **LEASE), tmp_path / "w.log"
     )
     dump = tmp_path / "cockpit.dump"
     try:
@@ -129,7 +129,11 @@ async def test_a_dump_taken_with_runs_in_flight_restores_and_the_runs_finish_onc
         await source_engine.dispose()
 
     # A fresh server; the dump restored into a new database.
-    pgdata = tmp_path / "restored" / "pgdata"
+    with server_folder("cockpit-restore-") as folder:
+        await restore_and_resume(folder / "pgdata", dump, directory.realm_id, role_ids, tmp_path)
+
+
+async def restore_and_resume(pgdata: Path, dump: Path, realm_id: str, role_ids: list[str], tmp_path: Path) -> None:
     try:
         restored_url = with_database(start_server(pgdata), "cockpit")
         ensure_database(with_database(restored_url, "postgres"), "cockpit")
@@ -149,23 +153,23 @@ async def test_a_dump_taken_with_runs_in_flight_restores_and_the_runs_finish_onc
         restored_engine = make_engine(restored_url)
         restored = make_sessionmaker(restored_engine)
         try:
-            at_restore = await runs_by_state(restored, directory.realm_id)
+            at_restore = await runs_by_state(restored, realm_id)
             assert sum(at_restore.values()) == RUNS
             in_flight = sum(at_restore.get(state, 0) for state in UNFINISHED)
             assert in_flight >= 1, at_restore  # the dump caught runs under way
             done_before = await scalar(
                 restored,
                 "SELECT count(*) FROM step_attempts WHERE realm_id = :r AND state = 'succeeded'",
-                r=directory.realm_id,
+                r=realm_id,
             )
             assert done_before >= 1
-            assert await repeated(restored, directory.realm_id, role_ids) == dict.fromkeys(
-                await repeated(restored, directory.realm_id, role_ids), 0
+            assert await repeated(restored, realm_id, role_ids) == dict.fromkeys(
+                await repeated(restored, realm_id, role_ids), 0
             )
 
             # `cockpit up` against the restored server: web and worker, the runs resume.
             port = free_port()
-            env = cockpit_env(restored_url, tmp_path / "home", COCKPIT_PORT=str(port), **lease)
+            env = cockpit_env(restored_url, tmp_path / "home", COCKPIT_PORT=str(port), **LEASE)
             log = tmp_path / "up.log"
             up = subprocess.Popen(
                 [sys.executable, "-m", "cockpit.cli", "up"],
@@ -178,7 +182,7 @@ async def test_a_dump_taken_with_runs_in_flight_restores_and_the_runs_finish_onc
                 wait_http(f"http://127.0.0.1:{port}/readyz", timeout=DEADLINE_S)
 
                 async def all_finished() -> bool:
-                    states = await runs_by_state(restored, directory.realm_id)
+                    states = await runs_by_state(restored, realm_id)
                     return not any(states.get(state) for state in UNFINISHED)
 
                 await until(all_finished, "every restored run finishes", log)
@@ -187,17 +191,17 @@ async def test_a_dump_taken_with_runs_in_flight_restores_and_the_runs_finish_onc
                     up.send_signal(signal.SIGINT)
                 assert up.wait(timeout=60) == 0, log.read_text()
 
-            assert await runs_by_state(restored, directory.realm_id) == {"succeeded": RUNS}
+            assert await runs_by_state(restored, realm_id) == {"succeeded": RUNS}
             # Five transitions a run (start, grant, wait, join, grant + end), each made once.
             assert (
                 await scalar(
                     restored,
                     "SELECT count(*) FROM step_attempts WHERE realm_id = :r AND state = 'succeeded'",
-                    r=directory.realm_id,
+                    r=realm_id,
                 )
                 == RUNS * 5
             )
-            found = await repeated(restored, directory.realm_id, role_ids)
+            found = await repeated(restored, realm_id, role_ids)
             assert found == dict.fromkeys(found, 0)
             assert (
                 await scalar(

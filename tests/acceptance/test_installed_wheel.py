@@ -17,7 +17,7 @@ import pytest
 
 from engine.platform.config import PROJECT_ROOT
 from testing.processes import free_port
-from testing.servers import stop_server
+from testing.servers import server_folder, stop_server
 
 DEADLINE_S = 240  # a first start makes a database cluster; generous so a loaded machine never fails it
 
@@ -50,7 +50,12 @@ def ready(base: str) -> bool:
         return False
 
 
-def test_the_built_wheel_installed_in_a_fresh_environment_runs_cockpit_up_from_any_folder(tmp_path: Path) -> None:
+def test_the_built_wheel_installed_in_a_fresh_environment_runs_cockpit_up_from_any_folder() -> None:
+    with server_folder("cockpit-wheel-") as folder:
+        installed_and_started(folder)
+
+
+def installed_and_started(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     run([uv(), "build", "--quiet", "--out-dir", str(dist)], cwd=PROJECT_ROOT)
     (wheel,) = dist.glob("lifecycle_cockpit-*.whl")
