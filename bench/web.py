@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def main() -> None:
             print(f"{processes} process(es): done", flush=True)
     finally:
         drop_database(maintenance, url)
+        shutil.rmtree(home, ignore_errors=True)
 
     print(
         f"\n{args.requests} requests (40 % list, 20 % one user, 10 % audit, 15 % create, 15 % rename), "
