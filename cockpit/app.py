@@ -64,12 +64,12 @@ from cockpit.pages.workflows.revisions import WorkflowRevisionPages
 from cockpit.problems import problem_handler
 from cockpit.reference import render_plugins
 from cockpit.state import AppContext, make_web_engine, provide_db_session, request_db_middleware
-from engine.platform.config import PROJECT_ROOT, Settings, get_settings
+from engine.platform.config import RESOURCE_ROOT, VERSION, Settings, get_settings
 from engine.platform.database import resolve_database_url
 from engine.platform.db import make_sessionmaker
 from engine.platform.migrate import head_revision
 
-HTMX_VERSION = (PROJECT_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
+HTMX_VERSION = (RESOURCE_ROOT / "static" / "vendor" / "htmx.VERSION").read_text().strip()
 
 
 # Every JSON API controller of a realm; the authorization matrix test enumerates their routes.
@@ -162,13 +162,14 @@ def create_app(
     def configure_templates(engine: JinjaTemplateEngine) -> None:
         engine.engine.globals["htmx_version"] = HTMX_VERSION
         engine.engine.globals["product_name"] = "Lifecycle Cockpit"
+        engine.engine.globals["product_version"] = VERSION
         engine.engine.globals["ids_in"] = ids_in
         engine.engine.globals["badge_tone"] = badge_tone
         engine.engine.filters["relative_time"] = formatting.relative
         engine.engine.filters["exact_time"] = formatting.exact
 
     template_config = TemplateConfig(
-        directory=PROJECT_ROOT / "templates",
+        directory=RESOURCE_ROOT / "templates",
         engine=JinjaTemplateEngine,
         engine_callback=configure_templates,
     )
@@ -180,7 +181,7 @@ def create_app(
             HomeController,
             *API_CONTROLLERS,
             *PAGE_CONTROLLERS,
-            create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"], include_in_schema=False),
+            create_static_files_router(path="/static", directories=[RESOURCE_ROOT / "static"], include_in_schema=False),
             *extra_route_handlers,
         ],
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},

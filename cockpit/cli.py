@@ -69,9 +69,11 @@ def cmd_db_url(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def server_config(app: Any, host: str, port: int) -> Any:
+def server_config(app: Any, host: str, port: int, *, processes: int = 1) -> Any:
     """uvicorn's settings. It never reads proxy headers itself: the app believes
-    X-Forwarded-For only from the proxies ``COCKPIT_TRUSTED_PROXIES`` names."""
+    X-Forwarded-For only from the proxies ``COCKPIT_TRUSTED_PROXIES`` names.
+
+    With several ``processes`` the app is an import string of a factory each process calls."""
     import uvicorn
 
     return uvicorn.Config(
@@ -84,7 +86,36 @@ def server_config(app: Any, host: str, port: int) -> Any:
         proxy_headers=False,
         forwarded_allow_ips="",
         server_header=False,
+        # Longer than a proxy keeps an idle connection to us (nginx: 60 s), so the proxy never
+        # sends a request on a connection this side is closing at that moment.
+        timeout_keep_alive=75,
+        workers=processes,
+        factory=processes > 1,
+        # How long the supervisor waits for a process to answer its ping before it replaces it:
+        # a process still importing on a loaded host must not count as hung.
+        timeout_worker_healthcheck=60,
     )
+
+
+def default_processes() -> int:
+    """One web process per core this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def web_process_app() -> Any:
+    """The app of one of ``cockpit serve --processes N``'s processes, started by uvicorn's
+    supervisor: settings from the environment, the database URL its parent resolved and
+    migrated, counters in the folder its parent chose. It ends when its parent is gone."""
+    from cockpit.app import create_app
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    parent = os.getppid()
+    _exit_with_parent(parent, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    app = create_app(settings, database_url=os.environ["COCKPIT_DATABASE_URL"])
+    gc.collect()
+    gc.freeze()
+    return app
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -93,10 +124,15 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from cockpit.app import create_app
 
     host, port = args.host or settings.host, args.port if args.port is not None else settings.port
+    processes = args.processes if args.processes is not None else default_processes()
+    if processes < 1:
+        raise CliError(f"--processes must be at least 1, got {processes}")
     _check_port(host, port)
     url = _database(settings)
     if not args.no_migrate:
         _migrate(url)
+    if processes > 1:
+        return _serve_processes(settings, url, host, port, processes)
     app = create_app(settings, database_url=url)
     server = uvicorn.Server(server_config(app, host, port))
     parent = os.environ.get("COCKPIT_PARENT_PID")
@@ -111,6 +147,37 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     gc.freeze()
     server.run()
     return 0 if server.started or server.should_exit else 1
+
+
+def _serve_processes(settings: Settings, url: str, host: str, port: int, processes: int) -> int:
+    """Several web processes on one listening socket: uvicorn's supervisor binds it, starts
+    ``processes`` children (each calls :func:`web_process_app`), replaces one that dies, and on
+    SIGTERM or SIGINT stops them all gracefully."""
+    import multiprocessing
+
+    import uvicorn._subprocess
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    import cockpit.app  # noqa: F401  (imported once here, inherited by every forked process)
+
+    # Forked, not spawned: a process starts with the code already imported (a spawned one
+    # imports everything again, which took most of a minute per process on a loaded host). No
+    # database connection or pool exists yet in this process, so none is shared.
+    uvicorn._subprocess.spawn = multiprocessing.get_context("fork")  # type: ignore[assignment]
+    os.environ["COCKPIT_DATABASE_URL"] = url  # the children use the server this process resolved
+    config = server_config("cockpit.cli:web_process_app", host, port, processes=processes)
+    sock = config.bind_socket()
+    sock.listen(2048)  # connections wait in the queue while the processes start, never refused
+    supervisor = Multiprocess(config, sockets=[sock])
+    parent = os.environ.get("COCKPIT_PARENT_PID")
+    if parent:
+        _exit_with_parent(int(parent), supervisor.should_exit.set)
+    log.info("web server listening", extra={"url": f"http://{host}:{port}/", "processes": processes})
+    record_web_address(settings, host, port)
+    supervisor.run()
+    # A process that could not start (a bad setting, the database gone) stops them all: say so.
+    return 1 if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes) else 0
 
 
 def _exit_with_parent(parent_pid: int, stop: Callable[[], None]) -> None:
@@ -156,7 +223,9 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop_all)
     try:
         # Each child in its own session: Ctrl-C reaches only us, and we stop them once, in order.
-        children.append(subprocess.Popen([*base, "serve", "--no-migrate"], env=env, start_new_session=True))
+        children.append(
+            subprocess.Popen([*base, "serve", "--no-migrate", "--processes", "1"], env=env, start_new_session=True)
+        )
         for _ in range(max(1, args.workers)):
             children.append(subprocess.Popen([*base, "worker", "--no-migrate"], env=env, start_new_session=True))
         # The demo realm is prepared while the children start (they do not need it to come up).
@@ -206,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the web server (API and cockpit) only")
     serve.add_argument("--host", default=None, help="address to listen on (default COCKPIT_HOST)")
     serve.add_argument("--port", type=int, default=None, help="port to listen on (default COCKPIT_PORT)")
+    serve.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="web processes sharing the port (default one per core)",
+    )
     serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
     serve.set_defaults(func=cmd_serve)
 

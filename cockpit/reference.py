@@ -14,12 +14,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Request
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, YamlRenderPlugin
 
-from engine.platform.config import PROJECT_ROOT
+from engine.platform.config import RESOURCE_ROOT
 
 METHODS = ("get", "post", "put", "patch", "delete")
 
 _env = Environment(
-    loader=FileSystemLoader(PROJECT_ROOT / "templates"),
+    loader=FileSystemLoader(RESOURCE_ROOT / "templates"),
     autoescape=select_autoescape(default=True),
     trim_blocks=True,
     lstrip_blocks=True,

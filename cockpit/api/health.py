@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.api import schemas
 from cockpit.api.schemas import typed
 from cockpit.state import context_of
+from engine.platform.config import VERSION
 from engine.worker.heartbeats import READY_HEARTBEAT_SECONDS, newest_heartbeat
 
 
@@ -21,7 +22,7 @@ class HealthController(Controller):
 
     @get("/healthz", operation_id="healthz", summary="The process is up")
     async def healthz(self) -> schemas.Liveness:
-        return schemas.Liveness(status="ok")
+        return schemas.Liveness(status="ok", version=VERSION)
 
     @get("/readyz", operation_id="readyz", summary="Database reachable, migrations at head, a worker alive")
     async def readyz(self, state: State) -> Response[schemas.Readiness]:

@@ -717,6 +717,7 @@ class NoticePage(Shape):
 
 class Liveness(Shape):
     status: str
+    version: str  # the installed release of the product
 
 
 class DatabaseCheck(Shape):

@@ -13,7 +13,7 @@ from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.authz import load_authority
 from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity, realm_counts, workflow_kpis
-from engine.platform.config import PROJECT_ROOT
+from engine.platform.config import RESOURCE_ROOT
 from engine.runs import diagnostics
 
 STATUS_LABELS = {
@@ -38,7 +38,7 @@ class HomeController(Controller):
     async def favicon(self) -> File:
         """Browsers ask for /favicon.ico on their own; pages link the same icon."""
         return File(
-            path=PROJECT_ROOT / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline"
+            path=RESOURCE_ROOT / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline"
         )
 
     @get("/partials/status", name="status-widget")

@@ -10,11 +10,32 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import metadata
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _resource_root() -> Path:
+    """Where ``migrations/``, ``templates/`` and ``static/`` are: the checkout's root, or the
+    ``lifecycle_cockpit/`` folder an installed wheel puts beside ``cockpit`` and ``engine``."""
+    installed = PROJECT_ROOT / "lifecycle_cockpit"
+    return installed if (installed / "migrations").is_dir() else PROJECT_ROOT
+
+
+RESOURCE_ROOT = _resource_root()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("lifecycle-cockpit")
+    except metadata.PackageNotFoundError:  # the code alone, not installed
+        return "0+unknown"
+
+
+VERSION = _version()
 
 
 class ConfigError(Exception):

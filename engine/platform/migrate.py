@@ -8,7 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
-from engine.platform.config import PROJECT_ROOT
+from engine.platform.config import RESOURCE_ROOT
 from engine.platform.database import psycopg_url
 
 
@@ -22,7 +22,7 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
 
 def alembic_config(url: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    cfg.set_main_option("script_location", str(RESOURCE_ROOT / "migrations"))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

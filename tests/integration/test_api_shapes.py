@@ -18,7 +18,7 @@ from litestar.testing import AsyncTestClient
 from cockpit.api import schemas
 from cockpit.app import create_app
 from cockpit.openapi import declare_problem_responses
-from engine.platform.config import Settings
+from engine.platform.config import VERSION, Settings
 from tests.factories import RealmHandle, independent_admin
 from tests.integration.test_runner import drain, runner
 
@@ -299,7 +299,7 @@ async def test_typed_answers_are_the_views_byte_for_byte(
     await call("GET", "/notices")
     await call("GET", "/audit-events?limit=20")
     health = await client.get("/healthz")
-    assert health.json() == {"status": "ok"}
+    assert health.json() == {"status": "ok", "version": VERSION}
 
     shapes = {type(typed).__name__ for _, typed in conversions}
     expected = {

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from importlib import metadata
 
 import pytest
 from litestar import Litestar, get
@@ -13,10 +14,10 @@ from engine.platform.migrate import head_revision
 from tests.factories import make_worker_heartbeat
 
 
-async def test_healthz_answers_while_the_process_is_up(client: AsyncTestClient[Litestar]) -> None:
+async def test_healthz_answers_while_the_process_is_up_with_its_version(client: AsyncTestClient[Litestar]) -> None:
     response = await client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+    assert response.json() == {"status": "ok", "version": metadata.version("lifecycle-cockpit")}
 
 
 async def test_readyz_needs_a_worker_heartbeat(client: AsyncTestClient[Litestar]) -> None:
