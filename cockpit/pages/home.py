@@ -9,7 +9,7 @@ from litestar.response import File, Template
 from cockpit import health_cache
 from cockpit.api.health import readiness
 from cockpit.auth import CurrentPrincipal
-from cockpit.pages.common import page
+from cockpit.pages.common import may_open, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.authz import load_authority
 from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity, realm_counts, workflow_kpis
@@ -21,6 +21,10 @@ STATUS_LABELS = {
     "migrations": "Migrations at the latest revision",
     "worker": "A worker alive (heartbeat within 30 s)",
 }
+
+
+# The page a directory tile opens, where it is not the page named like the tile.
+TILE_PAGES = {"groups": "/organizations"}  # groups live in their organizations
 
 
 class HomeController(Controller):
@@ -64,8 +68,9 @@ class RealmHomeController(Controller):
         readable = {name for name, (permission, _label) in REALM_COUNTS.items() if authority.holds(permission)}
         counts = await realm_counts(db_session, realm.id, readable)
         tiles = [
-            {"name": name, "label": label, "value": counts.get(name), "href": f"/realms/{realm.slug}/{name}"}
+            {"name": name, "label": label, "value": counts.get(name), "href": href}
             for name, (_permission, label) in REALM_COUNTS.items()
+            if may_open(request, principal, href := f"/realms/{realm.slug}{TILE_PAGES.get(name, '/' + name)}")
         ]
         kpis = (
             await workflow_kpis(db_session, realm.id, principal.id) if authority.holds("realm.workflows.read") else None
