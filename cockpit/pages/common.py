@@ -73,6 +73,13 @@ def nav_items(request: Request[Any, Any, Any], principal: Principal) -> list[dic
     return items
 
 
+def home_href(request: Request[Any, Any, Any], principal: Principal) -> str:
+    """Where "home" is for this principal: the first page of the navigation they may open
+    (the realm's home; the approvals page for a session without a second factor)."""
+    items = nav_items(request, principal)
+    return items[0]["href"] if items else "/"
+
+
 def page(
     request: Request[Any, Any, Any],
     template: str,
@@ -92,6 +99,7 @@ def page(
             "principal": principal,
             "csrf_value": principal.csrf,
             "nav_items": items,
+            "home_href": items[0]["href"] if items else "/",
             "may_open": lambda href, method="GET": may_open(request, principal, href, method),
         }
     base |= context

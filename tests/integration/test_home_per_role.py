@@ -1,5 +1,5 @@
 """A home page for every role: the realm's home and its navigation show only links their viewer may
-follow, each to a page that exists; every role sees a home it can use."""
+follow, each to a page that exists; the brand and ``/`` lead a signed-in person to their home."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import re
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 
 from engine.directory.models import User
 from engine.directory.seed import _ROLES as SEEDED_ROLES
-from tests.factories import HTML, RealmHandle
+from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_run_pages import signed_in
 
 Client = AsyncTestClient[Litestar]
@@ -81,3 +82,41 @@ async def test_the_groups_figure_opens_the_organizations_where_groups_live(clien
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
     tile = re.search(r'<a class="card kpi-card" href="([^"]+)" id="kpi-groups"', home)
     assert tile is not None and tile.group(1) == f"/realms/{realm.slug}/organizations"
+
+
+# --- The brand leads home ---------------------------------------------------------------------------
+
+
+def brand(page: str) -> str:
+    found = re.search(r'<a class="brand" href="([^"]*)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_the_brand_and_the_start_page_lead_a_signed_in_person_home(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    home = await client.get(f"/realms/{realm.slug}/users", headers=HTML)
+    assert brand(home.text) == f"/realms/{realm.slug}/"
+    start = await client.get("/", headers=HTML, follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == f"/realms/{realm.slug}/"
+
+    # A session without a second factor cannot open the realm's home: its home is its approvals.
+    plain = await realm.user("plain@example.com")
+    client.cookies.clear()
+    account = await browser_session(realm, plain, mfa=False)
+    client.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+    start = await client.get("/", headers=HTML, follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == f"/realms/{realm.slug}/approvals"
+    approvals = await client.get(start.headers["location"], headers=HTML)
+    assert approvals.status_code == 200 and brand(approvals.text) == f"/realms/{realm.slug}/approvals"
+
+    # Someone not signed in, or whose session has ended, gets the start page as before.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sessions SET revoked_at = now() WHERE id = :s"), {"s": login.session_id})
+    client.cookies.clear()
+    client.cookies.set("cockpit_session", "no-such-session", domain="testserver.local")
+    ended = await client.get("/", headers=HTML, follow_redirects=False)
+    assert ended.status_code == 200 and "Service status" in ended.text
+    client.cookies.clear()
+    anonymous = await client.get("/", headers=HTML, follow_redirects=False)
+    assert anonymous.status_code == 200 and brand(anonymous.text) == "/"
