@@ -58,6 +58,17 @@ async def test_every_link_of_the_home_and_the_navigation_opens_for_every_role(
             answer = await client.get(href, headers=HTML, follow_redirects=True)
             if answer.status_code in (403, 404):
                 failures.append(f"{role}: {href} -> {answer.status_code}")
+    # A session without a second factor starts from its home (its approvals), not the realm's.
+    plain = await browser_session(realm, people["no role"], mfa=False)
+    client.cookies.clear()
+    client.cookies.set("cockpit_session", plain.cookie, domain="testserver.local")
+    start = await client.get("/", headers=HTML, follow_redirects=True)
+    assert start.status_code == 200
+    seen["no second factor"] = set(links(start.text))
+    for href in sorted(seen["no second factor"]):
+        answer = await client.get(href, headers=HTML, follow_redirects=True)
+        if answer.status_code in (403, 404):
+            failures.append(f"no second factor: {href} -> {answer.status_code}")
     assert not failures, "\n".join(failures)
     # Not by showing nothing: the administrator is offered every page of the realm, the others less.
     r = f"/realms/{realm.slug}"
@@ -66,6 +77,8 @@ async def test_every_link_of_the_home_and_the_navigation_opens_for_every_role(
     assert {r + "/", r + "/approvals", r + "/mfa"} <= seen["no role"]
     assert r + "/users" not in seen["no role"] and r + "/users" not in seen["realm-auditor"]
     assert r + "/audit" in seen["realm-auditor"] and r + "/runs" in seen["access-approver"]
+    assert {r + "/approvals", r + "/tokens", r + "/mfa"} <= seen["no second factor"]
+    assert r + "/" not in seen["no second factor"]  # the realm's home needs a second factor
 
 
 async def test_the_reviews_waiting_figure_is_only_for_those_who_may_review(client: Client, realm: RealmHandle) -> None:
