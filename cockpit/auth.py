@@ -22,13 +22,16 @@ statement (see :mod:`engine.directory.credentials`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from litestar import Request
+from litestar import Litestar, Request
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
+from litestar.exceptions import MethodNotAllowedException, NotFoundException
 from litestar.handlers.base import BaseRouteHandler
+from litestar.utils.path import normalize_path
 
 from cockpit.state import DbSession, context_of, request_db
 from engine.directory import credentials
@@ -175,25 +178,59 @@ async def realm_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: B
     if principal.realm.slug != slug:
         raise NotFound("Not found.")
     connection.scope.setdefault("state", {})["principal"] = principal
-    audience = opt.get("audience", "admin")
-    if audience == "account":
-        if principal.type != "user":
+    if not audience_admits(opt, principal):
+        if opt.get("audience", "admin") == "account":
             raise Forbidden("Self-service routes are for users of the realm.")
-    elif principal.audience != "admin":
         if principal.via == "session":
             raise MfaRequired("This needs a session with a verified second factor.")
         raise Forbidden("This needs an admin-audience credential.")
     await _check_csrf(connection, principal)
-    permission = opt.get("permission")
-    if not permission and principal.audience == "admin" and _is_page_read(connection):
+    needed = required_permission(opt, connection.path_params)
+    if not needed and principal.audience == "admin" and _is_page_read(connection):
         # A page shows only the navigation and controls its caller may use: it needs the authority.
         principal.authority = await _authority(connection, principal)
-    if permission:
+    if needed:
         authority = await _authority(connection, principal)
         principal.authority = authority
-        organization_id = connection.path_params.get(opt["org_param"]) if opt.get("org_param") else None
-        if not authority.holds(permission, organization_id):
-            raise Forbidden(f"This needs the permission {permission}.")
+        if not authority.holds(*needed):
+            raise Forbidden(f"This needs the permission {needed[0]}.")
+
+
+def audience_admits(opt: Mapping[str, Any], principal: Principal) -> bool:
+    """Whether the route's ``audience`` lets this principal in (before any permission)."""
+    if opt.get("audience", "admin") == "account":
+        return principal.type == "user"
+    return principal.audience == "admin"
+
+
+def required_permission(opt: Mapping[str, Any], path_params: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """The permission a route declares and the organization it is checked in (None: the realm)."""
+    permission = opt.get("permission")
+    if not permission:
+        return None
+    organization_id = path_params.get(opt["org_param"]) if opt.get("org_param") else None
+    return permission, organization_id
+
+
+def may_request(app: Litestar, principal: Principal, path: str, method: str = "GET") -> bool:
+    """Whether ``method path`` reaches a route and the guard would let ``principal`` through.
+
+    It reads the target route's own ``opt``, so a link or button asks exactly what its page
+    checks. Permissions need the principal's authority (loaded by the guard for page reads)."""
+    try:
+        _, handler, _, params, _ = app.asgi_router.handle_routing(
+            path=normalize_path(path.split("?")[0]), method=method
+        )
+    except (NotFoundException, MethodNotAllowedException):
+        return False
+    opt = handler.opt
+    slug = params.get("realm")
+    if opt.get("public") or slug is None:
+        return True
+    if slug != principal.realm.slug or not audience_admits(opt, principal):
+        return False
+    needed = required_permission(opt, params)
+    return needed is None or (principal.authority is not None and principal.authority.holds(*needed))
 
 
 def principal_of(request: Request[Any, Any, Any]) -> Principal:

@@ -16,7 +16,7 @@ from typing import Any
 from litestar import Request
 from litestar.response import Template
 
-from cockpit.auth import Principal, principal_of
+from cockpit.auth import Principal, may_request, principal_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import identity
 from engine.directory.authz import Authority
@@ -24,27 +24,28 @@ from engine.platform.errors import EngineError, invalid
 
 PICKER_LIMIT = 200  # how many choices a page's select offers (people, organizations, workflows)
 
-ACCOUNT_ONLY = "account-only"  # a link for sessions without a second factor (to set one up)
+# Links for sessions without a second factor only (to set one up).
+ACCOUNT_ONLY = frozenset({"mfa"})
 
-# The realm's navigation: (key, label, path under the realm, permission needed to open it).
-# A link is shown only to a caller whose authority opens the page: no link leads to a 403.
-NAV_ITEMS: tuple[tuple[str, str, str, str | None], ...] = (
-    ("home", "Home", "/", None),
-    ("workflows", "Workflows", "/workflows", "realm.workflows.read"),
-    ("runs", "Runs", "/runs", "realm.workflows.read"),
-    ("attention", "Needs attention", "/attention", "realm.workflows.read"),
-    ("approvals", "Approvals", "/approvals", None),
-    ("notices", "Notices", "/notices", "realm.workflows.read"),
-    ("users", "Users", "/users", "realm.users.read"),
-    ("service-principals", "Service principals", "/service-principals", "realm.users.read"),
-    ("organizations", "Organizations", "/organizations", "realm.organizations.read"),
-    ("roles", "Roles", "/roles", "realm.roles.read"),
-    ("webhooks", "Webhooks", "/webhooks", "realm.webhooks.read"),
-    ("templates", "Templates", "/templates", "realm.workflows.read"),
-    ("policy", "Policy", "/policy", "realm.workflows.read"),
-    ("tokens", "API tokens", "/tokens", None),
-    ("mfa", "Second factor", "/mfa", ACCOUNT_ONLY),
-    ("audit", "Audit log", "/audit", "realm.audit.read"),
+# The realm's navigation: (key, label, path under the realm). A link is shown
+# only where its page's route lets the caller in (:func:`may_open`): no link leads to a 403 or 404.
+NAV_ITEMS: tuple[tuple[str, str, str], ...] = (
+    ("home", "Home", "/"),
+    ("workflows", "Workflows", "/workflows"),
+    ("runs", "Runs", "/runs"),
+    ("attention", "Needs attention", "/attention"),
+    ("approvals", "Approvals", "/approvals"),
+    ("notices", "Notices", "/notices"),
+    ("users", "Users", "/users"),
+    ("service-principals", "Service principals", "/service-principals"),
+    ("organizations", "Organizations", "/organizations"),
+    ("roles", "Roles", "/roles"),
+    ("webhooks", "Webhooks", "/webhooks"),
+    ("templates", "Templates", "/templates"),
+    ("policy", "Policy", "/policy"),
+    ("tokens", "API tokens", "/tokens"),
+    ("mfa", "Second factor", "/mfa"),
+    ("audit", "Audit log", "/audit"),
 )
 
 # Links a wide window folds into the bar's "More" menu, so the bar stays one row from 1280 px on
@@ -52,26 +53,31 @@ NAV_ITEMS: tuple[tuple[str, str, str, str | None], ...] = (
 MORE_ITEMS = frozenset({"notices", "service-principals", "webhooks", "templates", "policy", "tokens", "mfa"})
 
 
-def nav_items(principal: Principal) -> list[dict[str, Any]]:
-    """The navigation links this principal may follow (organizations: in any organization);
-    ``more`` marks the ones the wide bar shows under its "More" menu."""
-    authority = principal.authority
+def may_open(request: Request[Any, Any, Any], principal: Principal, href: str, method: str = "GET") -> bool:
+    """Whether ``principal`` may follow ``href`` (a page of this app): the target route's own
+    requirements, read from the route, never restated here."""
+    return may_request(request.app, principal, href, method)
+
+
+def nav_items(request: Request[Any, Any, Any], principal: Principal) -> list[dict[str, Any]]:
+    """The navigation links this principal may follow; ``more`` marks the ones the wide bar shows
+    under its "More" menu. Setting up a second factor is offered only to sessions without one."""
     base = f"/realms/{principal.realm.slug}"
     items: list[dict[str, Any]] = []
-    for key, label, path, permission in NAV_ITEMS:
-        if permission == ACCOUNT_ONLY:
-            if principal.audience == "admin":
-                continue
-        elif permission is not None:
-            if authority is None or principal.audience != "admin":
-                continue
-            if key == "organizations":
-                if not authority.holds_in_any_organization(permission):
-                    continue
-            elif not authority.holds(permission):
-                continue
-        items.append({"key": key, "label": label, "href": base + path, "more": key in MORE_ITEMS})
+    for key, label, path in NAV_ITEMS:
+        if key in ACCOUNT_ONLY and principal.audience == "admin":
+            continue
+        href = base + path
+        if may_open(request, principal, href):
+            items.append({"key": key, "label": label, "href": href, "more": key in MORE_ITEMS})
     return items
+
+
+def home_href(request: Request[Any, Any, Any], principal: Principal) -> str:
+    """Where "home" is for this principal: the first page of the navigation they may open
+    (the realm's home; the approvals page for a session without a second factor)."""
+    items = nav_items(request, principal)
+    return items[0]["href"] if items else "/"
 
 
 def page(
@@ -87,11 +93,14 @@ def page(
     principal = request.scope.get("state", {}).get("principal")
     base: dict[str, Any] = {"request": request, "nav": nav}
     if isinstance(principal, Principal):
+        items = nav_items(request, principal)
         base |= {
             "realm": principal.realm,
             "principal": principal,
             "csrf_value": principal.csrf,
-            "nav_items": nav_items(principal),
+            "nav_items": items,
+            "home_href": items[0]["href"] if items else "/",
+            "may_open": lambda href, method="GET": may_open(request, principal, href, method),
         }
     base |= context
     # A boosted navigation (hx-boost) is an htmx request too, but wants the whole page.

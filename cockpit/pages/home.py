@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from litestar import Controller, Request, get
 from litestar.datastructures import CacheControlHeader, State
-from litestar.response import File, Template
+from litestar.response import File, Redirect, Template
 
 from cockpit import health_cache
 from cockpit.api.health import readiness
-from cockpit.auth import CurrentPrincipal
-from cockpit.pages.common import page
+from cockpit.auth import SESSION_COOKIE, CurrentPrincipal, authenticate
+from cockpit.pages.common import home_href, may_open, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.authz import load_authority
 from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity, realm_counts, workflow_kpis
 from engine.platform.config import RESOURCE_ROOT
+from engine.platform.errors import Unauthorized
 from engine.runs import diagnostics
 
 STATUS_LABELS = {
@@ -23,11 +24,23 @@ STATUS_LABELS = {
 }
 
 
+# The page a directory tile opens, where it is not the page named like the tile.
+TILE_PAGES = {"groups": "/organizations"}  # groups live in their organizations
+
+
 class HomeController(Controller):
     include_in_schema = False
 
     @get("/", name="home")
-    async def home(self, request: Request, state: State) -> Template:  # type: ignore[type-arg]
+    async def home(self, request: Request, state: State) -> Template | Redirect:  # type: ignore[type-arg]
+        """The service's start page; a signed-in browser goes on to its realm's home."""
+        if request.cookies.get(SESSION_COOKIE) and not request.headers.get("authorization"):
+            try:
+                principal = await authenticate(request)
+            except Unauthorized:
+                principal = None  # an ended session: the start page, like anyone not signed in
+            if principal is not None:
+                return Redirect(home_href(request, principal), status_code=303)
         ready, checks = await readiness(state)
         return Template(
             template_name="pages/home.html",
@@ -64,8 +77,9 @@ class RealmHomeController(Controller):
         readable = {name for name, (permission, _label) in REALM_COUNTS.items() if authority.holds(permission)}
         counts = await realm_counts(db_session, realm.id, readable)
         tiles = [
-            {"name": name, "label": label, "value": counts.get(name), "href": f"/realms/{realm.slug}/{name}"}
+            {"name": name, "label": label, "value": counts.get(name), "href": href}
             for name, (_permission, label) in REALM_COUNTS.items()
+            if may_open(request, principal, href := f"/realms/{realm.slug}{TILE_PAGES.get(name, '/' + name)}")
         ]
         kpis = (
             await workflow_kpis(db_session, realm.id, principal.id) if authority.holds("realm.workflows.read") else None

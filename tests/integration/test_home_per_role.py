@@ -1,0 +1,135 @@
+"""A home page for every role: the realm's home and its navigation show only links their viewer may
+follow, each to a page that exists; the brand and ``/`` lead a signed-in person to their home."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+
+from engine.directory.models import User
+from engine.directory.seed import _ROLES as SEEDED_ROLES
+from tests.factories import HTML, RealmHandle, browser_session
+from tests.integration.test_run_pages import signed_in
+
+Client = AsyncTestClient[Litestar]
+
+
+def links(page: str) -> list[str]:
+    """Every same-site link of a page (``<a href>``), in order."""
+    found = [html.unescape(href) for href in re.findall(r'<a\b[^>]*\bhref="([^"]*)"', page)]
+    return [href for href in found if href.startswith("/") and not href.startswith("//")]
+
+
+async def viewers(realm: RealmHandle) -> dict[str, User]:
+    """A user for each built-in and seeded role, and one with no role at all."""
+    people: dict[str, User] = {"realm-admin": realm.admin}
+    auditor = await realm.user("auditor@example.com")
+    await realm.assign(auditor, await realm.builtin_role("realm-auditor"))
+    people["realm-auditor"] = auditor
+    org = await realm.organization("Engineering")
+    for name, (permissions, boundary, requires_approval, _description) in SEEDED_ROLES.items():
+        role = await realm.role(name, permissions, boundary=boundary, requires_approval=requires_approval)
+        user = await realm.user(f"{name}@example.com")
+        if boundary == "organization":
+            await realm.member(org, user)
+        await realm.assign(user, role, organization_id=org.id if boundary == "organization" else None)
+        people[name] = user
+    people["no role"] = await realm.user("plain@example.com")
+    return people
+
+
+async def test_every_link_of_the_home_and_the_navigation_opens_for_every_role(
+    client: Client, realm: RealmHandle
+) -> None:
+    people = await viewers(realm)
+    assert {"realm-admin", "realm-auditor", "access-approver", "no role"} <= set(people)
+    failures = []
+    seen: dict[str, set[str]] = {}
+    for role, user in people.items():
+        await signed_in(client, realm, user)
+        home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
+        assert home.status_code == 200, role
+        seen[role] = set(links(home.text))
+        for href in sorted(seen[role]):
+            answer = await client.get(href, headers=HTML, follow_redirects=True)
+            if answer.status_code in (403, 404):
+                failures.append(f"{role}: {href} -> {answer.status_code}")
+    # A session without a second factor starts from its home (its approvals), not the realm's.
+    plain = await browser_session(realm, people["no role"], mfa=False)
+    client.cookies.clear()
+    client.cookies.set("cockpit_session", plain.cookie, domain="testserver.local")
+    start = await client.get("/", headers=HTML, follow_redirects=True)
+    assert start.status_code == 200
+    seen["no second factor"] = set(links(start.text))
+    for href in sorted(seen["no second factor"]):
+        answer = await client.get(href, headers=HTML, follow_redirects=True)
+        if answer.status_code in (403, 404):
+            failures.append(f"no second factor: {href} -> {answer.status_code}")
+    assert not failures, "\n".join(failures)
+    # Not by showing nothing: the administrator is offered every page of the realm, the others less.
+    r = f"/realms/{realm.slug}"
+    admin_pages = {r + p for p in ("/users", "/organizations", "/roles", "/webhooks", "/audit", "/workflows", "/runs")}
+    assert admin_pages <= seen["realm-admin"]
+    assert {r + "/", r + "/approvals", r + "/mfa"} <= seen["no role"]
+    assert r + "/users" not in seen["no role"] and r + "/users" not in seen["realm-auditor"]
+    assert r + "/audit" in seen["realm-auditor"] and r + "/runs" in seen["access-approver"]
+    assert {r + "/approvals", r + "/tokens", r + "/mfa"} <= seen["no second factor"]
+    assert r + "/" not in seen["no second factor"]  # the realm's home needs a second factor
+
+
+async def test_the_reviews_waiting_figure_is_only_for_those_who_may_review(client: Client, realm: RealmHandle) -> None:
+    people = await viewers(realm)
+    for role, shown in (("realm-admin", True), ("realm-auditor", False), ("access-approver", False)):
+        await signed_in(client, realm, people[role])
+        home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+        assert ('data-testid="kpi-reviews-waiting"' in home) is shown, role
+        assert ('data-testid="kpi-runs-in-flight"' in home) is True, role
+
+
+async def test_the_groups_figure_opens_the_organizations_where_groups_live(client: Client, realm: RealmHandle) -> None:
+    await signed_in(client, realm)
+    home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    tile = re.search(r'<a class="card kpi-card" href="([^"]+)" id="kpi-groups"', home)
+    assert tile is not None and tile.group(1) == f"/realms/{realm.slug}/organizations"
+
+
+# --- The brand leads home ---------------------------------------------------------------------------
+
+
+def brand(page: str) -> str:
+    found = re.search(r'<a class="brand" href="([^"]*)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_the_brand_and_the_start_page_lead_a_signed_in_person_home(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    home = await client.get(f"/realms/{realm.slug}/users", headers=HTML)
+    assert brand(home.text) == f"/realms/{realm.slug}/"
+    start = await client.get("/", headers=HTML, follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == f"/realms/{realm.slug}/"
+
+    # A session without a second factor cannot open the realm's home: its home is its approvals.
+    plain = await realm.user("plain@example.com")
+    client.cookies.clear()
+    account = await browser_session(realm, plain, mfa=False)
+    client.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+    start = await client.get("/", headers=HTML, follow_redirects=False)
+    assert start.status_code == 303 and start.headers["location"] == f"/realms/{realm.slug}/approvals"
+    approvals = await client.get(start.headers["location"], headers=HTML)
+    assert approvals.status_code == 200 and brand(approvals.text) == f"/realms/{realm.slug}/approvals"
+
+    # Someone not signed in, or whose session has ended, gets the start page as before.
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE sessions SET revoked_at = now() WHERE id = :s"), {"s": login.session_id})
+    client.cookies.clear()
+    client.cookies.set("cockpit_session", "no-such-session", domain="testserver.local")
+    ended = await client.get("/", headers=HTML, follow_redirects=False)
+    assert ended.status_code == 200 and "Service status" in ended.text
+    client.cookies.clear()
+    anonymous = await client.get("/", headers=HTML, follow_redirects=False)
+    assert anonymous.status_code == 200 and brand(anonymous.text) == "/"
