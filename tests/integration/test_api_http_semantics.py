@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform import idempotency
-from tests.factories import RealmHandle, bearer
+from tests.factories import RealmHandle, bearer, independent_admin
 from tests.integration.test_runner import publish
 
 Client = AsyncTestClient[Litestar]
@@ -290,8 +290,7 @@ class TestLocation:
         assert revision.headers["location"] == f"{realm.api}/workflows/{wid}/revisions/2"
 
     async def test_a_role_that_needs_approval_points_at_its_approval(self, client: Client, realm: RealmHandle) -> None:
-        approver = await realm.user("approver@example.com")
-        await realm.assign(approver, await realm.builtin_role("realm-admin"))
+        approver, _ = await independent_admin(realm, "approver@example.com")  # nobody the requester made
         subject = await realm.user("gated@example.com")
         gated = await realm.role("gated", ["realm.users.read"], requires_approval=True)
         pending = await client.post(

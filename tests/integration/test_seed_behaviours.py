@@ -170,7 +170,7 @@ async def test_an_event_runs_input_version_is_the_events_event_version(realm: Re
     await publish_as(realm, realm.admin, wid, 1)
     alice, bob = await realm.user("alice@example.com"), await realm.user("bob@example.com")
     async with realm.sessions() as session, session.begin():
-        await organizations.add_member(session, realm.actor, eng.id, alice.id)
+        await organizations.add_member(session, realm.actor, eng.id, alice.id, authority=None)
         await session.execute(
             text("UPDATE outbox_events SET event_version = 7 WHERE type = 'organization.membership.added'")
         )
@@ -415,8 +415,8 @@ async def test_an_error_in_the_outbox_dispatch_rolls_back_the_whole_batch(realm:
     created = await subscription(realm)
     alice, bob = await realm.user("alice@example.com"), await realm.user("bob@example.com")
     async with realm.sessions() as session, session.begin():
-        await organizations.add_member(session, realm.actor, eng.id, alice.id)
-        await organizations.add_member(session, realm.actor, eng.id, bob.id)
+        await organizations.add_member(session, realm.actor, eng.id, alice.id, authority=None)
+        await organizations.add_member(session, realm.actor, eng.id, bob.id, authority=None)
     condition = "true" if failing == "webhook_deliveries" else f"NEW.subject_id = '{bob.id}'"
     await refuse_inserts(realm, failing, condition)
     worker = Runner(realm.sessions, "worker-seed-3-aaaa", settings=RunnerSettings(lease=LEASE))
