@@ -205,10 +205,24 @@ def trigger_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
     return others
 
 
-definitions = st.fixed_dictionaries(
+unpinned_definitions = st.fixed_dictionaries(
     {"schema_version": st.just(1), "triggers": trigger_lists(), "steps": step_lists()},
     optional={"retry": retries},
 )
+
+
+@st.composite
+def pinned_definitions(draw: st.DrawFn) -> dict[str, Any]:
+    """A generated definition; where no trigger can give a run an organization, every step that acts
+    in one pins its own (the rule itself is tested in tests/unit/test_organization_required.py)."""
+    definition: dict[str, Any] = draw(unpinned_definitions)
+    for issue in validate_definition(definition):
+        if issue.code == "organization_required":
+            definition["steps"][int(issue.path.rsplit("/", 1)[1])]["organization_id"] = draw(ids("org"))
+    return definition
+
+
+definitions = pinned_definitions()
 
 # ---------------------------------------------------------------------------- anything at all
 
