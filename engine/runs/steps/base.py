@@ -99,8 +99,11 @@ class StepType:
     kind: ClassVar[str] = INTERNAL
     retried: ClassVar[bool] = True  # waits and approvals are never retried
 
-    async def snapshot(self, ctx: StepContext) -> Snapshot:
-        """The step's snapshot, read in the step's transaction (once: the executor may have read it)."""
+    async def snapshot(self, ctx: StepContext, *, operator_key: str | None = None) -> Snapshot:
+        """The step's snapshot, read in the step's transaction (once: the executor may have read it).
+
+        ``operator_key``: a call's, to judge whether its subscription's secret can be read.
+        """
         if ctx.snapshot is None:
             ctx.snapshot = await load_snapshot(
                 ctx.session,
@@ -109,6 +112,7 @@ class StepType:
                 now=ctx.now,
                 authority=ctx.authority,
                 mail_configured=ctx.mail_configured,
+                operator_key=operator_key,
             )
         return ctx.snapshot
 

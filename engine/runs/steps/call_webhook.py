@@ -29,7 +29,6 @@ from engine.endpoints.calls import (
 from engine.platform import crypto
 from engine.runs.decisions import Effect, Refusal, SubscriptionFacts, decide, subscription_refusal
 from engine.runs.models import StepAttempt
-from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import COMP_IMPOSSIBLE, COMP_PENDING, STRATEGY_IMPOSSIBLE, STRATEGY_NOTIFY_ENDPOINT
 from engine.runs.steps.base import EXTERNAL, Outcome, StepContext, StepFailure, StepType
 
@@ -66,15 +65,8 @@ class CallWebhook(StepType):
 
     async def decide_call(self, ctx: StepContext, settings: EndpointSettings) -> Effect:
         """The call's whole decision (the publisher's re-check, the subscription) before it is prepared."""
-        ctx.snapshot = await load_snapshot(
-            ctx.session,
-            RunFacts.of(ctx.run),
-            ctx.step,
-            now=ctx.now,
-            authority=ctx.authority,
-            operator_key=settings.operator_key,
-        )
-        decision = decide(ctx.snapshot)
+        ctx.snapshot = None  # a call reads its subscription now, with the operator key
+        decision = decide(await self.snapshot(ctx, operator_key=settings.operator_key))
         if isinstance(decision, Refusal):
             raise StepFailure(decision.category, decision.message, permanent=decision.permanent)
         return decision
