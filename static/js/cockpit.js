@@ -142,6 +142,10 @@
     var was = lost;
     lost = null;
     if (!was) return;
+    // htmx wires up swapped-in controls only when the content settles; a control given focus
+    // now must already answer a key pressed at once, so its region is wired up here.
+    var swapped = document.getElementById(was.region);
+    if (swapped && window.htmx) window.htmx.process(swapped);
     for (var i = 0; i < was.next.length; i++) {
       var next = document.getElementById(was.next[i]);
       if (usable(next)) {
