@@ -24,8 +24,8 @@ from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.platform.config import PROJECT_ROOT
 from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
 
 FINISH_TIMEOUT = 60_000
 T = TypeVar("T")
@@ -159,7 +159,7 @@ def start_paused_run(live_server: LiveServer, setup: Setup) -> str:
         subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         run = await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
-        await workflows.set_enabled(session, actor, workflow_id, False)
+        await run_controls.set_workflow_enabled(session, actor, workflow_id, False)
         return run.id
 
     return in_database(live_server, work)

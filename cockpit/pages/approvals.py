@@ -20,8 +20,8 @@ from sqlalchemy import func, select
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.identity import now as utc_now
 from engine.directory.models import User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import approvals
 from engine.runs.approval_models import WorkflowApproval
@@ -187,7 +187,7 @@ class ApprovalsPages(Controller):
             cards=await cards(db_session, principal.realm.id, found.items),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
 
     @get("/decided", operation_id="approvalsDecidedPage", opt=ACCOUNT | {"reads_only": True})
@@ -209,7 +209,7 @@ class ApprovalsPages(Controller):
             cards=await cards(db_session, principal.realm.id, found.items),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
 
     async def _detail(
@@ -232,7 +232,7 @@ class ApprovalsPages(Controller):
             card=card,
             mine=principal.id in row.approvers and row.status == approvals.PENDING,
             flash=FLASHES.get(request.query_params.get("done") or ""),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
             **context,
         )
 
@@ -260,7 +260,7 @@ class ApprovalsPages(Controller):
                 approval_id,
                 approve=decision == "approve",
                 comment=comment,
-                now=utc_now(),
+                now=SYSTEM_CLOCK.now(),
             )
         except EngineError as exc:
             if exc.status == 404:
@@ -297,7 +297,7 @@ class ApprovalsPages(Controller):
                 principal.actor(request_id_of(request)),
                 approval_id,
                 user_id=target,
-                now=utc_now(),
+                now=SYSTEM_CLOCK.now(),
                 mail_configured=context_of(request.app).settings.mail is not None,
             )
         except EngineError as exc:
@@ -320,5 +320,7 @@ class ApprovalLinkPages(Controller):
 
     @get("/{token:str}", operation_id="approvalLinkPage", opt=ACCOUNT)
     async def open(self, token: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
-        approval_id = await approvals.redeem_link(db_session, principal.realm.id, principal.id, token, now=utc_now())
+        approval_id = await approvals.redeem_link(
+            db_session, principal.realm.id, principal.id, token, now=SYSTEM_CLOCK.now()
+        )
         return Redirect(f"/realms/{principal.realm.slug}/approvals/{approval_id}", status_code=303)

@@ -23,7 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import text
@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.endpoints.deliveries import count_failing_deliveries
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
@@ -307,7 +308,7 @@ async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id
     return Diagnostics(
         workflow_id=workflow_id,
         workflow_name=name,
-        generated_at=datetime.now(UTC),
+        generated_at=SYSTEM_CLOCK.now(),
         runs=runs,
         attempts=attempts,
         pending_approvals=int(pending),

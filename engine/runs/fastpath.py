@@ -35,11 +35,12 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.directory.admins import ADMIN_ROLE
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.ids import new_id
 from engine.runs import runstore
 from engine.runs.decisions import (
@@ -53,7 +54,7 @@ from engine.runs.decisions import (
     run_succeeded_entry,
     step_succeeded_entry,
 )
-from engine.runs.retry import Clock, policy_for
+from engine.runs.retry import policy_for
 from engine.runs.states import (
     ATTEMPT_SUCCEEDED,
     PENDING,
@@ -335,7 +336,7 @@ class FastPath:
             step=step,
             organization_id=organization_id,
             now=now,
-            wall_now=datetime.now(UTC),
+            wall_now=SYSTEM_CLOCK.now(),
             authority=authority,
             publisher_active=run["publisher_status"] == "active",
             **facts,
@@ -375,7 +376,7 @@ class FastPath:
             "finished": finished,
             "lease_expires_ats": now + self.lease,
             "moved_ats": moved_at,
-            "wall_nows": datetime.now(UTC),
+            "wall_nows": SYSTEM_CLOCK.now(),
             "attempt_ids": new_id("wsa"),
             "step_ids": step["id"],
             "step_types": step_type.name,

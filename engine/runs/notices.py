@@ -30,12 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.notice_templates import render_notice
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.config import MailSettings, get_settings
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import WorkflowNotice
-from engine.runs.retry import Clock, delay_ms
+from engine.runs.retry import delay_ms
 
 log = logging.getLogger("cockpit.notices")
 
@@ -203,7 +204,7 @@ async def deliver_due_notices(
     limit: int = 20,
 ) -> int:
     """Send the notices that are due; returns how many were sent."""
-    clock = clock or Clock()
+    clock = clock or SYSTEM_CLOCK
     now = clock.now()
     async with sessions() as session, session.begin():
         claimed = (await session.execute(_CLAIM, {"now": now, "hold": now + CLAIM_HOLD, "limit": limit})).all()

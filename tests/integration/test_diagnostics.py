@@ -19,9 +19,9 @@ from sqlalchemy import text
 from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.runs import service as runs
 from engine.runs.retention import cleanup_finished_runs
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import HTML, RealmHandle, browser_session

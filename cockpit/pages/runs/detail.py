@@ -31,7 +31,7 @@ from cockpit.pages.runs.timeline import (
 )
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, NotFound
 from engine.runs import approvals as approval_records
 from engine.runs import controls as run_controls
@@ -96,7 +96,7 @@ class RunPages(Controller):
             users=users,
             organization_name=org_names.get(run.organization_id or "", run.organization_id),
             finished=finished,
-            duration=human_duration(run.created_at, run.finished_at if finished else utc_now()),
+            duration=human_duration(run.created_at, run.finished_at if finished else SYSTEM_CLOCK.now()),
             next_attempt_at=runs.next_attempt_at(run),
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),

@@ -24,7 +24,7 @@ from cockpit.pages.runs.shared import (
 )
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import identity
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.models import WorkflowRun
@@ -148,7 +148,7 @@ class RunListPages(Controller):
 
     @staticmethod
     def _rows(items: Sequence[runs.RunLine]) -> list[RunRow]:
-        moment = utc_now()
+        moment = SYSTEM_CLOCK.now()
         rows: list[RunRow] = []
         for line in items:
             run = line.run
