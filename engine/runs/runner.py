@@ -788,7 +788,9 @@ class Runner:
             "approval_rejected": "The approval was rejected.",
             "approval_expired": "The approval expired before anyone decided.",
         }.get(category, "The approval was cancelled.")
-        await self._record_failure(session, run, attempt, StepFailure(category, words, permanent=True))
+        # The decision goes into the context as an approval does, so the run's outcome names who
+        # said no and why (engine/runs/outcome.py).
+        await self._record_failure(session, run, attempt, StepFailure(category, words, permanent=True), context=context)
         return True
 
     async def _end_wait(self, session: AsyncSession, run: WorkflowRun, revision: WorkflowRevision) -> bool:
@@ -832,6 +834,8 @@ class Runner:
         run: WorkflowRun,
         attempt: StepAttempt,
         failure: StepFailure,
+        *,
+        context: dict[str, Any] | None = None,
     ) -> None:
         """A failed attempt: retried by the policy the attempt recorded (its ``max_attempts`` and
         ``backoff_ms``), or the run compensates."""
@@ -851,7 +855,7 @@ class Runner:
             details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
         )
         if failure.permanent:
-            await self._start_compensating(session, run, failure.category, failure.message)
+            await self._start_compensating(session, run, failure.category, failure.message, context=context)
         elif attempt.number >= attempt.max_attempts:
             await self._start_compensating(session, run, "retries_exhausted", failure.message)
         else:
@@ -868,9 +872,17 @@ class Runner:
             )
 
     async def _start_compensating(
-        self, session: AsyncSession, run: WorkflowRun, category: str, message: str, *, reason: str | None = None
+        self,
+        session: AsyncSession,
+        run: WorkflowRun,
+        category: str,
+        message: str,
+        *,
+        reason: str | None = None,
+        context: dict[str, Any] | None = None,
     ) -> None:
         now = self.clock.now()
+        more: dict[str, Any] = {} if context is None else {"context": context}
         # A call recorded as started and never finished is over: the run no longer waits for it.
         await runstore.interrupt_started_attempts(session, run.id, now)
         if run.state == AWAITING_APPROVAL:
@@ -884,6 +896,7 @@ class Runner:
             now=now,
             error_category=category,
             last_error=message[:2000],
+            **more,
         )
         await record_audit(
             session,

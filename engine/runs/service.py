@@ -26,6 +26,7 @@ from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs import runstore
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome import DECISION_CATEGORIES
 from engine.runs.states import FINISHED, PENDING, RUN_STATES
 from engine.workflows.models import Workflow, WorkflowRevision
 from engine.workflows.service import delegation_issues, get_workflow
@@ -508,6 +509,8 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     "failed_any": frozenset({"failed", "compensated", "compensation_failed"}),
     "in_flight": frozenset(RUN_STATES) - FINISHED,
     "finished": FINISHED,
+    # Ended because an approver said no (a decision, engine/runs/outcome.py), whatever was undone.
+    "rejected": FINISHED,
 }
 TRIGGER_TYPES = ("manual", "event", "schedule")
 
@@ -568,6 +571,8 @@ def _runs_query(
         query = query.where(WorkflowRun.state == state)
     if where.state_group:
         query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
+        if where.state_group == "rejected":
+            query = query.where(col(WorkflowRun.error_category).in_(sorted(DECISION_CATEGORIES)))
     if subject_id:
         query = query.where(WorkflowRun.subject_id == subject_id)
     if where.trigger_type:
@@ -607,6 +612,7 @@ class RunLine:
     workflow_name: str
     subject: str
     current_step: str | None
+    subject_name: str | None = None  # the subject's display name (None: no longer in the directory)
 
 
 async def list_run_lines(
@@ -632,12 +638,13 @@ async def list_run_lines(
         .add_columns(
             func.coalesce(Workflow.name, WorkflowRun.workflow_id),
             func.coalesce(User.email, WorkflowRun.subject_id),
+            User.display_name,
         )
         .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
         .outerjoin(User, (User.id == WorkflowRun.subject_id) & (User.realm_id == WorkflowRun.realm_id))
     )
     page = await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
-    revision_ids = sorted({run.revision_id for run, _name, _subject in page.items})
+    revision_ids = sorted({run.revision_id for run, _name, _subject, _display in page.items})
     steps: dict[str, list[dict[str, Any]]] = {}
     if revision_ids:
         rows = await session.execute(
@@ -648,10 +655,10 @@ async def list_run_lines(
         )
         steps = {rid: _steps_of(found) for rid, found in rows}
     lines = []
-    for run, name, subject in page.items:
+    for run, name, subject, display in page.items:
         definition = steps.get(run.revision_id, [])
         current = str(definition[run.step_index].get("id")) if 0 <= run.step_index < len(definition) else None
-        lines.append(RunLine(run, name, subject, current))
+        lines.append(RunLine(run, name, subject, current, display))
     return Page(items=lines, next_cursor=page.next_cursor)
 
 
