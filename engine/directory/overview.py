@@ -116,6 +116,19 @@ _NAMED = """
     UNION ALL SELECT id, name, '/workflows/' || id FROM workflows WHERE realm_id = :realm AND id IN (SELECT id FROM ids)
     UNION ALL SELECT id, destination, NULL
       FROM webhook_subscriptions WHERE realm_id = :realm AND id IN (SELECT id FROM ids)
+    UNION ALL SELECT r.id,
+           coalesce(w.name, 'A deleted workflow') || ' for ' || coalesce(u.display_name, 'a former user'),
+           '/runs/' || r.id
+      FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id
+      LEFT JOIN users u ON u.id = r.subject_id AND u.realm_id = r.realm_id
+     WHERE r.realm_id = :realm AND r.id IN (SELECT id FROM ids)
+    UNION ALL SELECT a.id, 'approval of ' || coalesce(w.name, ro.name, 'a deleted workflow')
+             || ' for ' || coalesce(u.display_name, 'a former user'),
+           CASE WHEN a.run_id IS NOT NULL THEN '/runs/' || a.run_id END
+      FROM workflow_approvals a LEFT JOIN workflows w ON w.id = a.workflow_id
+      LEFT JOIN roles ro ON ro.id = a.request ->> 'role_id' AND ro.realm_id = a.realm_id
+      LEFT JOIN users u ON u.id = a.subject_id AND u.realm_id = a.realm_id
+     WHERE a.realm_id = :realm AND a.id IN (SELECT id FROM ids)
 """
 _ACTIVITY_SQL = text(
     """
