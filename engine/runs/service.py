@@ -321,6 +321,13 @@ async def require_starter(
     if organization_id is not None and not problems:
         # Steps without a pinned organization act in the one given: check there exactly.
         problems = await _org_issues(session, realm_id, authority, revision.definition, organization_id)
+    if problems and all(p.code in MISSING_REFERENCE_CODES for p in problems):
+        # Nobody's authority is in question: what a step names is gone (a deleted role or group).
+        raise Conflict(
+            "A step of the published revision names something that no longer exists: publish a revision"
+            " that fixes it, then start again.",
+            issues=problems,
+        )
     if problems:
         raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
     # The run acts with its publisher's authority: its starter must still hold all the subject holds.
@@ -513,6 +520,8 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     "rejected": FINISHED,
 }
 TRIGGER_TYPES = ("manual", "event", "schedule")
+# Issue codes of a step whose role or group no longer exists (validation.requirement_problem).
+MISSING_REFERENCE_CODES = frozenset({"not_found", "group_missing"})
 
 
 @dataclass(frozen=True)
