@@ -6,6 +6,7 @@ Seed 000 "Authority and accountability" (manual runs), "Execution and idempotenc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -245,10 +246,28 @@ async def published_revision(session: AsyncSession, workflow: Workflow) -> Workf
     return revision
 
 
+SUBMISSION = re.compile(r"[0-9a-z]{26}")
+
+
 async def start_manual_run(
-    session: AsyncSession, actor: Actor, workflow_id: str, *, subject_id: str, organization_id: str | None
+    session: AsyncSession,
+    actor: Actor,
+    workflow_id: str,
+    *,
+    subject_id: str,
+    organization_id: str | None,
+    submission: str | None = None,
 ) -> WorkflowRun:
-    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves."""
+    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves.
+
+    ``submission``: the start form's one-time key. The same form sent twice (a double click)
+    starts one run; the second answers 409 ``already_started`` (the trigger key is unique per
+    workflow and subject).
+    """
+    if submission is not None and not SUBMISSION.fullmatch(submission):
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/submission", "invalid", "reload the form and send it again")]
+        )
     if actor.type != "user" or actor.id is None:
         raise Forbidden("Only users start runs by hand.")
     workflow = await get_workflow(session, actor.realm_id, workflow_id)
@@ -268,7 +287,7 @@ async def start_manual_run(
             subject_id=subject_id,
             organization_id=organization_id,
             trigger_type="manual",
-            trigger_key=new_id("wrn"),
+            trigger_key=f"form_{submission}" if submission else new_id("wrn"),
             input={"subject_id": subject_id, "organization_id": organization_id},
             input_version=int(revision.definition.get("schema_version", 1)),
             publisher_id=revision.published_by or actor.id,
@@ -276,7 +295,11 @@ async def start_manual_run(
             correlation_id=actor.request_id,
         ),
     )
-    assert run is not None
+    if run is None:
+        raise Conflict(
+            "This form was sent twice: the run started once, from the first. Find it on the runs list.",
+            code="already_started",
+        )
     return run
 
 
