@@ -140,3 +140,18 @@ def test_the_approver_the_auditor_and_a_plain_user_read_the_outcome_in_words(
     plain.get_by_role("button", name="Sign in").click()
     expect(plain.get_by_test_id("approvals-empty")).to_contain_text("You have not decided any request yet.")
     expect(plain.locator("main")).not_to_contain_text("Rejected by")
+
+
+def test_start_run_on_a_draft_workflow_looks_disabled(live_server: LiveServer, page: Page) -> None:
+    """The fieldset disables the buttons; they must also look it (not only refuse the click)."""
+    setup = setup_realm(live_server, "draft-e2e")
+    definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+    created = setup.api.post("/workflows", json={"name": "Draft only", "definition": definition})
+    assert created.status_code in (200, 201), created.text
+    sign_in(live_server, page, setup)
+    page.goto(f"/realms/{setup.realm}/workflows/{created.json()['id']}/runs/start")
+    start = page.get_by_role("button", name="Start run")
+    expect(start).to_be_disabled()
+    expect(page.get_by_test_id("start-disabled-reason")).to_contain_text("only an active workflow starts runs")
+    looks = start.evaluate("b => { const s = getComputedStyle(b); return [s.opacity, s.cursor]; }")
+    assert looks == ["0.55", "not-allowed"], looks
