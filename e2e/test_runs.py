@@ -38,7 +38,7 @@ def admin_cli(live_server: LiveServer, *args: str) -> str:
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a busy machine starts a Python process slowly
         check=True,
     )
     return done.stdout.strip().splitlines()[-1]

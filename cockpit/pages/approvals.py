@@ -26,6 +26,7 @@ from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import approvals
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
+from engine.runs.outcome import decided_then, people_in, run_outcome
 from engine.workflows.models import Workflow, WorkflowRevision
 
 ACCOUNT = {"audience": "account"}
@@ -56,6 +57,9 @@ class ApprovalCard:
     approvers: list[str]
     decided_by: str | None
     delegations: list[str]
+    # Once decided: what the decision led to, in words ("approved — then failed: …"); None while
+    # pending and for a role assignment asked for by hand (no run follows it).
+    led_to: str | None = None
 
     @property
     def status_words(self) -> str:
@@ -90,7 +94,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
             people_ids.add(row.decided_by)
         run = runs.get(row.run_id or "")
         if run is not None:
-            people_ids |= {run.starter_id or "", run.publisher_id}
+            people_ids |= {run.starter_id or "", run.publisher_id, *people_in(run)}
         if row.request:
             people_ids.add(str(row.request.get("requested_by") or ""))
     people = {
@@ -117,6 +121,8 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
         plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
     words = await approvals.describe_steps(db_session, realm_id, plans)
+    names = {k: u.display_name or u.email for k, u in people.items()}
+    moment = SYSTEM_CLOCK.now()
     out = []
     for row, described in zip(rows, words, strict=True):
         run = runs.get(row.run_id or "")
@@ -129,6 +135,9 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         else:
             started_by = f"a {run.trigger_type} trigger, published by {name(run.publisher_id)}"
         subject = people.get(row.subject_id)
+        led_to = None
+        if row.status != approvals.PENDING and row.request is None:
+            led_to = decided_then(row.status, run_outcome(run, names, now=moment) if run is not None else None)
         out.append(
             ApprovalCard(
                 approval=row,
@@ -146,6 +155,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
                 approvers=[name(a) for a in row.approvers],
                 decided_by=name(row.decided_by) if row.decided_by else None,
                 delegations=[f"{name(d.get('from'))} handed it to {name(d.get('to'))}" for d in row.delegations],
+                led_to=led_to,
             )
         )
     return out

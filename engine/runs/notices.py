@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -27,6 +28,7 @@ from typing import Any
 import aiosmtplib
 from sqlalchemy import Select, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from engine.directory.notice_templates import render_notice
 from engine.platform import crypto
@@ -122,12 +124,19 @@ async def list_notices(
     user_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    user_ids: Sequence[str] | None = None,
+    workflow_ids: Sequence[str] | None = None,
 ) -> Page[WorkflowNotice]:
+    """``user_ids`` / ``workflow_ids``: any of these recipients / workflows (what a name matched)."""
     query: Select[Any] = select(WorkflowNotice).where(WorkflowNotice.realm_id == realm_id)
     if run_id:
         query = query.where(WorkflowNotice.run_id == run_id)
     if user_id:
         query = query.where(WorkflowNotice.user_id == user_id)
+    if user_ids is not None:
+        query = query.where(col(WorkflowNotice.user_id).in_(list(user_ids)))
+    if workflow_ids is not None:
+        query = query.where(col(WorkflowNotice.workflow_id).in_(list(workflow_ids)))
     return await keyset_page(session, query, WorkflowNotice.id, cursor=cursor, limit=limit, descending=True)
 
 

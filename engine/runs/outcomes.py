@@ -86,6 +86,8 @@ async def record_failure(
     run: WorkflowRun,
     attempt: StepAttempt,
     failure: StepFailure,
+    *,
+    context: dict[str, Any] | None = None,
 ) -> None:
     """A failed attempt: retried by the policy the attempt recorded (its ``max_attempts`` and
     ``backoff_ms``), or the run compensates."""
@@ -105,7 +107,7 @@ async def record_failure(
         details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
     )
     if failure.permanent:
-        await start_compensating(h, session, run, failure.category, failure.message)
+        await start_compensating(h, session, run, failure.category, failure.message, context=context)
     elif attempt.number >= attempt.max_attempts:
         await start_compensating(h, session, run, "retries_exhausted", failure.message)
     else:
@@ -123,9 +125,17 @@ async def record_failure(
 
 
 async def start_compensating(
-    h: Holder, session: AsyncSession, run: WorkflowRun, category: str, message: str, *, reason: str | None = None
+    h: Holder,
+    session: AsyncSession,
+    run: WorkflowRun,
+    category: str,
+    message: str,
+    *,
+    reason: str | None = None,
+    context: dict[str, Any] | None = None,
 ) -> None:
     now = h.clock.now()
+    more: dict[str, Any] = {} if context is None else {"context": context}
     # A call recorded as started and never finished is over: the run no longer waits for it.
     await runstore.interrupt_started_attempts(session, run.id, now)
     if run.state == AWAITING_APPROVAL:
@@ -139,6 +149,7 @@ async def start_compensating(
         now=now,
         error_category=category,
         last_error=message[:2000],
+        **more,
     )
     await record_audit(
         session,

@@ -6,6 +6,7 @@ Seed 000 "Authority and accountability" (manual runs), "Execution and idempotenc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,7 @@ from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs import runstore
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome import DECISION_CATEGORIES
 from engine.runs.states import FINISHED, PENDING, RUN_STATES
 from engine.workflows.models import Workflow, WorkflowRevision
 from engine.workflows.service import delegation_issues, get_workflow
@@ -161,10 +163,28 @@ async def published_revision(session: AsyncSession, workflow: Workflow) -> Workf
     return revision
 
 
+SUBMISSION = re.compile(r"[0-9a-z]{26}")
+
+
 async def start_manual_run(
-    session: AsyncSession, actor: Actor, workflow_id: str, *, subject_id: str, organization_id: str | None
+    session: AsyncSession,
+    actor: Actor,
+    workflow_id: str,
+    *,
+    subject_id: str,
+    organization_id: str | None,
+    submission: str | None = None,
 ) -> WorkflowRun:
-    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves."""
+    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves.
+
+    ``submission``: the start form's one-time key. The same form sent twice (a double click)
+    starts one run; the second answers 409 ``already_started`` (the trigger key is unique per
+    workflow and subject).
+    """
+    if submission is not None and not SUBMISSION.fullmatch(submission):
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/submission", "invalid", "reload the form and send it again")]
+        )
     if actor.type != "user" or actor.id is None:
         raise Forbidden("Only users start runs by hand.")
     workflow = await get_workflow(session, actor.realm_id, workflow_id)
@@ -184,7 +204,7 @@ async def start_manual_run(
             subject_id=subject_id,
             organization_id=organization_id,
             trigger_type="manual",
-            trigger_key=new_id("wrn"),
+            trigger_key=f"form_{submission}" if submission else new_id("wrn"),
             input={"subject_id": subject_id, "organization_id": organization_id},
             input_version=int(revision.definition.get("schema_version", 1)),
             publisher_id=revision.published_by or actor.id,
@@ -192,7 +212,11 @@ async def start_manual_run(
             correlation_id=actor.request_id,
         ),
     )
-    assert run is not None
+    if run is None:
+        raise Conflict(
+            "This form was sent twice: the run started once, from the first. Find it on the runs list.",
+            code="already_started",
+        )
     return run
 
 
@@ -237,6 +261,13 @@ async def require_starter(
     if organization_id is not None and not problems:
         # Steps without a pinned organization act in the one given: check there exactly.
         problems = await _org_issues(session, realm_id, authority, revision.definition, organization_id)
+    if problems and all(p.code in MISSING_REFERENCE_CODES for p in problems):
+        # Nobody's authority is in question: what a step names is gone (a deleted role or group).
+        raise Conflict(
+            "A step of the published revision names something that no longer exists: publish a revision"
+            " that fixes it, then start again.",
+            issues=problems,
+        )
     if problems:
         raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
     # The run acts with its publisher's authority: its starter must still hold all the subject holds.
@@ -318,8 +349,12 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     "failed_any": frozenset({"failed", "compensated", "compensation_failed"}),
     "in_flight": frozenset(RUN_STATES) - FINISHED,
     "finished": FINISHED,
+    # Ended because an approver said no (a decision, engine/runs/outcome.py), whatever was undone.
+    "rejected": FINISHED,
 }
 TRIGGER_TYPES = ("manual", "event", "schedule")
+# Issue codes of a step whose role or group no longer exists (validation.requirement_problem).
+MISSING_REFERENCE_CODES = frozenset({"not_found", "group_missing"})
 
 
 @dataclass(frozen=True)
@@ -378,6 +413,8 @@ def _runs_query(
         query = query.where(WorkflowRun.state == state)
     if where.state_group:
         query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
+        if where.state_group == "rejected":
+            query = query.where(col(WorkflowRun.error_category).in_(sorted(DECISION_CATEGORIES)))
     if subject_id:
         query = query.where(WorkflowRun.subject_id == subject_id)
     if where.trigger_type:
@@ -417,6 +454,7 @@ class RunLine:
     workflow_name: str
     subject: str
     current_step: str | None
+    subject_name: str | None = None  # the subject's display name (None: no longer in the directory)
 
 
 async def list_run_lines(
@@ -442,12 +480,13 @@ async def list_run_lines(
         .add_columns(
             func.coalesce(Workflow.name, WorkflowRun.workflow_id),
             func.coalesce(User.email, WorkflowRun.subject_id),
+            User.display_name,
         )
         .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
         .outerjoin(User, (User.id == WorkflowRun.subject_id) & (User.realm_id == WorkflowRun.realm_id))
     )
     page = await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
-    revision_ids = sorted({run.revision_id for run, _name, _subject in page.items})
+    revision_ids = sorted({run.revision_id for run, _name, _subject, _display in page.items})
     steps: dict[str, list[dict[str, Any]]] = {}
     if revision_ids:
         rows = await session.execute(
@@ -458,10 +497,10 @@ async def list_run_lines(
         )
         steps = {rid: _steps_of(found) for rid, found in rows}
     lines = []
-    for run, name, subject in page.items:
+    for run, name, subject, display in page.items:
         definition = steps.get(run.revision_id, [])
         current = str(definition[run.step_index].get("id")) if 0 <= run.step_index < len(definition) else None
-        lines.append(RunLine(run, name, subject, current))
+        lines.append(RunLine(run, name, subject, current, display))
     return Page(items=lines, next_cursor=page.next_cursor)
 
 

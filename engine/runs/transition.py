@@ -305,7 +305,9 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         "approval_rejected": "The approval was rejected.",
         "approval_expired": "The approval expired before anyone decided.",
     }.get(category, "The approval was cancelled.")
-    await record_failure(h, session, run, attempt, StepFailure(category, words, permanent=True))
+    # The decision goes into the context as an approval does, so the run's outcome names who
+    # said no and why (engine/runs/outcome.py).
+    await record_failure(h, session, run, attempt, StepFailure(category, words, permanent=True), context=context)
     return True
 
 

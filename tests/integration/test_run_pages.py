@@ -263,6 +263,11 @@ async def test_a_waiting_retry_shows_when_the_next_attempt_is(client: Client, re
     assert "next attempt at" in grant and due.strftime("%Y-%m-%d %H:%M:%S") in grant
     assert "the directory did not answer" in grant and re.search(r"1 <span[^>]*>of at most 3</span>", grant)
     assert POLLING in page.text
+    # Above the steps and on the runs list, the run says it waits for a retry, not that it runs.
+    retrying = f"Retrying at {due.strftime('%H:%M UTC')}: the directory did not answer"
+    assert retrying in page.text or f"Retrying at {due.strftime('%d %b %H:%M UTC')}" in page.text
+    listing = (await client.get(f"/realms/{realm.slug}/runs", headers=HTML)).text
+    assert "Retrying at " in listing.split('data-testid="run-outcome"')[1].split("</td>")[0]
 
 
 # --- Cancelling -----------------------------------------------------------------------------------
