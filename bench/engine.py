@@ -33,7 +33,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
@@ -42,8 +42,10 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import organizations  # noqa: E402
+from engine.directory import identity, organizations  # noqa: E402
+from engine.directory.audit import Actor  # noqa: E402
 from engine.directory.authz import load_authority  # noqa: E402
+from engine.directory.models import User  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
@@ -641,13 +643,19 @@ async def measure(url: str, options: Options, work: Path) -> Results:
 # --- The burst: runs made through the API, then a worker ---------------------------------------
 
 
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"cockpit {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
+async def mint_tokens(sessions: async_sessionmaker[AsyncSession], setup: Setup, count: int) -> list[str]:
+    """``count`` admin-audience API tokens of the realm's administrator (as ``cockpit admin token`` makes them)."""
+    tokens: list[str] = []
+    async with sessions() as session, session.begin():
+        admin = await session.get(User, setup.directory.admin_id)
+        assert admin is not None
+        system = Actor(type="system", id=None, realm_id=setup.directory.realm_id)
+        for number in range(count):
+            token, _ = await identity.mint_token(
+                session, system, audience="admin", user=admin, name=f"bench-{number}", expires_in=timedelta(days=1)
+            )
+            tokens.append(token)
+    return tokens
 
 
 async def start_through_api(base: str, tokens: list[str], path: str, subjects: list[str]) -> list[str]:
@@ -756,20 +764,7 @@ async def measure_burst(url: str, options: Options, work: Path) -> Results:
             )
         # One token per client, as separate automations would have: every request records its token's
         # last use, and requests of one token wait for each other on that row.
-        tokens = [
-            cli(
-                dict(base_env),
-                "admin",
-                "token",
-                "--realm",
-                slug,
-                "--email",
-                f"admin@{slug}.example",
-                "--audience",
-                "admin",
-            )
-            for _ in range(options.clients)
-        ]
+        tokens = await mint_tokens(sessions, setup, options.clients)
         port = free_port()
         server = start_process(
             ["serve", "--no-migrate", "--port", str(port), "--processes", "1"], base_env, work / "serve.log"
