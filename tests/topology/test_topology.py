@@ -123,6 +123,7 @@ class Service:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    exits: list[int] = field(default_factory=list)  # exit codes of the failures it was restarted after
     stopped: bool = False
 
     def start(self) -> None:
@@ -140,6 +141,7 @@ class Service:
             return
         if self.process.returncode != 0:
             self.restarts += 1
+            self.exits.append(self.process.returncode)
             self.start()
 
     @property
@@ -504,26 +506,27 @@ async def restart_postgres(
     took_restart = await asyncio.to_thread(deployment.postgres.restart)
     restarted_at = time.monotonic()
     await sessions.kw["bind"].dispose()  # the test's own connections died with the server
+    # The web tier is back when a read through the proxy answers again (readiness would also wait
+    # for a worker's next heartbeat).
     ready_in = None
     last: object = None
     while ready_in is None:
         try:
-            answer = await asyncio.to_thread(
-                httpx.get, f"{deployment.base_url}/readyz", verify=deployment.tls(), timeout=5
-            )
+            answer = await asyncio.to_thread(scenario.api.get, f"/workflows/{scenario.workflow_id}")
             if answer.status_code == 200:
                 ready_in = time.monotonic() - restarted_at
             last = (answer.status_code, answer.text[:300])
         except httpx.HTTPError as exc:
             last = repr(exc)
-        assert time.monotonic() - restarted_at < 120, f"the web hosts never became ready after the restart: {last}"
+        assert time.monotonic() - restarted_at < 180, f"reads through the proxy never came back: {last}"
         await asyncio.sleep(0.2)
     took = await drained(deployment, sessions, wave)
     restarted = sum(w.restarts for w in deployment.workers) - restarts_before
+    exits = [code for w in deployment.workers for code in w.exits]
     deployment.figure(
-        f"fault: PostgreSQL restarted in {took_restart:.1f} s with {len(wave)} runs in flight; ready through the proxy "
-        f"{ready_in:.1f} s later; the wave finished {took:.1f} s after the restart; worker processes restarted by "
-        f"their unit: {restarted}"
+        f"fault: PostgreSQL restarted in {took_restart:.1f} s with {len(wave)} runs in flight; reads through the proxy "
+        f"answered again {ready_in:.1f} s later; the wave finished {took:.1f} s after the restart; worker processes restarted by "
+        f"their unit: {restarted} (exit codes so far {exits})"
     )
     scenario.receiver.respond = lambda _r: 200
 
