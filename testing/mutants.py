@@ -152,12 +152,19 @@ def _operators(node: ast.AST) -> list[str]:
     return []
 
 
-def sites(source: str) -> list[Site]:
+def sites(source: str, functions: set[str] | None = None) -> list[Site]:
+    """Every mutation of the module, or only those inside the named top-level functions."""
     tree = ast.parse(source)
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions)
+    ]
     return [
-        Site(index, operator, getattr(node, "lineno", 0))
+        Site(index, operator, line)
         for index, (node, _) in enumerate(_walk(tree))
         for operator in _operators(node)
+        if (line := getattr(node, "lineno", 0)) and (functions is None or any(a <= line <= b for a, b in spans))
     ]
 
 
@@ -247,6 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", required=True, help="e.g. engine/runs/approvals.py")
     parser.add_argument("--tests", nargs="+", default=[], help="test files (or ids) to run for each mutant")
+    parser.add_argument("--functions", help="only these top-level functions (comma-separated)")
     parser.add_argument("--size", type=int, default=40)
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--jobs", type=int, default=1)
@@ -257,7 +265,7 @@ def main() -> None:
     args = parser.parse_args()
 
     source = (ROOT / args.module).read_text()
-    every = sites(source)
+    every = sites(source, set(args.functions.split(",")) if args.functions else None)
     if args.score:
         results = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
         killed = sum(1 for r in results if r["outcome"] in {"failed", "timeout"})

@@ -42,3 +42,9 @@ def test_each_mutant_changes_one_thing() -> None:
     assert "notify(kind='XXsizeXX', size=size)" in mutants.apply(SOURCE, by_operator["string"])
     assert "LIMIT = 10" in mutants.apply(SOURCE, by_operator["return_none"])
     assert mutants.apply(SOURCE, by_operator["return_none"]).rstrip().endswith("return None")
+
+
+def test_a_run_can_be_narrowed_to_named_functions() -> None:
+    source = SOURCE + "\n\ndef other() -> int:\n    return 1 + 2\n"
+    assert {site.line for site in mutants.sites(source, {"other"})} == {15}
+    assert {site.line for site in mutants.sites(source, {"allowed"})} == {8, 9, 10, 11}
