@@ -40,6 +40,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType, FunctionType
+from typing import Any
 
 from testing.mutation_sample import wilson
 
@@ -250,6 +252,77 @@ def run_tests(where: Path, tests: list[str], limit: float | None) -> tuple[str, 
     return ("passed" if done.returncode == 0 else "failed"), time.monotonic() - started
 
 
+def _code_objects(code: CodeType) -> dict[str, CodeType]:
+    """The module's top-level functions' code objects, by name."""
+    return {const.co_name: const for const in code.co_consts if isinstance(const, CodeType)}
+
+
+def run_in_process(module_name: str, source: str, path: str, every: list[Site], picked: list[int], args: Any) -> None:
+    """Each mutant swapped into the live module's function (its ``__code__``) and the tests run by
+    ``pytest.main`` in this process: no start-up per mutant. For pure functions reached by unit
+    tests only; a mutant that changes no function's code (a default value) is recorded "skipped"."""
+    import contextlib
+    import importlib
+    import io
+    import signal
+
+    import pytest
+
+    module = importlib.import_module(module_name)
+    functions = {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, FunctionType) and value.__module__ == module_name
+    }
+    original = _code_objects(compile(source, path, "exec"))
+    live = {name: fn.__code__ for name, fn in functions.items()}
+
+    def pytest_run(limit: int) -> str:
+        def too_long(*_: object) -> None:
+            raise TimeoutError("mutant ran too long")
+
+        signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(limit)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *args.tests])
+        finally:
+            signal.alarm(0)
+        return "passed" if code == 0 else "failed"
+
+    started = time.monotonic()
+    baseline = pytest_run(1800)
+    limit = int(3 * (time.monotonic() - started)) + 60
+    print(f"{path}: {len(every)} mutants; unchanged: {baseline} in {time.monotonic() - started:.0f} s", flush=True)
+    if baseline != "passed":
+        raise SystemExit("the tests fail without a mutant")
+    done = set()
+    if args.out.exists():
+        done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
+    for number in picked:
+        if number in done:
+            continue
+        site = every[number]
+        mutated = _code_objects(compile(apply(source, site), path, "exec"))
+        changed = [name for name in functions if name in mutated and mutated[name] != original.get(name)]
+        started = time.monotonic()
+        if not changed:
+            outcome = "skipped"
+        else:
+            for name in changed:
+                functions[name].__code__ = mutated[name]
+            try:
+                outcome = pytest_run(limit)
+            finally:
+                for name in changed:
+                    functions[name].__code__ = live[name]
+        line = {"mutant": number, "line": site.line, "operator": site.operator, "outcome": outcome}
+        line["seconds"] = round(time.monotonic() - started, 1)
+        with args.out.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+        print(json.dumps(line), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", required=True, help="e.g. engine/runs/approvals.py")
@@ -259,6 +332,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--in-process", action="store_true", help="swap each mutant into the live function (pure functions, unit tests)"
+    )
     parser.add_argument("--list", action="store_true", help="print the sample's mutants and stop")
     parser.add_argument("--show", type=int, help="print the diff of one mutant (its number) and stop")
     parser.add_argument("--score", action="store_true", help="print the score of --out and stop")
@@ -268,6 +344,7 @@ def main() -> None:
     every = sites(source, set(args.functions.split(",")) if args.functions else None)
     if args.score:
         results = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        results = [r for r in results if r["outcome"] != "skipped"]
         killed = sum(1 for r in results if r["outcome"] in {"failed", "timeout"})
         low, high = wilson(killed, len(results))
         share = 100 * killed / len(results) if results else 0.0
@@ -293,6 +370,11 @@ def main() -> None:
         return
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.in_process:
+        os.chdir(ROOT)
+        name = args.module.removesuffix(".py").replace("/", ".")
+        run_in_process(name, source, str(ROOT / args.module), every, picked, args)
+        return
     done = set()
     if args.out.exists():
         done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
