@@ -437,6 +437,58 @@ async def test_at_most_64_kib_of_an_answer_is_read() -> None:
     assert sent["bytes"] < 64 * 1024 * 1024  # the caller stopped reading long before the endless body ran out
 
 
+@pytest.mark.parametrize(
+    ("body_bytes", "timeout_s", "category"),
+    [(64 * 1024, 30.0, None), (64 * 1024 - 1, 2.0, "timeout")],  # the seed's 64 KiB, not the constant
+)
+async def test_an_answer_is_read_up_to_its_64th_kib_and_not_a_byte_further(
+    body_bytes: int, timeout_s: float, category: str | None
+) -> None:
+    """An endpoint answers 200, announces a longer body, sends ``body_bytes`` of it and then holds
+    the connection open. With 65,536 bytes sent the call has read all it may and is done, without
+    waiting for the 65,537th; with 65,535 it still waits for the 65,536th, until its time is up."""
+    import socket
+    import threading
+
+    from engine.endpoints import transport
+
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)  # the request
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1048576\r\n\r\n")
+            left = body_bytes
+            while left:
+                piece = min(left, 5000)
+                conn.sendall(b"x" * piece)
+                left -= piece
+            stop.wait(120)  # the rest of the announced body never comes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        async with transport.new_client() as client:
+            outcome = await transport.post(
+                client,
+                f"http://127.0.0.1:{listener.getsockname()[1]}/hook",
+                b"{}",
+                {"Content-Type": "application/json"},
+                timeout_s=timeout_s,
+                allow_private_network=True,
+                operator_allows_private=True,
+            )
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=30)
+    assert (outcome.status_code, outcome.category) == ((200, None) if category is None else (None, category)), outcome
+
+
 async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_attempt(
     realm: RealmHandle, receiver: Receiver
 ) -> None:

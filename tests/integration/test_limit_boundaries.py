@@ -11,11 +11,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import webhooks
+from engine.directory import identity, webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
-from engine.platform.errors import Conflict, NotFound
+from engine.platform.errors import Conflict, NotFound, Unauthorized
 from engine.runs import approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
@@ -250,3 +250,45 @@ async def test_a_wait_ends_at_the_very_instant_its_duration_is_over(realm: Realm
     clock.current = started + timedelta(hours=2)
     await drain(make_runner(realm, clock))
     assert (await load(realm, run_id))[0].state == "succeeded"
+
+
+# --- a one-time sign-in link's 15 minutes ---------------------------------------------------------
+
+
+async def test_a_sign_in_link_works_until_a_second_before_fifteen_minutes_and_not_at_them(
+    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made at ``t``, the link expires at ``t + 15 min`` (the specification's 15 minutes, not the
+    constant): a second (and a microsecond) before, it is usable and signs in; at ``t + 15 min``
+    and a second after, it is neither usable nor spent."""
+    issued = datetime.now(UTC).replace(microsecond=0)
+    clock = FixedClock(issued)
+    monkeypatch.setattr(identity, "SYSTEM_CLOCK", clock)
+    user = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        token, row = await identity.issue_sign_in_link(session, user)
+    assert row.expires_at == issued + timedelta(minutes=15)
+    async with realm.sessions() as session:
+        realm_row = await identity.realm_by_slug(session, realm.slug)
+    assert realm_row is not None
+
+    async def usable(at: datetime) -> bool:
+        clock.set(at)
+        async with realm.sessions() as session:
+            return await identity.sign_in_link_usable(session, realm_row, token)
+
+    async def consumed(at: datetime) -> str | None:
+        clock.set(at)
+        async with realm.sessions() as session, session.begin():
+            try:
+                return (await identity.consume_sign_in_link(session, realm_row, token)).id
+            except Unauthorized:
+                return None
+
+    fifteen = issued + timedelta(minutes=15)
+    assert [await usable(fifteen + offset) for offset in (-timedelta(seconds=1), -MICROSECOND)] == [True, True]
+    assert [await usable(fifteen + offset) for offset in (timedelta(0), timedelta(seconds=1))] == [False, False]
+    assert await consumed(fifteen) is None
+    assert await consumed(fifteen + timedelta(seconds=1)) is None
+    assert await consumed(fifteen - timedelta(seconds=1)) == user.id  # not spent by the refusals above
+    assert await consumed(fifteen - timedelta(seconds=1)) is None  # and once only

@@ -49,9 +49,11 @@ def test_the_signed_bytes_are_the_bytes_sent() -> None:
 @pytest.mark.parametrize(
     ("status", "category", "permanent"),
     [
+        (199, "http_199", False),
         (200, None, False),
         (204, None, False),
         (299, None, False),
+        (300, "http_300", False),
         (301, "http_301", False),
         (400, "http_400", True),
         (401, "http_401", True),

@@ -60,3 +60,26 @@ def test_nearest_rank_percentiles() -> None:
     assert percentile(values, 95) == 95.0
     assert percentile(list(reversed(values)), 95) == 95.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+
+
+def test_the_reason_counts_words_and_runs_at_their_boundaries() -> None:
+    """Two failed compensations are plural; three runs are named without "more", the fourth is
+    "1 more"; without run ids the reason names none."""
+
+    def reason(failures: int, runs: list[str] | None) -> str:
+        return classify_health(
+            attempts=1, failed_attempts=0, open_compensation_failures=failures, open_run_ids=runs
+        ).reason
+
+    assert reason(2, ["wrn_1", "wrn_2"]) == (
+        "2 compensations failed: an administrator must finish undoing them — see runs wrn_1, wrn_2"
+    )
+    assert reason(3, ["wrn_1", "wrn_2", "wrn_3"]).endswith("see runs wrn_1, wrn_2, wrn_3")
+    assert reason(4, ["wrn_1", "wrn_2", "wrn_3", "wrn_4"]).endswith("see runs wrn_1, wrn_2, wrn_3 and 1 more")
+    assert reason(1, None) == "1 compensation failed: an administrator must finish undoing it"
+
+
+def test_a_percentile_is_the_nearest_rank_exactly() -> None:
+    """The rank is ``ceil(q / 100 · n)``: p95 of 200 values is the 190th, p100 of 101 the 101st."""
+    assert percentile([float(v) for v in range(1, 201)], 95) == 190.0
+    assert percentile([float(v) for v in range(1, 102)], 100) == 101.0

@@ -1,0 +1,422 @@
+"""A random sample of mutants of one module, each run against the tests that cover the module.
+
+mutmut measures a module by running every mutant against the tests that reached its function
+(docs/testing.md, "Mutation testing"); before that it runs its whole test selection once for its
+statistics, which for the integration files of a module outside the engine's core takes longer
+than the sample itself. This script needs no statistics: it draws ``--size`` mutants of the
+module at random (seeded), applies each alone to a scratch copy of the checkout and runs the named
+test files there (``pytest -x``; the first failure kills the mutant). A mutant still running after
+three times the unchanged files' time plus a minute counts as killed ("timeout"), as in mutmut.
+
+The operators are mutmut's, on the functions' bodies only (not module constants, annotations,
+docstrings or log lines): a comparison's operator (``<``/``<=``, ``==``/``!=``, ``in``/``not in``,
+``is``/``is not``), an arithmetic operator, ``and``/``or``, a ``not`` dropped, a number n → n + 1,
+``True``/``False`` swapped, a string changed (``"x"`` → ``"XXxXX"``), an assignment's value or a
+keyword argument's value made ``None``, ``return x`` → ``return None``, and a call made as a
+statement (``await f(...)``, ``f(...)``) dropped.
+
+    nice -n 15 uv run python -m testing.mutants --module engine/runs/approvals.py \\
+        --tests tests/integration/test_approvals.py --size 40 --jobs 2 --out .cockpit/mutants/approvals.jsonl
+
+Each result is one JSON line (mutant number, line, operator, outcome, seconds), written as soon as
+it is known; a second run with the same ``--out`` skips the mutants already there. ``--score``
+prints the file's kill rate with its 95 % Wilson interval (testing/mutation_sample.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import queue
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import CodeType, FunctionType
+from typing import Any
+
+from testing.mutation_sample import wilson
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP_COPY = {".git", ".venv", ".cockpit", "mutants", "node_modules", "test-results", ".mypy_cache", ".ruff_cache"}
+FLIP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.Div,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One mutation: the ``index``-th node of the walk, and what to do to it."""
+
+    index: int
+    operator: str
+    line: int
+
+
+def _is_log_call(node: ast.AST) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else node
+    if isinstance(call, ast.Await):
+        call = call.value
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id in {"log", "logger"}
+    )
+
+
+def _walk(tree: ast.Module) -> list[tuple[ast.AST, ast.AST | None]]:
+    """Every node inside a function body, in a fixed order, with its parent; skipping docstrings,
+    annotations and log lines."""
+    found: list[tuple[ast.AST, ast.AST | None]] = []
+
+    def visit(node: ast.AST, parent: ast.AST | None, inside: bool) -> None:
+        if _is_log_call(node):
+            return
+        if inside:
+            found.append((node, parent))
+        for field, value in ast.iter_fields(node):
+            if field in {"annotation", "returns", "type_comment", "decorator_list"}:
+                continue
+            children = value if isinstance(value, list) else [value]
+            for position, child in enumerate(children):
+                if not isinstance(child, ast.AST):
+                    continue
+                is_docstring = (
+                    field == "body"
+                    and position == 0
+                    and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+                    and isinstance(child, ast.Expr)
+                    and isinstance(child.value, ast.Constant)
+                    and isinstance(child.value.value, str)
+                )
+                if is_docstring or isinstance(child, ast.JoinedStr):
+                    continue
+                visit(child, node, inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(tree, None, False)
+    return found
+
+
+def _operators(node: ast.AST) -> list[str]:
+    match node:
+        case ast.Compare(ops=ops):
+            return [f"compare{i}" for i, op in enumerate(ops) if type(op) in FLIP]
+        case ast.BinOp(op=op) | ast.AugAssign(op=op) if type(op) in FLIP:
+            return ["arith"]
+        case ast.BoolOp():
+            return ["andor"]
+        case ast.UnaryOp(op=ast.Not()):
+            return ["drop_not"]
+        case ast.Constant(value=bool()):
+            return ["flip_bool"]
+        case ast.Constant(value=int() | float()):
+            return ["number"]
+        case ast.Constant(value=str()) if node.value:
+            return ["string"]
+        case ast.Assign(value=value) | ast.AnnAssign(value=value) if value is not None and not (
+            isinstance(value, ast.Constant) and value.value is None
+        ):
+            return ["assign_none"]
+        case ast.keyword(value=value) if not (isinstance(value, ast.Constant) and value.value is None):
+            return ["keyword_none"]
+        case ast.Return(value=value) if value is not None and not (
+            isinstance(value, ast.Constant) and value.value is None
+        ):
+            return ["return_none"]
+        case ast.Expr(value=ast.Call() | ast.Await(value=ast.Call())):
+            return ["drop_call"]
+    return []
+
+
+def sites(source: str, functions: set[str] | None = None) -> list[Site]:
+    """Every mutation of the module, or only those inside the named top-level functions."""
+    tree = ast.parse(source)
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions)
+    ]
+    return [
+        Site(index, operator, line)
+        for index, (node, _) in enumerate(_walk(tree))
+        for operator in _operators(node)
+        if (line := getattr(node, "lineno", 0)) and (functions is None or any(a <= line <= b for a, b in spans))
+    ]
+
+
+def _none() -> ast.Constant:
+    return ast.Constant(value=None)
+
+
+def apply(source: str, site: Site) -> str:
+    """The module's source with ``site`` applied (unparsed: comments and layout are lost)."""
+    tree = ast.parse(source)
+    node, parent = _walk(tree)[site.index]
+    operator = site.operator
+    if operator.startswith("compare"):
+        assert isinstance(node, ast.Compare)
+        i = int(operator.removeprefix("compare"))
+        node.ops[i] = FLIP[type(node.ops[i])]()
+    elif operator == "arith":
+        assert isinstance(node, (ast.BinOp, ast.AugAssign))
+        node.op = FLIP[type(node.op)]()
+    elif operator == "andor":
+        assert isinstance(node, ast.BoolOp)
+        node.op = FLIP[type(node.op)]()
+    elif operator == "drop_not":
+        assert isinstance(node, ast.UnaryOp) and parent is not None
+        _replace(parent, node, node.operand)
+    elif operator == "flip_bool":
+        assert isinstance(node, ast.Constant)
+        node.value = not node.value
+    elif operator == "number":
+        assert isinstance(node, ast.Constant)
+        node.value = node.value + 1
+    elif operator == "string":
+        assert isinstance(node, ast.Constant)
+        node.value = f"XX{node.value}XX"
+    elif operator in {"assign_none", "keyword_none", "return_none"}:
+        node.value = _none()  # type: ignore[attr-defined]
+    elif operator == "drop_call":
+        assert parent is not None
+        _replace(parent, node, ast.Pass())
+    else:
+        raise ValueError(operator)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n"
+
+
+def _replace(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for field, value in ast.iter_fields(parent):
+        if value is old:
+            setattr(parent, field, new)
+            return
+        if isinstance(value, list):
+            for i, child in enumerate(value):
+                if child is old:
+                    value[i] = new
+                    return
+    raise LookupError("node not found under its parent")
+
+
+def scratch_copy() -> Path:
+    """A copy of the checkout without its virtual environment, databases and caches."""
+    target = Path(tempfile.mkdtemp(prefix="cockpit-mutant-"))
+    for entry in ROOT.iterdir():
+        if entry.name in SKIP_COPY:
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(entry, target / entry.name)
+    return target
+
+
+def run_tests(where: Path, tests: list[str], limit: float | None) -> tuple[str, float]:
+    """("passed" | "failed" | "timeout", seconds) of ``pytest -x`` over ``tests`` in ``where``."""
+    env = dict(os.environ)
+    env.setdefault("COCKPIT_TEST_HOME", str(ROOT / ".cockpit" / "test"))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=where, env=env, capture_output=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - started
+    return ("passed" if done.returncode == 0 else "failed"), time.monotonic() - started
+
+
+def _code_objects(code: CodeType) -> dict[str, CodeType]:
+    """The module's top-level functions' code objects, by name."""
+    return {const.co_name: const for const in code.co_consts if isinstance(const, CodeType)}
+
+
+def run_in_process(module_name: str, source: str, path: str, every: list[Site], picked: list[int], args: Any) -> None:
+    """Each mutant swapped into the live module's function (its ``__code__``) and the tests run by
+    ``pytest.main`` in this process: no start-up per mutant. For pure functions reached by unit
+    tests only; a mutant that changes no function's code (a default value) is recorded "skipped"."""
+    import contextlib
+    import importlib
+    import io
+    import signal
+
+    import pytest
+
+    module = importlib.import_module(module_name)
+    functions = {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, FunctionType) and value.__module__ == module_name
+    }
+    original = _code_objects(compile(source, path, "exec"))
+    live = {name: fn.__code__ for name, fn in functions.items()}
+
+    def pytest_run(limit: int) -> str:
+        def too_long(*_: object) -> None:
+            raise TimeoutError("mutant ran too long")
+
+        signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(limit)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *args.tests])
+        finally:
+            signal.alarm(0)
+        return "passed" if code == 0 else "failed"
+
+    started = time.monotonic()
+    baseline = pytest_run(1800)
+    limit = int(3 * (time.monotonic() - started)) + 60
+    print(f"{path}: {len(every)} mutants; unchanged: {baseline} in {time.monotonic() - started:.0f} s", flush=True)
+    if baseline != "passed":
+        raise SystemExit("the tests fail without a mutant")
+    done = set()
+    if args.out.exists():
+        done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
+    for number in picked:
+        if number in done:
+            continue
+        site = every[number]
+        mutated = _code_objects(compile(apply(source, site), path, "exec"))
+        changed = [name for name in functions if name in mutated and mutated[name] != original.get(name)]
+        started = time.monotonic()
+        if not changed:
+            outcome = "skipped"
+        else:
+            for name in changed:
+                functions[name].__code__ = mutated[name]
+            try:
+                outcome = pytest_run(limit)
+            finally:
+                for name in changed:
+                    functions[name].__code__ = live[name]
+        line = {"mutant": number, "line": site.line, "operator": site.operator, "outcome": outcome}
+        line["seconds"] = round(time.monotonic() - started, 1)
+        with args.out.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+        print(json.dumps(line), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--module", required=True, help="e.g. engine/runs/approvals.py")
+    parser.add_argument("--tests", nargs="+", default=[], help="test files (or ids) to run for each mutant")
+    parser.add_argument("--functions", help="only these top-level functions (comma-separated)")
+    parser.add_argument("--size", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=20261202)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--in-process", action="store_true", help="swap each mutant into the live function (pure functions, unit tests)"
+    )
+    parser.add_argument("--list", action="store_true", help="print the sample's mutants and stop")
+    parser.add_argument("--show", type=int, help="print the diff of one mutant (its number) and stop")
+    parser.add_argument("--score", action="store_true", help="print the score of --out and stop")
+    args = parser.parse_args()
+
+    source = (ROOT / args.module).read_text()
+    every = sites(source, set(args.functions.split(",")) if args.functions else None)
+    if args.score:
+        results = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        results = [r for r in results if r["outcome"] != "skipped"]
+        killed = sum(1 for r in results if r["outcome"] in {"failed", "timeout"})
+        low, high = wilson(killed, len(results))
+        share = 100 * killed / len(results) if results else 0.0
+        print(
+            f"{args.module}: {len(every)} mutants, {len(results)} sampled, {killed} killed, "
+            f"{len(results) - killed} survived: {share:.0f} % (95 % interval {low:.0f}–{high:.0f} %)"
+        )
+        for r in results:
+            if r["outcome"] == "passed":
+                print(f"  survived #{r['mutant']} line {r['line']} {r['operator']}")
+        return
+    if args.show is not None:
+        import difflib
+
+        mutated = apply(source, every[args.show])
+        plain = ast.unparse(ast.parse(source)) + "\n"
+        sys.stdout.writelines(difflib.unified_diff(plain.splitlines(True), mutated.splitlines(True), n=2))
+        return
+    picked = sorted(random.Random(args.seed).sample(range(len(every)), min(args.size, len(every))))
+    if args.list:
+        for number in picked:
+            print(number, every[number])
+        return
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.in_process:
+        os.chdir(ROOT)
+        name = args.module.removesuffix(".py").replace("/", ".")
+        run_in_process(name, source, str(ROOT / args.module), every, picked, args)
+        return
+    done = set()
+    if args.out.exists():
+        done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
+    todo: queue.Queue[int] = queue.Queue()
+    for number in picked:
+        if number not in done:
+            todo.put(number)
+    copies = [scratch_copy() for _ in range(args.jobs)]
+    baseline, seconds = run_tests(copies[0], args.tests, None)
+    print(f"{args.module}: {len(every)} mutants; unchanged: {baseline} in {seconds:.0f} s", flush=True)
+    if baseline != "passed":
+        raise SystemExit("the tests fail without a mutant")
+    limit = 3 * seconds + 60
+    lock = threading.Lock()
+
+    def work(where: Path) -> None:
+        target = where / args.module
+        while True:
+            try:
+                number = todo.get_nowait()
+            except queue.Empty:
+                return
+            site = copy.copy(every[number])
+            target.write_text(apply(source, site))
+            try:
+                outcome, took = run_tests(where, args.tests, limit)
+            finally:
+                target.write_text(source)
+            line = {"mutant": number, "line": site.line, "operator": site.operator, "outcome": outcome}
+            line["seconds"] = round(took, 1)
+            with lock, args.out.open("a") as out:
+                out.write(json.dumps(line) + "\n")
+                print(json.dumps(line), flush=True)
+
+    threads = [threading.Thread(target=work, args=(where,)) for where in copies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for where in copies:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The AST mutator of the sampled mutation runs (testing/mutants.py): where it mutates, and what."""
+
+from __future__ import annotations
+
+from testing import mutants
+
+SOURCE = '''
+LIMIT = 10
+
+
+def allowed(size: int, log: object) -> bool:
+    """Whether ``size`` fits."""
+    log.info("checking %s", size)
+    if not size <= LIMIT:
+        return False
+    notify(kind="size", size=size)
+    return True
+'''
+
+
+def test_only_function_bodies_are_mutated_never_constants_docstrings_annotations_or_log_lines() -> None:
+    found = {(site.line, site.operator) for site in mutants.sites(SOURCE)}
+    assert found == {
+        (8, "drop_not"),
+        (8, "compare0"),
+        (9, "flip_bool"),
+        (9, "return_none"),
+        (10, "drop_call"),
+        (10, "keyword_none"),
+        (10, "string"),
+        (11, "return_none"),
+        (11, "flip_bool"),
+    }, found
+
+
+def test_each_mutant_changes_one_thing() -> None:
+    by_operator = {site.operator: site for site in mutants.sites(SOURCE)}
+    assert "if not size < LIMIT:" in mutants.apply(SOURCE, by_operator["compare0"])
+    assert "if size <= LIMIT:" in mutants.apply(SOURCE, by_operator["drop_not"])
+    dropped = mutants.apply(SOURCE, by_operator["drop_call"])
+    assert "notify(" not in dropped and "pass" in dropped and "log.info" in dropped
+    assert "notify(kind='XXsizeXX', size=size)" in mutants.apply(SOURCE, by_operator["string"])
+    assert "LIMIT = 10" in mutants.apply(SOURCE, by_operator["return_none"])
+    assert mutants.apply(SOURCE, by_operator["return_none"]).rstrip().endswith("return None")
+
+
+def test_a_run_can_be_narrowed_to_named_functions() -> None:
+    source = SOURCE + "\n\ndef other() -> int:\n    return 1 + 2\n"
+    assert {site.line for site in mutants.sites(source, {"other"})} == {15}
+    assert {site.line for site in mutants.sites(source, {"allowed"})} == {8, 9, 10, 11}
