@@ -163,8 +163,8 @@ async def make_workflow(
 async def stage(realm: RealmHandle, workflow: Workflow, body: dict[str, Any], author: User | None = None) -> int:
     actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
     async with realm.sessions() as session, session.begin():
-        revision = await workflows.stage_revision(session, actor, workflow.id, body)
-        return revision.number
+        staged = await workflows.stage_revision(session, actor, workflow.id, body)
+        return staged.revision.number
 
 
 async def second_admin(realm: RealmHandle, email: str = "second@example.com") -> User:

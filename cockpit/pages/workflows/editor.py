@@ -236,15 +236,17 @@ class WorkflowEditorPages(Controller):
         if parsed.parsed:
             try:
                 async with db_session.begin_nested():  # an error undoes only this change
-                    revision = await workflows.stage_revision(
+                    staged = await workflows.stage_revision(
                         db_session, principal.actor(request_id_of(request)), workflow.id, parsed.value
                     )
             except EngineError as exc:
                 parsed.issues = place(exc.issues, text)
                 error, status_code = exc.detail, exc.status
             else:
+                done = "unchanged" if staged.unchanged else "staged"
                 return Redirect(
-                    f"/realms/{principal.realm.slug}/workflows/{workflow.id}/revisions/{revision.number}?done=staged",
+                    f"/realms/{principal.realm.slug}/workflows/{workflow.id}/revisions/{staged.revision.number}"
+                    f"?done={done}",
                     status_code=303,
                 )
         base = None
