@@ -32,6 +32,19 @@ START_ID = "run-start"
 _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
 
 
+class StartManyForm(msgspec.Struct):
+    people: str = ""  # emails or user ids, one per line (or separated by commas or spaces)
+    organization_id: str = ""
+
+
+_PEOPLE_SPLIT = re.compile(r"[\s,;]+")
+
+
+def people_of(text: str) -> list[str]:
+    """The entries of the people field, in order, as typed (emails or ids)."""
+    return [p for p in _PEOPLE_SPLIT.split(text.strip()[:20_000]) if p][:100]
+
+
 class StartRunForm(msgspec.Struct):
     subject: str = ""
     organization_id: str = ""
@@ -252,3 +265,142 @@ class RunStartPages(Controller):
             fields.pop("definition", None)
         errors["step_errors"] = step_errors
         return errors
+
+
+class RunStartManyPages(Controller):
+    """Starting a workflow for several people at once (``pages/runs/start_many.html``): up to
+    ``runs.MANY_AT_ONCE`` people, a preview per person, then one result per person."""
+
+    path = "/realms/{realm:str}"
+    include_in_schema = False
+
+    async def _page(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        workflow_id: str,
+        *,
+        status_code: int = 200,
+        form: dict[str, str] | None = None,
+        **context: Any,
+    ) -> Template:
+        realm_id = principal.realm.id
+        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
+        orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+        return page(
+            request,
+            "pages/runs/start_many.html",
+            nav="workflows",
+            status_code=status_code,
+            workflow=workflow,
+            limit=runs.MANY_AT_ONCE,
+            users=sorted(people_page.items, key=lambda u: u.email),
+            organizations=sorted(orgs.items, key=lambda o: o.name.lower()),
+            form=form or {"people": "", "organization_id": ""},
+            **context,
+        )
+
+    async def _people(self, db_session: DbSession, realm_id: str, entries: list[str]) -> list[dict[str, Any]]:
+        """Each entry with the user it names (an email or an id), or None."""
+        by_id = await directory.users_by_id(db_session, realm_id, [e for e in entries if "@" not in e])
+        found = []
+        for entry in entries:
+            user = await identity.user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
+            found.append({"entry": entry, "user": user, "subject_id": user.id if user is not None else entry})
+        return found
+
+    @get("/workflows/{workflow_id:str}/runs/start-many", operation_id="runStartManyPage", opt=RUN)
+    async def start_many_page(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        return await self._page(request, db_session, principal, workflow_id)
+
+    @post(
+        "/workflows/{workflow_id:str}/runs/start-many/preview",
+        operation_id="runStartManyPagePreview",
+        opt=RUN,
+        status_code=200,
+    )
+    async def preview_many(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[StartManyForm],
+    ) -> Template:
+        """What the run would do to each person (writes nothing)."""
+        form = {"people": data.people, "organization_id": data.organization_id.strip()}
+        people = await self._people(db_session, principal.realm.id, people_of(data.people))
+        issues = runs.many_subjects_issues([p["subject_id"] for p in people])
+        if issues:
+            return await self._page(
+                request, db_session, principal, workflow_id, status_code=422, form=form, people_error=issues[0].message
+            )
+        previews = []
+        for person in people:
+            try:
+                found = await preview_run(
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    workflow_id,
+                    subject_id=person["subject_id"],
+                    organization_id=form["organization_id"] or None,
+                    revision_number=None,
+                    settings=preview_settings(context_of(request.app).settings),
+                )
+            except NotFound:
+                raise
+            except EngineError as exc:
+                previews.append({**person, "refused": _refusal(exc)})
+            else:
+                previews.append({**person, "preview": found, "failing": certain_failure(found)})
+        return await self._page(request, db_session, principal, workflow_id, form=form, previews=previews)
+
+    @post(
+        "/workflows/{workflow_id:str}/runs/start-many", operation_id="runStartManyPageStart", opt=RUN, status_code=200
+    )
+    async def start_many(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[StartManyForm],
+    ) -> Template:
+        """One result per person: their run, or why it did not start."""
+        form = {"people": data.people, "organization_id": data.organization_id.strip()}
+        people = await self._people(db_session, principal.realm.id, people_of(data.people))
+        try:
+            started = await runs.start_manual_runs(
+                db_session,
+                principal.actor(request_id_of(request)),
+                workflow_id,
+                subject_ids=[p["subject_id"] for p in people],
+                organization_id=form["organization_id"] or None,
+            )
+        except NotFound:
+            raise
+        except EngineError as exc:
+            message = exc.issues[0].message if exc.issues else exc.detail
+            return await self._page(
+                request, db_session, principal, workflow_id, status_code=exc.status, form=form, people_error=message
+            )
+        results = [
+            {**person, "run": result.run, "refused": _refusal(result.refused) if result.refused else None}
+            for person, result in zip(people, started, strict=True)
+        ]
+        # Nothing started for anyone: the answer carries the (first) refusal's status.
+        refusals = [r.refused for r in started if r.refused is not None]
+        status_code = refusals[0].status if len(refusals) == len(started) else 200
+        return await self._page(
+            request, db_session, principal, workflow_id, status_code=status_code, form=form, results=results
+        )
+
+
+def _refusal(exc: EngineError) -> str:
+    """Why a person's run did not start (or would not), in one sentence."""
+    messages = [i.message for i in exc.issues]
+    return "; ".join(messages) if messages else exc.detail
