@@ -549,9 +549,11 @@ async def test_the_start_page_for_several_people_previews_and_answers_per_person
     assert form_page.status_code == 200 and "at most 10 people" in form_page.text
 
     # The preview: one entry per person, nothing written; the administrator themselves would not start.
-    people = f"grace@example.com\n{alan.id}, {realm.admin.email}\nnobody@example.com"
-    preview = await client.post(f"{url}/preview", data={"people": people, "_csrf": login.csrf}, headers=HTML)
-    assert preview.status_code == 200
+    assert f'name="picked" value="{grace.id}"' in form_page.text  # the people to tick
+    people = f"{alan.id}, {realm.admin.email}\nnobody@example.com"
+    picked = {"picked": [grace.id], "people": people, "_csrf": login.csrf}
+    preview = await client.post(f"{url}/preview", data=picked, headers=HTML)
+    assert preview.status_code == 200, preview.text[-3000:]
     outcomes = re.findall(r'data-testid="person-preview" data-outcome="([^"]+)"', preview.text)
     assert outcomes == ["would_succeed", "would_succeed", "refused", "refused"], outcomes
     assert "Grace Hopper" in preview.text and "Alan Turing" in preview.text
@@ -559,7 +561,7 @@ async def test_the_start_page_for_several_people_previews_and_answers_per_person
     assert await count_runs(realm) == 0
 
     # Starting: one result per person; the refusals leave the others started.
-    started = await client.post(url, data={"people": people, "_csrf": login.csrf}, headers=HTML)
+    started = await client.post(url, data=picked, headers=HTML)
     assert started.status_code == 200
     assert re.findall(r'data-testid="person-result" data-started="(\w+)"', started.text) == ["yes", "yes", "no", "no"]
     assert "2 of 4 started." in started.text

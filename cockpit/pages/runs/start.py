@@ -17,7 +17,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import PICKER_LIMIT, form_errors, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import identity, organizations
@@ -32,9 +32,14 @@ START_ID = "run-start"
 _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
 
 
-class StartManyForm(msgspec.Struct):
-    people: str = ""  # emails or user ids, one per line (or separated by commas or spaces)
-    organization_id: str = ""
+async def many_form(request: AnyRequest) -> tuple[dict[str, Any], list[str]]:
+    """The form of a start for several people, and its entries in order: the user ids ticked in the
+    list (``picked``), then the emails or ids typed (``people``)."""
+    data = await request.form()
+    picked = [v for v in data.getall("picked", []) if isinstance(v, str) and v][:100]
+    people = field(data, "people")
+    form = {"people": people, "picked": picked, "organization_id": field(data, "organization_id").strip()}
+    return form, picked + people_of(people)
 
 
 _PEOPLE_SPLIT = re.compile(r"[\s,;]+")
@@ -94,7 +99,7 @@ class RunStartPages(Controller):
         workflow_id: str,
         *,
         status_code: int = 200,
-        form: dict[str, str] | None = None,
+        form: dict[str, Any] | None = None,
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
@@ -282,7 +287,7 @@ class RunStartManyPages(Controller):
         workflow_id: str,
         *,
         status_code: int = 200,
-        form: dict[str, str] | None = None,
+        form: dict[str, Any] | None = None,
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
@@ -298,7 +303,7 @@ class RunStartManyPages(Controller):
             limit=runs.MANY_AT_ONCE,
             users=sorted(people_page.items, key=lambda u: u.email),
             organizations=sorted(orgs.items, key=lambda o: o.name.lower()),
-            form=form or {"people": "", "organization_id": ""},
+            form=form or {"people": "", "picked": [], "organization_id": ""},
             **context,
         )
 
@@ -329,11 +334,10 @@ class RunStartManyPages(Controller):
         workflow_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: URLEncodedBody[StartManyForm],
     ) -> Template:
         """What the run would do to each person (writes nothing)."""
-        form = {"people": data.people, "organization_id": data.organization_id.strip()}
-        people = await self._people(db_session, principal.realm.id, people_of(data.people))
+        form, entries = await many_form(request)
+        people = await self._people(db_session, principal.realm.id, entries)
         issues = runs.many_subjects_issues([p["subject_id"] for p in people])
         if issues:
             return await self._page(
@@ -368,11 +372,10 @@ class RunStartManyPages(Controller):
         workflow_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-        data: URLEncodedBody[StartManyForm],
     ) -> Template:
         """One result per person: their run, or why it did not start."""
-        form = {"people": data.people, "organization_id": data.organization_id.strip()}
-        people = await self._people(db_session, principal.realm.id, people_of(data.people))
+        form, entries = await many_form(request)
+        people = await self._people(db_session, principal.realm.id, entries)
         try:
             started = await runs.start_manual_runs(
                 db_session,
