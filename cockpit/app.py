@@ -51,7 +51,7 @@ from cockpit.pages.roles import RolesPages
 from cockpit.pages.runs.bulk import RunBulkPages
 from cockpit.pages.runs.detail import RunPages
 from cockpit.pages.runs.list import RunListPages
-from cockpit.pages.runs.start import RunStartPages
+from cockpit.pages.runs.start import RunStartManyPages, RunStartPages
 from cockpit.pages.service_principals import ServicePrincipalsPages
 from cockpit.pages.settings import PolicyPages, TemplatesPages
 from cockpit.pages.tokens import TokensPages
@@ -117,6 +117,7 @@ PAGE_CONTROLLERS: list[type] = [
     RunBulkPages,
     RunPages,
     RunStartPages,
+    RunStartManyPages,
     UsersPages,
     OrganizationListPages,
     OrganizationPages,

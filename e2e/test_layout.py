@@ -51,6 +51,30 @@ OVERFLOW = """() => {
   return {width, doc, worst};
 }"""
 
+# Every table wider than the box it sits in (a table that scrolls sideways, its scrollbar out of
+# sight until someone tries): its id or class, its width and the box's.
+TABLES_WIDER_THAN_THEIR_BOX = """() => {
+  const out = [];
+  for (const table of document.querySelectorAll('main table')) {
+    const r = table.getBoundingClientRect();
+    if (r.width === 0) continue;
+    const box = table.parentElement;
+    if (table.scrollWidth > box.clientWidth + 1 || r.width > box.clientWidth + 1) {
+      out.push({table: table.id || table.className || table.closest('[id]')?.id || '?',
+                width: Math.round(Math.max(r.width, table.scrollWidth)), box: box.clientWidth});
+    }
+  }
+  return out;
+}"""
+
+# The essential columns of the runs list, which stay in view at every width; the rest fold into the
+# row beneath them on a narrow window.
+RUNS_ESSENTIAL = ("Subject", "Workflow", "State", "Started")
+COLUMN_SHOWN = """(th) => {
+  const r = th.getBoundingClientRect();
+  const box = th.closest('table').parentElement.getBoundingClientRect();
+  return getComputedStyle(th).display !== 'none' && r.width > 0 && r.left >= box.left - 1 && r.right <= box.right + 1;
+}"""
 
 # The live worker delivers the demo's events to a receiver on 127.0.0.1 (a private address: the
 # operator allows it here, the subscription asks for it), and retries a failed try after 1 s.
@@ -215,6 +239,9 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str]]:
         ("workflow-runs", f"{r}/workflows/{ids['workflow']}/runs"),
         ("start-run", f"{r}/workflows/{ids['workflow']}/runs/start"),
         ("new-workflow", f"{r}/workflows/new"),
+        ("new-workflow-from-template", f"{r}/workflows/new?template=offboarding"),
+        ("editor-from-template", f"{r}/workflows/{ids['draft']}/edit?template=approved-access"),
+        ("start-many", f"{r}/workflows/{ids['workflow']}/runs/start-many"),
         ("runs", f"{r}/runs"),
         ("needs-attention", f"{r}/attention"),
         ("approvals", f"{r}/approvals"),
@@ -262,6 +289,8 @@ def test_every_main_page_fits_its_window_at_1400_and_800_px(
                 measured = page.evaluate(OVERFLOW)
                 if measured["doc"] > measured["width"]:
                     too_wide.append(f"{name} at {width} px: document {measured['doc']} px, widest {measured['worst']}")
+                for table in page.evaluate(TABLES_WIDER_THAN_THEIR_BOX):
+                    too_wide.append(f"{name} at {width} px: table {table}")
                 if width == WIDTHS[0]:  # every state badge has a colour of its own (no grey fall-through)
                     for state in page.locator(".badge.tone-unknown").evaluate_all(
                         "els => els.map(e => e.dataset.state)"
@@ -291,11 +320,21 @@ def test_at_800_px_the_navigation_is_a_menu(live_server: LiveServer, browser: Br
         menu.get_by_role("link", name="Runs").click()
         expect(page).to_have_url(re.compile(r"/runs$"))
         expect(page.get_by_role("heading", level=1)).to_have_text("Runs")
-        # The runs list shows every column at 1400 px, its badges coloured by state.
+        # At 800 px the runs list keeps its essential columns in view; the others fold into the row.
+        for column in RUNS_ESSENTIAL:
+            assert page.get_by_role("columnheader", name=column, exact=True).evaluate(COLUMN_SHOWN), column
+        folded = page.get_by_test_id("run-row").first.get_by_test_id("run-folded")
+        expect(folded).to_be_visible()
+        expect(folded).to_contain_text("Finished")
+        # The runs list shows every column at 1400 px, none cut, its badges coloured by state.
         page.set_viewport_size({"width": 1400, "height": 900})
         expect(page.get_by_role("navigation", name="Main")).to_be_visible()
-        for column in ("Started", "Finished", "Duration"):
-            expect(page.get_by_role("columnheader", name=column)).to_be_in_viewport()
+        expect(page.get_by_test_id("run-row").first.get_by_test_id("run-folded")).to_be_hidden()
+        for column in ("Run", *RUNS_ESSENTIAL, "Current step", "Error", "Finished", "Duration"):
+            header = page.get_by_role("columnheader", name=column, exact=True)
+            expect(header).to_be_in_viewport()
+            assert header.evaluate(COLUMN_SHOWN), column
+        assert page.evaluate(TABLES_WIDER_THAN_THEIR_BOX) == []
         succeeded = page.get_by_test_id("run-state").filter(has_text="succeeded").first
         cancelled = page.get_by_test_id("run-state").filter(has_text="cancelled").first
         colour = "(el) => getComputedStyle(el).backgroundColor"

@@ -124,3 +124,40 @@ def test_an_admin_writes_fixes_and_saves_a_second_approves_the_first_publishes(
     workflows.nav("Workflows")
     expect(workflows.state_of("Onboarding")).to_have_text("active")
     expect(workflows.row("Onboarding")).to_contain_text("revision 2")
+
+
+SECOND = (
+    '{"schema_version": 1, "triggers": [{"type": "manual"}], '
+    '"steps": [{"id": "pause", "type": "wait", "duration": "1h"}, {"id": "done", "type": "end"}]}'
+)
+
+
+def test_back_after_saving_shows_what_was_saved_and_saving_it_again_changes_nothing(
+    live_server: LiveServer, page: Page
+) -> None:
+    slug, first_link, _ = prepare(live_server)
+    sign_in(page, slug, first_link)
+    workflows = WorkflowsPage(page, slug)
+    workflows.nav("Workflows")
+    editor = workflows.create("Back and forth", definition=MINIMAL)
+    expect(page.get_by_text("Starting from revision 1")).to_be_visible()
+
+    editor.type_definition(SECOND)
+    editor.expect_valid()
+    editor.save()
+    saved = RevisionPage.current(page, slug)
+    assert saved.number == 2
+    expect(editor.message).to_have_text("Saved as a new draft revision.")
+
+    # Back: the editor shows the text just saved and starts from the revision it made, not the
+    # page as it was before saving.
+    page.go_back()
+    editor.wait_until_ready()
+    expect(page.get_by_text("Starting from revision 2")).to_be_visible()
+    expect(editor.definition).to_have_value(re.compile('"duration": "1h"'))
+
+    # Saving it again makes no revision 3: the editor says nothing changed.
+    editor.save()
+    same = RevisionPage.current(page, slug)
+    assert same.number == 2
+    expect(editor.message).to_contain_text("Nothing changed")

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Response, delete, get, patch, post
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from cockpit.api import schemas
@@ -215,6 +216,14 @@ class WorkflowsController(Controller):
         "/{workflow_id:str}/revisions",
         operation_id="stageWorkflowRevision",
         opt={"permission": "realm.workflows.write", "location": "/workflows/{workflow_id}/revisions/{number}"},
+        responses={
+            201: ResponseSpec(schemas.WorkflowRevision, description="Staged as a new draft revision"),
+            200: ResponseSpec(
+                schemas.WorkflowRevision,
+                description="Nothing changed: the latest revision already holds this definition, which "
+                "comes back as it is (no new revision, no audit event)",
+            ),
+        },
     )
     async def stage(
         self,
@@ -223,11 +232,12 @@ class WorkflowsController(Controller):
         data: JSONBody[DefinitionBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.WorkflowRevision:
-        revision = await workflows.stage_revision(
+    ) -> Response[schemas.WorkflowRevision]:
+        staged = await workflows.stage_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.definition
         )
-        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
+        answer = typed(schemas.WorkflowRevision, workflows.revision_view(staged.revision))
+        return Response(answer, status_code=200 if staged.unchanged else 201)
 
     @get(
         "/{workflow_id:str}/revisions", operation_id="listWorkflowRevisions", opt={"permission": "realm.workflows.read"}

@@ -28,7 +28,7 @@ class WorkflowsPage(CockpitPage):
 
     def create(self, name: str, *, definition: str = "", requires_approval: bool = False) -> EditorPage:
         """New workflow → the editor of its first revision."""
-        self.page.get_by_role("link", name="New workflow").click()
+        self.page.get_by_role("link", name="New workflow", exact=True).click()
         self.page.get_by_label("Name").fill(name)
         approval = self.page.get_by_label("Requires approval before publishing")
         if requires_approval:

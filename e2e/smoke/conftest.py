@@ -71,8 +71,9 @@ class Deployment:
     def email(self, who: str) -> str:
         return f"{self.prefix}-{who}@smoke.example"
 
-    def user(self, who: str, display_name: str) -> Person:
-        body = self.call("POST", "/users", json={"email": self.email(who), "display_name": display_name})
+    def user(self, who: str, display_name: str, *, password: str | None = None) -> Person:
+        fields = {"email": self.email(who), "display_name": display_name}
+        body = self.call("POST", "/users", json=fields | ({"password": password} if password else {}))
         self.users.append(body["id"])
         return Person(body["id"], body["email"], body["display_name"])
 

@@ -1,18 +1,28 @@
 """Smoke flows against a running cockpit (see ``conftest.py``): sign in, the directory, the editor
-with a second administrator's approval, a run followed to its end.
-
-Not here yet: an approver deciding on the self-service page — approvals do not exist yet.
+with a second administrator's approval, a run followed to its end, and an approver deciding on
+the self-service approvals page while the administrator's timeline moves on.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+import time
 from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
-from e2e.pages import RealmHome, RevisionPage, RunsPage, UsersPage, WorkflowPage, WorkflowsPage, sign_in_with_link
+from e2e.pages import (
+    RealmHome,
+    RevisionPage,
+    RunsPage,
+    TimelinePage,
+    UsersPage,
+    WorkflowPage,
+    WorkflowsPage,
+    sign_in_with_link,
+)
 from e2e.signin import create_sign_in_link
 from e2e.smoke.conftest import Deployment, Person
 
@@ -132,3 +142,56 @@ def test_a_run_started_in_the_cockpit_is_followed_to_its_end(
     # What the run did, it undid: the subject holds nothing of the suite's role.
     held = deployment.call("GET", "/role-assignments", params={"user_id": subject.id})["items"]
     assert [a for a in held if a["role_id"] == role_id] == []
+
+
+def test_an_approver_approves_on_the_self_service_page_and_the_timeline_moves_on(
+    deployment: Deployment, signed_in: Callable[[Person], Page], new_context: Callable[..., BrowserContext]
+) -> None:
+    admin = deployment.administrator("watcher", "Smoke Watcher")
+    password = secrets.token_urlsafe(18)
+    approver = deployment.user("decider", "Smoke Decider", password=password)  # no role: an account only
+    subject = deployment.user("joiner", "Smoke Joiner")
+    role_id = deployment.role("joiner", ["realm.workflows.read"])
+    steps = [
+        {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"},
+        {"id": "grant", "type": "assign_role", "role_id": role_id, "scope": "realm"},
+        {"id": "revoke", "type": "remove_role", "role_id": role_id},
+        {"id": "done", "type": "end"},
+    ]
+    workflow_id = deployment.workflow("approval", steps)
+    name = deployment.name("approval")
+    run = deployment.call("POST", f"/workflows/{workflow_id}/runs", expected=202, json={"subject_id": subject.id})
+
+    # The administrator watches the run wait for the approver.
+    page = signed_in(admin)
+    timeline = TimelinePage(page, deployment.realm, run["id"]).open()
+    timeline.follow_to("awaiting_approval", timeout_ms=RUN_DEADLINE_MS)
+    expect(page.get_by_test_id("approval-row")).to_contain_text("Smoke Decider")
+
+    # The approver signs in with a password only (an account session) and decides on "Waiting for me".
+    theirs = new_context().new_page()
+    approvals = f"/realms/{deployment.realm}/approvals"
+    theirs.goto(f"{deployment.url}/realms/{deployment.realm}/sign-in?next={approvals}")
+    theirs.get_by_label("Email").fill(approver.email)
+    theirs.get_by_label("Password").fill(password)
+    theirs.get_by_role("button", name="Sign in").click()
+    expect(theirs).to_have_url(re.compile(re.escape(approvals) + "$"))
+    card = theirs.get_by_test_id("approval-card").filter(has_text=name)
+    deadline = time.monotonic() + RUN_DEADLINE_MS / 1000
+    while card.count() == 0:  # the list does not poll: the request shows once the worker made it
+        assert time.monotonic() < deadline, "the approval never reached the approver's page"
+        theirs.wait_for_timeout(500)
+        theirs.reload()
+    expect(card).to_contain_text("Smoke Joiner")
+    card.get_by_role("link", name="Decide").click()
+    theirs.get_by_label(re.compile("^Comment")).fill("Smoke approval.")
+    theirs.get_by_test_id("approve").click()
+    expect(theirs.get_by_test_id("flash")).to_contain_text("Approved")
+    expect(theirs.get_by_test_id("decision")).to_contain_text("approved by Smoke Decider")
+
+    # The administrator's timeline, still open, moves on to its end by itself.
+    timeline.follow_to("succeeded", timeout_ms=RUN_DEADLINE_MS)
+    for step in ("approve", "grant", "revoke", "done"):
+        expect(timeline.step_state(step)).to_have_text("succeeded")
+    expect(page.get_by_test_id("approval-status")).to_have_text("approved")
+    assert deployment.call("GET", f"/workflow-runs/{run['id']}")["state"] == "succeeded"

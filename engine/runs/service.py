@@ -21,7 +21,7 @@ from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
 from engine.directory.models import AuditEvent, Organization, User
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
+from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs import runstore
@@ -218,6 +218,68 @@ async def start_manual_run(
             code="already_started",
         )
     return run
+
+
+MANY_AT_ONCE = 10  # the most people one manual start (and its preview) is for
+
+
+def many_subjects_issues(subject_ids: list[str]) -> list[Issue]:
+    """What is wrong with the people of a start for several people at once: none, the same person
+    twice, or more than :data:`MANY_AT_ONCE`."""
+    if not subject_ids:
+        return [Issue("/subject_ids", "required", "Choose at least one person.")]
+    if len(subject_ids) > MANY_AT_ONCE:
+        return [
+            Issue(
+                "/subject_ids",
+                "too_many",
+                f"At most {MANY_AT_ONCE} people at once; {len(subject_ids)} were chosen.",
+            )
+        ]
+    seen: set[str] = set()
+    for index, subject_id in enumerate(subject_ids):
+        if subject_id in seen:
+            return [Issue(f"/subject_ids/{index}", "duplicate", "The same person is chosen twice.")]
+        seen.add(subject_id)
+    return []
+
+
+@dataclass(frozen=True)
+class StartedFor:
+    """One person's result of a start for several people: their run, or why it did not start."""
+
+    subject_id: str
+    run: WorkflowRun | None = None
+    refused: EngineError | None = None
+
+
+async def start_manual_runs(
+    session: AsyncSession,
+    actor: Actor,
+    workflow_id: str,
+    *,
+    subject_ids: list[str],
+    organization_id: str | None,
+) -> list[StartedFor]:
+    """A manual start for up to :data:`MANY_AT_ONCE` people at once: each person's run goes through
+    :func:`start_manual_run`'s rules on its own, so one refusal (a person the starter has no
+    authority over, say) leaves the others started. One result per person, in the order given."""
+    if issues := many_subjects_issues(subject_ids):
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    results: list[StartedFor] = []
+    for subject_id in subject_ids:
+        try:
+            async with session.begin_nested():  # a refusal undoes only this person's start
+                run = await start_manual_run(
+                    session, actor, workflow_id, subject_id=subject_id, organization_id=organization_id
+                )
+        except NotFound:
+            raise  # the workflow itself: nothing to start for anyone
+        except EngineError as exc:
+            results.append(StartedFor(subject_id, refused=exc))
+        else:
+            results.append(StartedFor(subject_id, run=run))
+    return results
 
 
 async def check_start_request(

@@ -715,11 +715,31 @@ async def _stage(session: AsyncSession, actor: Actor, workflow: Workflow, defini
     return revision
 
 
-async def stage_revision(session: AsyncSession, actor: Actor, workflow_id: str, definition: Any) -> WorkflowRevision:
+@dataclass(frozen=True)
+class Staged:
+    """What saving a definition did: ``unchanged`` when the latest revision already holds exactly
+    this definition (same hash), and ``revision`` is that revision; otherwise a new draft."""
+
+    revision: WorkflowRevision
+    unchanged: bool = False
+
+
+async def stage_revision(session: AsyncSession, actor: Actor, workflow_id: str, definition: Any) -> Staged:
+    """Stage ``definition`` as a new draft revision, unless it is identical to the latest revision:
+    then nothing is written and the latest revision comes back marked ``unchanged`` (the API answers
+    200 with it, the editor says "nothing changed")."""
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
     _not_plugin(workflow, "change")
     raise_if(prefixed(await validate_for_realm(session, actor.realm_id, definition), "/definition"))
-    return await _stage(session, actor, workflow, definition)
+    latest = await session.scalar(
+        select(WorkflowRevision)
+        .where(WorkflowRevision.workflow_id == workflow.id, WorkflowRevision.realm_id == workflow.realm_id)
+        .order_by(WorkflowRevision.number.desc())  # type: ignore[attr-defined]
+        .limit(1)
+    )
+    if latest is not None and latest.hash == definition_hash(definition):
+        return Staged(latest, unchanged=True)
+    return Staged(await _stage(session, actor, workflow, definition))
 
 
 REVISION_MAX = 2**31 - 1  # revision numbers are PostgreSQL integers

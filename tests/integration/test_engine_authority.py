@@ -102,6 +102,7 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
         "starts a run: the starter's authority over the subject and every step is checked there; the run's"
         " steps change principals through the functions registered here, with the publisher's authority"
     ),
+    "engine.runs.service.start_manual_runs": "each person's run goes through start_manual_run's rules",
     "engine.runs.service.cancel_run": "cancelling only undoes what the run did, under its publisher",
     "engine.workflows.service.create_workflow": "a workflow definition; it acts only once published",
     "engine.workflows.service.update_workflow": "renames a workflow",

@@ -509,6 +509,12 @@ PAGE_ESCALATIONS: dict[tuple[str, str], list[PageAttack] | Unrelated] = {
     ("POST", "/workflows/{workflow_id}/runs/start"): [
         page_user(lambda w, u: (f"/workflows/{w.workflow}/runs/start", {"subject": u}))
     ],
+    ("POST", "/workflows/{workflow_id}/runs/start-many/preview"): Unrelated(
+        "writes nothing: a preview per person under the manual start's checks"
+    ),
+    ("POST", "/workflows/{workflow_id}/runs/start-many"): [
+        page_user(lambda w, u: (f"/workflows/{w.workflow}/runs/start-many", {"people": u}))
+    ],
     ("POST", "/runs/{run_id}/cancel"): Unrelated("cancelling only undoes what the run did, under its publisher"),
     ("POST", "/runs/{run_id}/rerun"): Unrelated("a re-run passes the manual start's rules"),
     ("POST", "/runs/{run_id}/retry-now"): Unrelated("changes only when a waiting attempt happens"),

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
+from engine.platform.errors import ValidationFailed
 from engine.platform.ids import new_id
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
@@ -499,3 +500,98 @@ async def test_the_start_form_shows_every_error(client: Client, realm: RealmHand
     assert plain.status_code == 422 and "<html" in plain.text and "Start a run of Guarded" in plain.text
     async with realm.sessions() as session:
         assert await session.scalar(text("SELECT count(*) FROM workflow_runs")) == 0
+
+
+# --- Starting for several people at once ----------------------------------------------------------
+
+
+async def count_runs(realm: RealmHandle) -> int:
+    async with realm.sessions() as session:
+        return int(await session.scalar(text("SELECT count(*) FROM workflow_runs")) or 0)
+
+
+async def test_the_engine_starts_for_ten_people_at_once_and_refuses_eleven(realm: RealmHandle) -> None:
+    people = [await realm.user(f"p{i}@example.com") for i in range(11)]
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Many")
+    async with realm.sessions() as session, session.begin():
+        try:
+            await runs.start_manual_runs(
+                session, realm.actor, wid, subject_ids=[p.id for p in people], organization_id=None
+            )
+        except ValidationFailed as exc:
+            assert [(i.path, i.code) for i in exc.issues] == [("/subject_ids", "too_many")]
+            assert exc.issues[0].message == "At most 10 people at once; 11 were chosen."
+        else:
+            raise AssertionError("eleven people were accepted")
+    assert await count_runs(realm) == 0
+    async with realm.sessions() as session, session.begin():
+        started = await runs.start_manual_runs(
+            session, realm.actor, wid, subject_ids=[p.id for p in people[:10]], organization_id=None
+        )
+    assert [r.subject_id for r in started] == [p.id for p in people[:10]]
+    assert all(r.run is not None and r.refused is None for r in started)
+    assert await count_runs(realm) == 10
+    # The same person twice, or nobody, is refused before anything starts.
+    async with realm.sessions() as session, session.begin():
+        for subject_ids, code in (([people[0].id, people[0].id], "duplicate"), ([], "required")):
+            try:
+                await runs.start_manual_runs(session, realm.actor, wid, subject_ids=subject_ids, organization_id=None)
+            except ValidationFailed as exc:
+                assert exc.issues[0].code == code
+            else:
+                raise AssertionError(subject_ids)
+    assert await count_runs(realm) == 10
+
+
+async def test_the_start_page_for_several_people_previews_and_answers_per_person(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    grace = await realm.user("grace@example.com", display_name="Grace Hopper")
+    alan = await realm.user("alan@example.com", display_name="Alan Turing")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Several")
+    url = f"/realms/{realm.slug}/workflows/{wid}/runs/start-many"
+    form_page = await client.get(url, headers=HTML)
+    assert form_page.status_code == 200 and "at most 10 people" in form_page.text
+
+    # The preview: one entry per person, nothing written; the administrator themselves would not start.
+    assert f'name="picked" value="{grace.id}"' in form_page.text  # the people to tick
+    people = f"{alan.id}, {realm.admin.email}\nnobody@example.com"
+    picked = {"picked": [grace.id], "people": people, "_csrf": login.csrf}
+    preview = await client.post(f"{url}/preview", data=picked, headers=HTML)
+    assert preview.status_code == 200, preview.text[-3000:]
+    outcomes = re.findall(r'data-testid="person-preview" data-outcome="([^"]+)"', preview.text)
+    assert outcomes == ["would_succeed", "would_succeed", "refused", "refused"], outcomes
+    assert "Grace Hopper" in preview.text and "Alan Turing" in preview.text
+    assert "Nobody starts a run about themselves." in preview.text
+    assert await count_runs(realm) == 0
+
+    # Starting: one result per person; the refusals leave the others started.
+    started = await client.post(url, data=picked, headers=HTML)
+    assert started.status_code == 200
+    assert re.findall(r'data-testid="person-result" data-started="(\w+)"', started.text) == ["yes", "yes", "no", "no"]
+    assert "2 of 4 started." in started.text
+    async with realm.sessions() as session:
+        subjects = set((await session.execute(text("SELECT subject_id FROM workflow_runs"))).scalars())
+    assert subjects == {grace.id, alan.id}
+
+    # Ten people are allowed, eleven refused with the limit named, and nothing starts.
+    eleven = [await realm.user(f"many{i}@example.com") for i in range(11)]
+    too_many = "\n".join(u.email for u in eleven)
+    refused = await client.post(url, data={"people": too_many, "_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 422 and "At most 10 people at once; 11 were chosen." in refused.text
+    refused = await client.post(f"{url}/preview", data={"people": too_many, "_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 422 and "At most 10 people at once; 11 were chosen." in refused.text
+    assert await count_runs(realm) == 2
+    ten = "\n".join(u.email for u in eleven[:10])
+    allowed = await client.post(url, data={"people": ten, "_csrf": login.csrf}, headers=HTML)
+    assert allowed.status_code == 200 and "10 of 10 started." in allowed.text
+    assert await count_runs(realm) == 12
+
+    # Someone who may only read workflows gets no such page and starts nothing.
+    reader = await realm.user("reader@example.com")
+    await realm.assign(reader, await realm.builtin_role("realm-auditor"))
+    reader_login = await signed_in(client, realm, reader)
+    assert (await client.get(url, headers=HTML)).status_code == 403
+    denied = await client.post(url, data={"people": grace.email, "_csrf": reader_login.csrf}, headers=HTML)
+    assert denied.status_code == 403 and await count_runs(realm) == 12

@@ -22,6 +22,7 @@ from engine.directory.models import RealmPolicy, User
 from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json, line_diff, pretty_json
 from engine.workflows.models import Workflow
+from engine.workflows.templates import workflow_templates
 from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
@@ -163,8 +164,8 @@ async def make_workflow(
 async def stage(realm: RealmHandle, workflow: Workflow, body: dict[str, Any], author: User | None = None) -> int:
     actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
     async with realm.sessions() as session, session.begin():
-        revision = await workflows.stage_revision(session, actor, workflow.id, body)
-        return revision.number
+        staged = await workflows.stage_revision(session, actor, workflow.id, body)
+        return staged.revision.number
 
 
 async def second_admin(realm: RealmHandle, email: str = "second@example.com") -> User:
@@ -324,6 +325,58 @@ async def test_the_realm_policy_locks_approval_on(client: Client, realm: RealmHa
     assert done.status_code == 303
     async with realm.sessions() as session:
         assert await session.scalar(text("SELECT requires_approval FROM workflows WHERE name = 'Quick'")) is True
+
+
+async def test_a_new_workflow_from_a_template_opens_in_the_editor_with_what_is_left_to_choose(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    url = f"/realms/{realm.slug}/workflows/new"
+    for template in workflow_templates():
+        form = await client.get(url, params={"template": template.key}, headers=HTML)
+        assert form.status_code == 200
+        assert f'value="{template.key}" checked' in form.text
+        assert f'value="{html.escape(template.name)}"' in form.text
+        created = await client.post(
+            url,
+            data={"_csrf": login.csrf, "name": template.name, "owner_id": realm.admin.id, "template": template.key},
+            headers=HTML,
+            follow_redirects=False,
+        )
+        assert created.status_code == 303, created.text
+        location = created.headers["location"]
+        workflow_id = location.split("/workflows/", 1)[1].split("/", 1)[0]
+        assert location.endswith(f"/edit?done=created&template={template.key}")
+        # Nothing staged yet: the template is text in the editor until the author saves it.
+        assert await audit_types(realm, workflow_id) == ["workflow.created"]
+        editor = await client.get(location, headers=HTML)
+        assert editor.status_code == 200
+        assert f"Starting from the template <strong>{html.escape(template.title)}</strong>" in editor.text
+        kept = editor.text.split('id="definition-text"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+        assert json.loads(html.unescape(kept)) == template.definition
+        # Validation names each reference still to choose, each with its field in the builder.
+        holes = {
+            f"/definition/steps/{i}/{member}"
+            for i, step in enumerate(template.definition["steps"])
+            for member, value in step.items()
+            if member in ("role_id", "group_id", "subscription_id", "approvers") and value in ("", [])
+        } | {
+            f"/definition/triggers/{i}/select/role_id"
+            for i, trigger in enumerate(template.definition["triggers"])
+            if trigger.get("select", {}).get("role_id") == ""
+        }
+        assert {path for path, _, _ in issues_of(editor.text)} == holes
+        assert editor.text.count('class="goto-field"') >= len([h for h in holes if "/select/" not in h])
+
+    # An unknown template, or a template and a pasted definition at once, is refused with the reason.
+    unknown = await client.post(url, data={"_csrf": login.csrf, "name": "X", "template": "payroll"}, headers=HTML)
+    assert unknown.status_code == 422 and "Choose one of the templates." in unknown.text
+    both = await client.post(
+        url,
+        data={"_csrf": login.csrf, "name": "Y", "template": "onboarding", "definition": json.dumps(MINIMAL)},
+        headers=HTML,
+    )
+    assert both.status_code == 422 and "Choose a template or paste a definition, not both" in both.text
 
 
 # --- The editor -----------------------------------------------------------------------------------

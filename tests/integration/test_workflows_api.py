@@ -377,3 +377,30 @@ async def test_decisions_and_cancellation_take_an_optional_body(client: Client, 
     ).json()["id"]
     published = await client.post(f"{realm.api}/workflows/{wid}/revisions/1/publish", headers=realm.headers)
     assert published.status_code == 200, published.text
+
+
+async def test_saving_the_latest_definition_again_makes_no_new_revision(client: Client, realm: RealmHandle) -> None:
+    first = definition({"id": "pause", "type": "wait", "duration": "1h"})
+    created = await client.post(
+        realm.api + "/workflows", json={"name": "Same", "definition": first}, headers=realm.headers
+    )
+    base = f"{realm.api}/workflows/{created.json()['id']}"
+    # The same definition with its keys in another order: nothing changed, revision 1 comes back.
+    reordered = {"steps": [{"type": "wait", "duration": "1h", "id": "pause"}, {"type": "end", "id": "done"}]}
+    reordered |= {"triggers": [{"type": "manual"}], "schema_version": 1}
+    audit_before = await audit_types(realm, created.json()["id"])
+    same = await client.post(f"{base}/revisions", json={"definition": reordered}, headers=realm.headers)
+    assert same.status_code == 200, same.text
+    assert same.json()["number"] == 1 and "location" not in same.headers
+    assert await audit_types(realm, created.json()["id"]) == audit_before
+    # One character different: a new draft revision.
+    changed = definition({"id": "pause", "type": "wait", "duration": "2h"})
+    staged = await client.post(f"{base}/revisions", json={"definition": changed}, headers=realm.headers)
+    assert staged.status_code == 201 and staged.json()["number"] == 2
+    # Going back to revision 1's text is a change against the latest (2): revision 3.
+    back = await client.post(f"{base}/revisions", json={"definition": first}, headers=realm.headers)
+    assert back.status_code == 201 and back.json()["number"] == 3
+    again = await client.post(f"{base}/revisions", json={"definition": first}, headers=realm.headers)
+    assert again.status_code == 200 and again.json()["number"] == 3
+    numbers = [r["number"] for r in (await client.get(f"{base}/revisions", headers=realm.headers)).json()["items"]]
+    assert sorted(numbers) == [1, 2, 3]

@@ -18,7 +18,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import PICKER_LIMIT, form_errors, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import identity, organizations
@@ -31,6 +31,24 @@ from engine.workflows import service as workflows
 START_ID = "run-start"
 
 _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
+
+
+async def many_form(request: AnyRequest) -> tuple[dict[str, Any], list[str]]:
+    """The form of a start for several people, and its entries in order: the user ids ticked in the
+    list (``picked``), then the emails or ids typed (``people``)."""
+    data = await request.form()
+    picked = [v for v in data.getall("picked", []) if isinstance(v, str) and v][:100]
+    people = field(data, "people")
+    form = {"people": people, "picked": picked, "organization_id": field(data, "organization_id").strip()}
+    return form, picked + people_of(people)
+
+
+_PEOPLE_SPLIT = re.compile(r"[\s,;]+")
+
+
+def people_of(text: str) -> list[str]:
+    """The entries of the people field, in order, as typed (emails or ids)."""
+    return [p for p in _PEOPLE_SPLIT.split(text.strip()[:20_000]) if p][:100]
 
 
 class StartRunForm(msgspec.Struct):
@@ -83,7 +101,7 @@ class RunStartPages(Controller):
         workflow_id: str,
         *,
         status_code: int = 200,
-        form: dict[str, str] | None = None,
+        form: dict[str, Any] | None = None,
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
@@ -257,3 +275,140 @@ class RunStartPages(Controller):
             fields.pop("definition", None)
         errors["step_errors"] = step_errors
         return errors
+
+
+class RunStartManyPages(Controller):
+    """Starting a workflow for several people at once (``pages/runs/start_many.html``): up to
+    ``runs.MANY_AT_ONCE`` people, a preview per person, then one result per person."""
+
+    path = "/realms/{realm:str}"
+    include_in_schema = False
+
+    async def _page(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: Principal,
+        workflow_id: str,
+        *,
+        status_code: int = 200,
+        form: dict[str, Any] | None = None,
+        **context: Any,
+    ) -> Template:
+        realm_id = principal.realm.id
+        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
+        orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+        return page(
+            request,
+            "pages/runs/start_many.html",
+            nav="workflows",
+            status_code=status_code,
+            workflow=workflow,
+            limit=runs.MANY_AT_ONCE,
+            users=sorted(people_page.items, key=lambda u: u.email),
+            organizations=sorted(orgs.items, key=lambda o: o.name.lower()),
+            form=form or {"people": "", "picked": [], "organization_id": ""},
+            **context,
+        )
+
+    async def _people(self, db_session: DbSession, realm_id: str, entries: list[str]) -> list[dict[str, Any]]:
+        """Each entry with the user it names (an email or an id), or None."""
+        by_id = await directory.users_by_id(db_session, realm_id, [e for e in entries if "@" not in e])
+        found = []
+        for entry in entries:
+            user = await identity.user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
+            found.append({"entry": entry, "user": user, "subject_id": user.id if user is not None else entry})
+        return found
+
+    @get("/workflows/{workflow_id:str}/runs/start-many", operation_id="runStartManyPage", opt=RUN)
+    async def start_many_page(
+        self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
+    ) -> Template:
+        return await self._page(request, db_session, principal, workflow_id)
+
+    @post(
+        "/workflows/{workflow_id:str}/runs/start-many/preview",
+        operation_id="runStartManyPagePreview",
+        opt=RUN,
+        status_code=200,
+    )
+    async def preview_many(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Template:
+        """What the run would do to each person (writes nothing)."""
+        form, entries = await many_form(request)
+        people = await self._people(db_session, principal.realm.id, entries)
+        issues = runs.many_subjects_issues([p["subject_id"] for p in people])
+        if issues:
+            return await self._page(
+                request, db_session, principal, workflow_id, status_code=422, form=form, people_error=issues[0].message
+            )
+        previews = []
+        for person in people:
+            try:
+                found = await preview_run(
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    workflow_id,
+                    subject_id=person["subject_id"],
+                    organization_id=form["organization_id"] or None,
+                    revision_number=None,
+                    settings=preview_settings(context_of(request.app).settings),
+                )
+            except NotFound:
+                raise
+            except EngineError as exc:
+                previews.append({**person, "refused": _refusal(exc)})
+            else:
+                previews.append({**person, "preview": found, "failing": certain_failure(found)})
+        return await self._page(request, db_session, principal, workflow_id, form=form, previews=previews)
+
+    @post(
+        "/workflows/{workflow_id:str}/runs/start-many", operation_id="runStartManyPageStart", opt=RUN, status_code=200
+    )
+    async def start_many(
+        self,
+        request: AnyRequest,
+        workflow_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+    ) -> Template:
+        """One result per person: their run, or why it did not start."""
+        form, entries = await many_form(request)
+        people = await self._people(db_session, principal.realm.id, entries)
+        try:
+            started = await runs.start_manual_runs(
+                db_session,
+                principal.actor(request_id_of(request)),
+                workflow_id,
+                subject_ids=[p["subject_id"] for p in people],
+                organization_id=form["organization_id"] or None,
+            )
+        except NotFound:
+            raise
+        except EngineError as exc:
+            message = exc.issues[0].message if exc.issues else exc.detail
+            return await self._page(
+                request, db_session, principal, workflow_id, status_code=exc.status, form=form, people_error=message
+            )
+        results = [
+            {**person, "run": result.run, "refused": _refusal(result.refused) if result.refused else None}
+            for person, result in zip(people, started, strict=True)
+        ]
+        # Nothing started for anyone: the answer carries the (first) refusal's status.
+        refusals = [r.refused for r in started if r.refused is not None]
+        status_code = refusals[0].status if len(refusals) == len(started) else 200
+        return await self._page(
+            request, db_session, principal, workflow_id, status_code=status_code, form=form, results=results
+        )
+
+
+def _refusal(exc: EngineError) -> str:
+    """Why a person's run did not start (or would not), in one sentence."""
+    messages = [i.message for i in exc.issues]
+    return "; ".join(messages) if messages else exc.detail

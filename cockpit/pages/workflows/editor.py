@@ -32,6 +32,7 @@ from engine.platform.errors import EngineError, NotFound
 from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json
 from engine.workflows.models import Workflow, WorkflowRevision
+from engine.workflows.templates import workflow_template
 
 SKELETON: dict[str, Any] = {
     "schema_version": 1,
@@ -154,7 +155,10 @@ class WorkflowEditorPages(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         from_revision: Annotated[int | None, QueryParameter(name="from")] = None,
+        template: Annotated[str | None, QueryParameter(name="template")] = None,
     ) -> Template:
+        """The latest revision's text (or revision ``?from=``'s), or a template's (``?template=``):
+        then nothing is saved until the author saves, and validation names what is left to choose."""
         realm_id = principal.realm.id
         workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
         base: WorkflowRevision | None
@@ -163,9 +167,13 @@ class WorkflowEditorPages(Controller):
         else:
             revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
             base = revisions[0] if revisions else None
-        text = authored_json(as_authored(base) if base is not None else SKELETON)
+        chosen = workflow_template(template) if template and from_revision is None else None
+        if chosen is not None:
+            text = authored_json(chosen.definition)
+        else:
+            text = authored_json(as_authored(base) if base is not None else SKELETON)
         checked = await check_text(db_session, realm_id, text)
-        return await self._editor(request, db_session, principal, workflow, checked, base=base)
+        return await self._editor(request, db_session, principal, workflow, checked, base=base, from_template=chosen)
 
     @post("/{workflow_id:str}/edit/validate", operation_id="workflowEditorValidate", opt=WRITE, status_code=200)
     async def validate(
@@ -236,15 +244,17 @@ class WorkflowEditorPages(Controller):
         if parsed.parsed:
             try:
                 async with db_session.begin_nested():  # an error undoes only this change
-                    revision = await workflows.stage_revision(
+                    staged = await workflows.stage_revision(
                         db_session, principal.actor(request_id_of(request)), workflow.id, parsed.value
                     )
             except EngineError as exc:
                 parsed.issues = place(exc.issues, text)
                 error, status_code = exc.detail, exc.status
             else:
+                done = "unchanged" if staged.unchanged else "staged"
                 return Redirect(
-                    f"/realms/{principal.realm.slug}/workflows/{workflow.id}/revisions/{revision.number}?done=staged",
+                    f"/realms/{principal.realm.slug}/workflows/{workflow.id}/revisions/{staged.revision.number}"
+                    f"?done={done}",
                     status_code=303,
                 )
         base = None

@@ -20,6 +20,7 @@ from engine.directory.policy import publish_approval_required
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.workflows import service as workflows
 from engine.workflows.models import WORKFLOW_STATES
+from engine.workflows.templates import workflow_template, workflow_templates
 
 TABLE_ID = "workflows-table"
 
@@ -97,6 +98,7 @@ class WorkflowListPages(Controller):
             status_code=status_code,
             users=users,
             policy_default=policy_default,
+            templates=workflow_templates(),
             form=form
             or {
                 "name": "",
@@ -104,13 +106,32 @@ class WorkflowListPages(Controller):
                 "owner_id": principal.id,
                 "requires_approval": policy_default,
                 "definition": "",
+                "template": "",
             },
             **context,
         )
 
     @get("/new", operation_id="workflowNewPage", opt=WRITE)
-    async def new_page(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Template:
-        return await self._new(request, db_session, principal)
+    async def new_page(
+        self,
+        request: AnyRequest,
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        template: FromQuery[str | None] = None,
+    ) -> Template:
+        """The form; ``?template=<key>`` chooses that template and suggests its name."""
+        chosen = workflow_template(template or "")
+        if chosen is None:
+            return await self._new(request, db_session, principal)
+        form = {
+            "name": chosen.name,
+            "description": chosen.summary,
+            "owner_id": principal.id,
+            "requires_approval": await publish_approval_required(db_session, principal.realm.id),
+            "definition": "",
+            "template": chosen.key,
+        }
+        return await self._new(request, db_session, principal, form=form)
 
     @post("/new", operation_id="workflowNewPageCreate", opt=WRITE, status_code=303)
     async def create(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
@@ -124,9 +145,26 @@ class WorkflowListPages(Controller):
             "requires_approval": bool(field(data, "requires_approval"))
             or await publish_approval_required(db_session, principal.realm.id),
             "definition": text,
+            "template": field(data, "template"),
         }
+        chosen = workflow_template(form["template"]) if form["template"] else None
         parsed = parse_text(text) if text.strip() else None
         try:
+            if form["template"] and chosen is None:
+                raise ValidationFailed(
+                    "The request is not valid.", issues=[Issue("/template", "invalid", "Choose one of the templates.")]
+                )
+            if chosen is not None and parsed is not None:
+                raise ValidationFailed(
+                    "The request is not valid.",
+                    issues=[
+                        Issue(
+                            "/template",
+                            "invalid",
+                            "Choose a template or paste a definition, not both: a template opens in the editor.",
+                        )
+                    ],
+                )
             if parsed is not None and not parsed.parsed:
                 raise ValidationFailed(
                     "The request is not valid.", issues=[Issue(i.path, i.code, i.message) for i in parsed.issues]
@@ -160,4 +198,7 @@ class WorkflowListPages(Controller):
                 definition_issues=definition_issues,
                 **errors,
             )
-        return Redirect(f"/realms/{principal.realm.slug}/workflows/{workflow.id}/edit?done=created", status_code=303)
+        then = f"&template={chosen.key}" if chosen is not None else ""
+        return Redirect(
+            f"/realms/{principal.realm.slug}/workflows/{workflow.id}/edit?done=created{then}", status_code=303
+        )

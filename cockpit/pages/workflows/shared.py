@@ -19,6 +19,7 @@ FLASHES = {
     "created": "Workflow created.",
     "deleted": "Workflow deleted.",
     "staged": "Saved as a new draft revision.",
+    "unchanged": "Nothing changed: this revision already holds exactly that definition, so no new one was made.",
     "approved": "Revision approved.",
     "rejected": "Revision rejected.",
     "published": "Revision published.",
