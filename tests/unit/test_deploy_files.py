@@ -60,6 +60,6 @@ def test_the_environment_template_names_only_settings_the_product_reads() -> Non
 def test_the_nginx_site_passes_the_client_address_the_product_trusts() -> None:
     site = (DEPLOY / "nginx" / "cockpit.conf").read_text()
     assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in site
-    assert re.search(r"listen 443 ssl;", site) and "ssl_certificate " in site
+    assert re.search(r"listen 443 ssl( http2)?;", site) and "ssl_certificate " in site
     # A write is never sent to a second web host.
     assert re.search(r"^\s*proxy_next_upstream [^;]*non_idempotent", site, flags=re.MULTILINE) is None
