@@ -29,7 +29,14 @@ from engine.endpoints.transport import CallOutcome
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
 from engine.runs import approvals, metrics, runstore
-from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
+from engine.runs.decisions import (
+    Effect,
+    Refusal,
+    decide,
+    publisher_refusal,
+    run_compensating_entry,
+    step_failed_entry,
+)
 from engine.runs.fastpath import FastPath, Move, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import (
@@ -181,7 +188,7 @@ class Runner:
         self.clock = clock or Clock()
         self._last_realm: str | None = None
         self.last_claim_full = False  # the last pass's claim filled the batch
-        self.fast = FastPath(worker_id, self.clock, self.settings.lease)
+        self.fast = FastPath(worker_id, self.clock, self.settings.lease, mail_configured=self.settings.mail_configured)
         # Calls prepared by a transaction, sent once it has committed (keyed by run).
         self._calls: dict[str, PreparedCall] = {}
 
@@ -295,16 +302,12 @@ class Runner:
                 subjects = Counter(row["subject_id"] for row in locked.values())
                 publishers = {row["publisher_id"] for row in locked.values()}
                 publishers |= {subject for subject, count in subjects.items() if count > 1}
-                moves: list[Move] = []
                 for run_id in run_ids:
-                    row = locked.get(run_id)
-                    if row is None:
+                    if run_id not in locked:
                         log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
                         outcomes[run_id] = _LOST
-                        continue
-                    move = await self.fast.transition(raw, staged, row, now, publishers)
-                    if move is not None:
-                        moves.append(move)
+                rows = [locked[run_id] for run_id in run_ids if run_id in locked]
+                moves: list[Move] = await self.fast.transitions(raw, staged, rows, now, publishers)
                 # One statement for the group; a run it could not move wrote nothing and goes alone.
                 moved = await self.fast.apply(raw, moves)
                 for move in moves:
@@ -841,14 +844,15 @@ class Runner:
         attempt.error_message = failure.message[:2000]
         attempt.finished_at = now
         await runstore.record_attempt(session, attempt)
+        entry = step_failed_entry(run.id, attempt.step_id, attempt.number, failure.category)
         await record_audit(
             session,
             run_actor(run),
-            "workflow.step.failed",
-            category=CATEGORY,
-            subject_type="workflow_run",
-            subject_id=run.id,
-            details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
+            entry.type,
+            category=entry.category,
+            subject_type=entry.subject_type,
+            subject_id=entry.subject_id,
+            details=entry.details,
         )
         if failure.permanent:
             await self._start_compensating(session, run, failure.category, failure.message)
@@ -885,14 +889,15 @@ class Runner:
             error_category=category,
             last_error=message[:2000],
         )
+        entry = run_compensating_entry(run.id, category, reason)
         await record_audit(
             session,
             run_actor(run),
-            "workflow.run.failed",
-            category=CATEGORY,
-            subject_type="workflow_run",
-            subject_id=run.id,
-            details={"reason": reason or category, "error_category": category, "phase": "compensating"},
+            entry.type,
+            category=entry.category,
+            subject_type=entry.subject_type,
+            subject_id=entry.subject_id,
+            details=entry.details,
         )
 
     async def _fail_run(self, session: AsyncSession, run: WorkflowRun, category: str, message: str) -> None:
