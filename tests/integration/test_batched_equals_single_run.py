@@ -118,15 +118,17 @@ def step_of(world: World, kind: str, index: int) -> dict[str, Any]:
     return {"id": f"s{index}"} | made[kind]
 
 
+# What makes most steps refuse is rarer, so that most examples also make some steps.
+rarely = st.sampled_from([False, False, False, True])
 subject_states = st.fixed_dictionaries(
     {
         "member": st.booleans(),
         "in_group": st.booleans(),
         "holds": st.booleans(),
         "holds_org": st.booleans(),
-        "suspended": st.booleans(),
-        "strong": st.booleans(),
-        "missing": st.booleans(),
+        "suspended": rarely,
+        "strong": rarely,
+        "missing": rarely,
         "credentials": st.booleans(),
     }
 )
@@ -276,7 +278,9 @@ class _GroupFailures(logging.Handler):
             self.records.append(record)
 
 
-def example(world: World, subjects: list[dict[str, bool]], kinds: list[str], narrow: bool, weakened: bool) -> int:
+def example(
+    world: World, subjects: list[dict[str, bool]], kinds: list[str], narrow: bool, weakened: bool
+) -> tuple[int, set[tuple[str, str]]]:
     """Seed the base database, clone it, and make its new runs with one executor on each: the base
     (the batched executor) and the clone (the single-run one). Every run of earlier examples is
     finished, so each executor makes exactly this example's runs."""
@@ -292,18 +296,19 @@ def example(world: World, subjects: list[dict[str, bool]], kinds: list[str], nar
         batched, moved = world.run(execute(world.base_url, batched=True, moment=moment))
         for table in ROWS:
             assert batched[table] == single[table], (table, subjects, kinds, narrow, weakened)
-        return moved
+        return moved, {(row[3], row[6]) for row in batched["attempts"]}  # (step type, state)
     finally:
         world.drop(clone)
 
 
 def test_the_batched_executor_writes_what_the_single_run_executor_writes(pg_server: str, pg_template: str) -> None:
     world = World(pg_server, pg_template)
-    made_batched = []
+    made_batched: list[int] = []
+    seen: set[tuple[str, str]] = set()
     try:
 
         @settings(
-            max_examples=10,
+            max_examples=16,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         )
@@ -314,10 +319,17 @@ def test_the_batched_executor_writes_what_the_single_run_executor_writes(pg_serv
             weakened=st.booleans(),
         )
         def equal(subjects: list[dict[str, bool]], kinds: list[str], narrow: bool, weakened: bool) -> None:
-            made_batched.append(example(world, subjects, kinds, narrow, weakened))
+            moved, outcomes = example(world, subjects, kinds, narrow, weakened)
+            made_batched.append(moved)
+            seen.update(outcomes)
 
         equal()
     finally:
         world.close()
-    # The property was about the batched executor: it made transitions in most examples.
+    # The property was about the batched executor: it made transitions in most examples, and the
+    # examples made these step types succeed and these refuse (``remove_role`` and ``suspend_user``
+    # are pinned case by case in test_batched_step_forms.py).
     assert sum(1 for moved in made_batched if moved) >= len(made_batched) // 2, made_batched
+    made = {"assign_role", "add_to_group", "remove_from_group", "remove_membership", "notify", "end"}
+    assert {kind for kind, state in seen if state == "succeeded"} >= made, sorted(seen)
+    assert {kind for kind, state in seen if state == "failed"} >= {"assign_role", "add_to_group"}, sorted(seen)
