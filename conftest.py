@@ -20,7 +20,7 @@ hypothesis_settings.register_profile("repeatable", derandomize=True, database=No
 hypothesis_settings.register_profile("explore")
 hypothesis_settings.load_profile("explore" if os.environ.get("COCKPIT_HYPOTHESIS_RANDOM") else "repeatable")
 
-_TIER_BY_FOLDER = {"unit": "unit", "integration": "integration", "acceptance": "acceptance"}
+_TIER_BY_FOLDER = {"unit": "unit", "integration": "integration", "acceptance": "acceptance", "topology": "topology"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

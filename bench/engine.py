@@ -33,16 +33,19 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
 from typing import Any  # noqa: E402
 
+import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import organizations  # noqa: E402
+from engine.directory import identity, organizations  # noqa: E402
+from engine.directory.audit import Actor  # noqa: E402
 from engine.directory.authz import load_authority  # noqa: E402
+from engine.directory.models import User  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
@@ -56,11 +59,14 @@ from testing.chaos import (  # noqa: E402
     publish,
     start_manual_runs,
 )
-from testing.processes import cockpit_env  # noqa: E402
+from testing.processes import cockpit_env, free_port, wait_http  # noqa: E402
+from testing.processes import start as start_process  # noqa: E402
+from testing.processes import stop as stop_process  # noqa: E402
 
 PHASE_TIMEOUT_S = 60.0  # a throughput phase stops counting after this (the rate is still valid)
 WORKER_START_TIMEOUT_S = 180.0  # the first phase drains the setup's outbox (a user.created per user)
 SAMPLE_TIMEOUT_S = 10.0
+BURST_TIMEOUT_S = 300.0  # the burst's drain stops counting after this
 
 
 @dataclass
@@ -73,6 +79,10 @@ class Options:
     tenant_share: int = 10
     trace: bool = False
     profile: str | None = None  # a perf.data file: a system-wide profile of the 2-worker phase
+    scenario: str = "phases"  # phases | mixed | burst
+    workload: str = "alternating"  # the manual workflow: alternating | mixed
+    clients: int = 8  # burst: HTTP requests in flight while the runs are created
+    explain_ms: int | None = None  # auto_explain every statement of the scratch database slower than this
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,24 @@ PHASES = (
     Phase("1 worker, group commit", 1, 50),
     Phase("1 worker, each run commits alone", 1, 1),
     Phase("2 workers, group commit", 2, 50),
+)
+MIXED_PHASES = (Phase("1 worker, group commit, every internal step type", 1, 50),)
+BURST_PHASE = Phase("1 worker after an API burst", 1, 50)
+
+# The mixed workflow: every internal step type, in an order each step can succeed in. The types
+# with a batched form today go through one statement per group commit; the others make their
+# transition alone (engine/runs/fastpath.py, FAST_STEP_TYPES).
+MIXED_STEPS = (
+    "assign_role",
+    "add_to_group",
+    "notify",
+    "assign_role",
+    "remove_role",
+    "add_to_group",
+    "remove_from_group",
+    "remove_membership",
+    "suspend_user",
+    "end",
 )
 
 
@@ -111,6 +139,7 @@ class Trace:
     lock_ms: float = 0.0  # in group commits: the lock, the transitions' statements, the COMMIT
     steps_ms: float = 0.0
     commit_ms: float = 0.0
+    groups: list[tuple[float, int, float]] = field(default_factory=list)  # each group commit: start, runs, steps_ms
 
 
 @dataclass
@@ -143,6 +172,12 @@ class Results:
     server_version: str = ""
     load_average: str = ""  # at the start: others' work on the machine shows in the figures
     load_average_end: str = ""
+    steps: int = 0  # transitions per run of the manual workflow
+    api_runs_per_s: float | None = None  # burst: runs made per second through the API
+    pgbench_around: tuple[float, float] | None = None  # burst: pgbench tps before and after
+    maintenance: dict[str, tuple[int, int]] = field(default_factory=dict)  # burst: autovacuums, autoanalyzes
+    autovacuum_seen: list[str] = field(default_factory=list)  # burst: what autovacuum did during the drain
+    autovacuum_split: tuple[list[float], list[float]] | None = None  # burst: group statement ms, during / apart
 
 
 @dataclass
@@ -153,6 +188,7 @@ class Setup:
     event_org_id: str
     batches: list[list[str]]  # subjects of each phase
     newcomers: list[str]  # subjects of the latency samples
+    steps: int = 0  # steps of the manual workflow (its transitions per run)
 
 
 # --- The workload -------------------------------------------------------------------------------
@@ -171,11 +207,39 @@ def workflow(directory: Directory, steps: int, trigger: dict[str, Any], group_id
     return {"schema_version": 1, "triggers": [trigger], "steps": body}
 
 
-async def prepare(sessions: async_sessionmaker[AsyncSession], options: Options) -> Setup:
-    effects = options.steps - 1
+def mixed_workflow(directory: Directory, trigger: dict[str, Any]) -> dict[str, Any]:
+    """:data:`MIXED_STEPS`: grant two roles and revoke the first, join two groups and leave the first, a
+    notice, then the subject leaves the organization and is suspended."""
+    roles = [v for k, v in directory.role_ids.items() if k.startswith("bench-role-")]
+    groups = directory.group_ids
+    made = {"assign_role": 0, "add_to_group": 0}
+    body: list[dict[str, Any]] = []
+    for index, kind in enumerate(MIXED_STEPS):
+        step: dict[str, Any] = {"id": f"s{index}-{kind}", "type": kind}
+        if kind == "assign_role":
+            step |= {"role_id": roles[made[kind]], "scope": "realm"}
+        elif kind == "remove_role":
+            step["role_id"] = roles[0]
+        elif kind == "add_to_group":
+            step["group_id"] = groups[made[kind]]
+        elif kind == "remove_from_group":
+            step["group_id"] = groups[0]
+        elif kind == "remove_membership":
+            step["organization_id"] = directory.organization_id
+        elif kind == "notify":
+            step["notice"] = "welcome"
+        made[kind] = made.get(kind, 0) + 1
+        body.append(step)
+    return {"schema_version": 1, "triggers": [trigger], "steps": body}
+
+
+async def prepare(
+    sessions: async_sessionmaker[AsyncSession], options: Options, phases: tuple[Phase, ...] = PHASES
+) -> Setup:
+    effects = max(options.steps - 1, 4)  # the mixed workflow needs two roles and two groups
     directory = await build_directory(
         sessions,
-        subjects=len(PHASES) * options.runs,
+        subjects=len(phases) * options.runs,
         roles=[f"bench-role-{n}" for n in range((effects + 1) // 2)],
         groups=max(effects // 2, 1),
     )
@@ -188,14 +252,16 @@ async def prepare(sessions: async_sessionmaker[AsyncSession], options: Options) 
             (await organizations.create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
             for n in range(max(effects // 2, 1))
         ]
-    manual = await publish(
-        sessions, actor, "Bench manual", workflow(directory, options.steps, {"type": "manual"}, directory.group_ids)
-    )
+    if options.workload == "mixed":
+        definition, steps = mixed_workflow(directory, {"type": "manual"}), len(MIXED_STEPS)
+    else:
+        definition, steps = workflow(directory, options.steps, {"type": "manual"}, directory.group_ids), options.steps
+    manual = await publish(sessions, actor, "Bench manual", definition)
     trigger = {"type": "event", "event_types": ["organization.membership.added"], "organization_id": org.id}
     event = await publish(sessions, actor, "Bench event", workflow(directory, 2, trigger, event_groups))
     subjects = directory.subject_ids
-    batches = [subjects[n * options.runs : (n + 1) * options.runs] for n in range(len(PHASES))]
-    return Setup(directory, manual, event, org.id, batches, newcomers)
+    batches = [subjects[n * options.runs : (n + 1) * options.runs] for n in range(len(phases))]
+    return Setup(directory, manual, event, org.id, batches, newcomers, steps)
 
 
 async def wait_for_workers(sessions: async_sessionmaker[AsyncSession], count: int) -> None:
@@ -423,6 +489,8 @@ def read_trace(log_dir: Path, start: float, end: float) -> Trace:
             found.lock_ms += line.get("lock_ms", 0.0)
             found.steps_ms += line.get("steps_ms", 0.0)
             found.commit_ms += line.get("commit_ms", 0.0)
+            if line["msg"] == "group commit":
+                found.groups.append((line["start"], line["moved"], line.get("steps_ms", 0.0)))
     found.owners = len(owners)
     claims = [line["start"] for line in lines if line["msg"] == "claim" and line["runs"]]
     found.first_claim_ms = (min(claims) - start) * 1000 if claims else 0.0  # below 0: woken before the bench
@@ -486,6 +554,9 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 async def measure(url: str, options: Options, work: Path) -> Results:
+    if options.scenario == "burst":
+        return await measure_burst(url, options, work)
+    phases = MIXED_PHASES if options.scenario == "mixed" else PHASES
     results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
@@ -500,7 +571,8 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         async with sessions() as session:
             results.server_version = str(await session.scalar(text("SHOW server_version")))
         print("setting up the realm, its directory and workflows …", flush=True)
-        setup = await prepare(sessions, options)
+        setup = await prepare(sessions, options, phases)
+        results.steps = setup.steps
         pgbench = find_pgbench()
         script = work / "transition.sql"
         script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
@@ -516,7 +588,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
                 results.pgbench_db_cpu_ms.setdefault(clients, []).append((after - db_cpu) * 1000 / transactions)
             return tps
 
-        for number, (phase, batch) in enumerate(zip(PHASES, setup.batches, strict=True)):
+        for number, (phase, batch) in enumerate(zip(phases, setup.batches, strict=True)):
             # pgbench right before and right after the phase, with no worker running: on a shared
             # machine the load moves, and the ratio compares like with like.
             before = baseline(phase.workers)
@@ -529,11 +601,11 @@ async def measure(url: str, options: Options, work: Path) -> Results:
             for _ in range(phase.workers):
                 pool.spawn()
             await wait_for_workers(sessions, phase.workers)
-            print(f"{phase.name}: {len(batch)} runs × {options.steps} steps …", flush=True)
+            print(f"{phase.name}: {len(batch)} runs × {setup.steps} steps …", flush=True)
             pids = [p.pid for p in pool.alive]
             cpu, db_cpu = cpu_seconds(pids), server_cpu(postmaster)
             profiler = None
-            if options.profile and phase is PHASES[-1]:
+            if options.profile and phase is phases[-1]:
                 profiler = subprocess.Popen(
                     ["perf", "record", "-a", "--call-graph", "dwarf,16384", "-F", "499", "-o", options.profile],
                     stdout=subprocess.DEVNULL,
@@ -551,18 +623,204 @@ async def measure(url: str, options: Options, work: Path) -> Results:
                 results.phases[phase].db_cpu_seconds = db_after - db_cpu
             if options.trace:
                 results.phases[phase].trace = read_trace(work / f"logs-{number}", began, began + seconds)
-            if number < len(PHASES) - 1:
+            if number < len(phases) - 1:
                 pool.stop()
                 results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
                 forget_pgbench_rows(url)
-        print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
-        results.latencies_ms = await event_latency(sessions, setup)
+        last = phases[-1]
+        if last.workers == 2:
+            print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
+            results.latencies_ms = await event_latency(sessions, setup)
         pool.stop()
-        last = PHASES[-1]
         results.pgbench_tps[last] = (before + baseline(last.workers)) / 2
         results.load_average_end = " ".join(f"{v:.2f}" for v in os.getloadavg())
         return results
     finally:
+        pool.stop()
+        await db.dispose()
+
+
+# --- The burst: runs made through the API, then a worker ---------------------------------------
+
+
+async def mint_tokens(sessions: async_sessionmaker[AsyncSession], setup: Setup, count: int) -> list[str]:
+    """``count`` admin-audience API tokens of the realm's administrator (as ``cockpit admin token`` makes them)."""
+    tokens: list[str] = []
+    async with sessions() as session, session.begin():
+        admin = await session.get(User, setup.directory.admin_id)
+        assert admin is not None
+        system = Actor(type="system", id=None, realm_id=setup.directory.realm_id)
+        for number in range(count):
+            token, _ = await identity.mint_token(
+                session, system, audience="admin", user=admin, name=f"bench-{number}", expires_in=timedelta(days=1)
+            )
+            tokens.append(token)
+    return tokens
+
+
+async def start_through_api(base: str, tokens: list[str], path: str, subjects: list[str]) -> list[str]:
+    """``POST …/workflows/{id}/runs`` once per subject, one client per token, each one request at a time."""
+    made: list[str] = []
+    queue = iter(subjects)
+
+    async def one_client(token: str) -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+            for subject in queue:
+                answer = await client.post(path, json={"subject_id": subject})
+                if answer.status_code != 202:
+                    raise RuntimeError(f"POST {path}: {answer.status_code} {answer.text[:300]}")
+                made.append(answer.json()["id"])
+
+    await asyncio.gather(*(one_client(token) for token in tokens))
+    return made
+
+
+async def drained(
+    sessions: async_sessionmaker[AsyncSession], run_ids: list[str], maintenance: list[tuple[float, str]]
+) -> bool:
+    """Wait (polling the runs' primary keys every 250 ms) until every run has finished; False on timeout.
+
+    At each poll, what autovacuum does in this database then goes to ``maintenance`` (wall clock, what).
+    """
+    still_open = text("SELECT count(*) FROM workflow_runs WHERE id = ANY(:ids) AND finished_at IS NULL")
+    autovacuum = text(
+        "SELECT coalesce(string_agg(query, '; '), '') FROM pg_stat_activity "
+        "WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+    )
+    deadline = time.monotonic() + BURST_TIMEOUT_S
+    while time.monotonic() < deadline:
+        async with sessions() as session:
+            if not await session.scalar(still_open, {"ids": run_ids}):
+                return True
+            maintenance.append((time.time(), str(await session.scalar(autovacuum))))
+        await asyncio.sleep(0.25)
+    return False
+
+
+def during_maintenance(
+    groups: list[tuple[float, int, float]], seen: list[tuple[float, str]]
+) -> tuple[list[float], list[float]]:
+    """The statement ms of full group commits while autovacuum worked on the database, and while it did not.
+
+    A group counts as "during" when the poll before it or the one after saw an autovacuum worker.
+    """
+    during: list[float] = []
+    apart: list[float] = []
+    for start, runs, ms in groups:
+        if runs < 40:
+            continue
+        before = [what for at, what in seen if at <= start][-1:]
+        after = [what for at, what in seen if at > start][:1]
+        (during if any(before + after) else apart).append(ms)
+    return during, apart
+
+
+async def maintenance_counts(sessions: async_sessionmaker[AsyncSession]) -> dict[str, tuple[int, int]]:
+    """Autovacuum and autoanalyze runs so far, per table of the database."""
+    async with sessions() as session:
+        rows = await session.execute(
+            text("SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables")
+        )
+        return {str(name): (int(vacuums), int(analyzes)) for name, vacuums, analyzes in rows}
+
+
+async def measure_burst(url: str, options: Options, work: Path) -> Results:
+    """A fresh database, ``--runs`` runs started through the API of a ``cockpit serve``, then one worker.
+
+    Before the burst, a worker dispatches the setup's outbox (a ``user.created`` per user) and
+    stops; pgbench runs with one client. The web process then starts the runs (no worker running),
+    stops, and one worker starts: the drain is timed from its first attempt's start to the last
+    run's end. pgbench runs again after it; the ratio uses the mean of the two.
+    """
+    results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
+    db = make_engine(url, pool_size=2)
+    sessions = make_sessionmaker(db)
+    logging = {"COCKPIT_LOG_LEVEL": "DEBUG", "COCKPIT_LOG_FORMAT": "json"} if options.trace else {}
+    base_env = cockpit_env(url, work / "home", **({"COCKPIT_LOG_LEVEL": "WARNING"} | logging))
+    pool = WorkerPool(base_env, work / "logs-setup")
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        async with sessions() as session:
+            results.server_version = str(await session.scalar(text("SHOW server_version")))
+        print("setting up the realm, its directory and workflow …", flush=True)
+        setup = await prepare(sessions, options, (BURST_PHASE,))
+        results.steps = setup.steps
+        pool.spawn()
+        await wait_for_workers(sessions, 1)  # the setup's outbox, dispatched before anything is timed
+        pool.stop()
+        pgbench = find_pgbench()
+        script = work / "transition.sql"
+        script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
+        await prepare_pgbench(sessions, setup, clients=1)
+        postmaster = await server_pid(sessions)
+        print(f"  pgbench, 1 client, {options.pgbench_seconds} s …", flush=True)
+        before, _ = run_pgbench(pgbench, url, script, 1, options.pgbench_seconds)
+        forget_pgbench_rows(url)
+
+        async with sessions() as session:
+            slug = str(
+                await session.scalar(text("SELECT slug FROM realms WHERE id = :id"), {"id": setup.directory.realm_id})
+            )
+        # One token per client, as separate automations would have: every request records its token's
+        # last use, and requests of one token wait for each other on that row.
+        tokens = await mint_tokens(sessions, setup, options.clients)
+        port = free_port()
+        server = start_process(
+            ["serve", "--no-migrate", "--port", str(port), "--processes", "1"], base_env, work / "serve.log"
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz", timeout=120)
+        path = f"/api/v1/realms/{slug}/workflows/{setup.manual_workflow_id}/runs"
+        subjects = setup.batches[0]
+        print(f"{len(subjects)} runs through POST {path}, {options.clients} in flight …", flush=True)
+        clock = time.monotonic()
+        run_ids = await start_through_api(base, tokens, path, subjects)
+        results.api_runs_per_s = len(run_ids) / (time.monotonic() - clock)
+        stop_process(server, timeout=60)
+        server = None
+
+        env = base_env | {"COCKPIT_WORKER_GROUP_COMMIT": str(BURST_PHASE.group_commit)}
+        pool = WorkerPool(env, work / "logs-0")
+        worker = pool.spawn()
+        print(f"{BURST_PHASE.name}: {len(run_ids)} runs × {setup.steps} steps …", flush=True)
+        cpu, db_cpu = cpu_seconds([worker.pid]), server_cpu(postmaster)
+        maintenance_before = await maintenance_counts(sessions)
+        seen: list[tuple[float, str]] = []
+        ended = await drained(sessions, run_ids, seen)
+        worker_cpu, db_after = cpu_seconds([worker.pid]) - cpu, server_cpu(postmaster)
+        maintenance_after = await maintenance_counts(sessions)
+        results.maintenance = {
+            table: (maintenance_after[table][0] - counts[0], maintenance_after[table][1] - counts[1])
+            for table, counts in maintenance_before.items()
+            if maintenance_after[table] != counts
+        }
+        pool.stop()
+        query = text(
+            "SELECT (SELECT count(*) FROM step_attempts WHERE run_id = ANY(:ids) AND state = 'succeeded') AS n, "
+            "(SELECT min(started_at) FROM step_attempts WHERE run_id = ANY(:ids)) AS first, "
+            "(SELECT max(finished_at) FROM workflow_runs WHERE id = ANY(:ids)) AS last"
+        )
+        async with sessions() as session:
+            row = (await session.execute(query, {"ids": run_ids})).one()
+        last = row.last.timestamp() if ended else time.time()
+        measured = Measured(int(row.n), last - row.first.timestamp(), worker_cpu)
+        if db_cpu is not None and db_after is not None:
+            measured.db_cpu_seconds = db_after - db_cpu
+        if options.trace:
+            measured.trace = read_trace(work / "logs-0", row.first.timestamp(), last)
+            results.autovacuum_split = during_maintenance(measured.trace.groups, seen)
+        results.autovacuum_seen = sorted({part for _, what in seen for part in what.split("; ") if part})
+        results.phases[BURST_PHASE] = measured
+        print(f"  pgbench, 1 client, {options.pgbench_seconds} s …", flush=True)
+        after, _ = run_pgbench(pgbench, url, script, 1, options.pgbench_seconds)
+        results.pgbench_tps[BURST_PHASE] = (before + after) / 2
+        results.pgbench_around = (before, after)
+        results.load_average_end = " ".join(f"{v:.2f}" for v in os.getloadavg())
+        return results
+    finally:
+        if server is not None:
+            stop_process(server, timeout=60)
         pool.stop()
         await db.dispose()
 
@@ -603,15 +861,56 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
                     f"steps {t.steps_ms / max(1, t.moved):.2f}, COMMIT {t.commit_ms / max(1, t.moved):.2f}",
                 )
             )
-    rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
-    rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
+            full = sorted((g for g in t.groups if g[1] >= 40), key=lambda g: g[0])
+            if len(full) >= 3:
+                # The statement's time of a full group commit, over the first, middle and last third of
+                # the phase: a plan or statistics that go stale as the tables grow show as a rise.
+                thirds = [full[n * len(full) // 3 : (n + 1) * len(full) // 3] for n in range(3)]
+                rows.append(
+                    (
+                        f"statement ms per group of ≥ 40, {phase.name}",
+                        ", ".join(
+                            f"{part} third: min {min(g[2] for g in third):.0f} / "
+                            f"median {statistics.median(g[2] for g in third):.0f} / max {max(g[2] for g in third):.0f}"
+                            for part, third in zip(("first", "middle", "last"), thirds, strict=True)
+                        ),
+                    )
+                )
+    if results.api_runs_per_s is not None:
+        rows.append(("runs started through the API per second", f"{results.api_runs_per_s:.1f}"))
+    if results.pgbench_around is not None:
+        rows.append(("pgbench tps before / after the drain", " / ".join(f"{v:.1f}" for v in results.pgbench_around)))
+    if results.maintenance:
+        rows.append(
+            (
+                "autovacuum / autoanalyze during the drain",
+                ", ".join(f"{table} {v}/{a}" for table, (v, a) in sorted(results.maintenance.items())),
+            )
+        )
+    elif results.pgbench_around is not None:
+        rows.append(("autovacuum / autoanalyze during the drain", "none"))
+    if results.autovacuum_seen:
+        rows.append(("autovacuum workers seen during the drain", "; ".join(results.autovacuum_seen)))
+    if results.autovacuum_split is not None:
+        for name, values in zip(("while autovacuum worked", "while it did not"), results.autovacuum_split, strict=True):
+            if values:
+                rows.append(
+                    (
+                        f"statement ms per group of ≥ 40, {name}",
+                        f"{len(values)} groups, min {min(values):.0f} / median {statistics.median(values):.0f} "
+                        f"/ max {max(values):.0f}",
+                    )
+                )
+    if len(results.latencies_ms) >= 2:
+        rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
+        rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
     width = max(len(name) for name, _ in rows)
     lines = [
         f"date      {started:%Y-%m-%d %H:%M} UTC",
         f"machine   {machine()}, load average {results.load_average} (start), {results.load_average_end} (end)",
         f"database  PostgreSQL {results.server_version}, {redact(url)}",
-        f"workload  {options.runs} runs × {options.steps} internal steps per phase "
-        f"({options.steps} transitions per run), {len(results.latencies_ms)} latency samples, "
+        f"workload  {options.scenario}: {options.runs} runs × {results.steps} internal steps per phase "
+        f"({options.workload}, {results.steps} transitions per run), {len(results.latencies_ms)} latency samples, "
         f"pgbench {options.pgbench_seconds} s before and after each phase, tenant share {options.tenant_share}",
         "",
         f"{'measure'.ljust(width)}  value",
@@ -621,6 +920,26 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         f"finished in {elapsed:.0f} s",
     ]
     return "\n".join(lines)
+
+
+def explain(maintenance: str, name: str, threshold_ms: int) -> None:
+    """Every new session of the database loads auto_explain and logs the plans of its slow statements."""
+    settings = {
+        "session_preload_libraries": "auto_explain",
+        "auto_explain.log_min_duration": f"{threshold_ms}ms",
+        "auto_explain.log_analyze": "on",
+        "auto_explain.log_buffers": "on",
+        "auto_explain.log_nested_statements": "on",
+    }
+    with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
+        for setting, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(*setting.split(".")), sql.Literal(value)
+                )
+            )
+        directory = conn.execute("SHOW data_directory").fetchone()
+    print(f"  slow statements' plans go to the server's log ({directory[0] if directory else '?'}/log)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -640,6 +959,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="record a system-wide `perf record -g` profile of the 2-worker phase into FILE (needs perf)",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=["phases", "mixed", "burst"],
+        default="phases",
+        help="phases: the three throughput phases and the event latency (default); mixed: one worker over "
+        "a workflow of every internal step type; burst: --runs runs made through the API on a fresh "
+        "database, then one worker started",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=["alternating", "mixed"],
+        help="the manual workflow: assign_role and add_to_group by turns then end (--steps), or every internal "
+        "step type (10 steps); default mixed for --scenario mixed, alternating otherwise",
+    )
+    parser.add_argument("--clients", type=int, default=8, help="burst: requests in flight while runs are made")
+    parser.add_argument(
+        "--explain",
+        type=int,
+        metavar="MS",
+        help="log the plan (EXPLAIN ANALYZE, BUFFERS) of every statement slower than MS in the scratch "
+        "database, nested ones included, to the server's log (auto_explain)",
+    )
     args = parser.parse_args(argv)
     options = Options(
         args.runs,
@@ -650,6 +991,10 @@ def main(argv: list[str] | None = None) -> int:
         args.tenant_share,
         args.trace,
         args.profile,
+        args.scenario,
+        args.workload or ("mixed" if args.scenario == "mixed" else "alternating"),
+        max(1, args.clients),
+        args.explain,
     )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
@@ -662,6 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"scratch database {name}: migrating …", flush=True)
         upgrade(url)
+        if options.explain_ms is not None:
+            explain(maintenance, name, options.explain_ms)
         with tempfile.TemporaryDirectory(prefix="cockpit-bench-") as work:
             results = asyncio.run(measure(url, options, Path(work)))
         print()

@@ -44,6 +44,8 @@ def url_of(slug: str, found: NamedObject) -> str | None:
             return f"{realm}/workflows/{found.id}"
         case "run":
             return f"{realm}/runs/{found.id}"
+        case "approval":
+            return f"{realm}/runs/{found.parent_id}" if found.parent_id else None
         case _:
             return None
 

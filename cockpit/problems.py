@@ -53,6 +53,7 @@ _DEFAULT_CODES = {
 PROBLEM_CODES: tuple[str, ...] = (
     "already_a_member",
     "already_resolved",
+    "already_started",
     "approval_required",
     "bad_request",
     "builtin_role",

@@ -132,8 +132,16 @@ class RequestDb:
 
     async def finish(self, *, commit: bool) -> None:
         """Commit (or roll back) and give the connection back; does nothing once finished."""
-        session, self._session, self._driver = self._session, None, None
+        session, self._session = self._session, None
+        driver, self._driver = self._driver, None
         connection, self._connection = self._connection, None
+        if driver is not None and driver.is_closed():
+            # The server ended the connection (it restarted, or a session was terminated). What was
+            # sent on the driver went past SQLAlchemy, which would give the dead connection to the
+            # next request: throw it away instead.
+            held = connection if connection is not None else await session.connection() if session else None
+            if held is not None:
+                await held.invalidate()
         try:
             if session is not None:
                 try:

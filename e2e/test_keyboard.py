@@ -21,6 +21,7 @@ from e2e.test_run_controls import subject_id
 from e2e.test_runs import FINISH_TIMEOUT, _admin_of, in_database, publish, setup_realm, sign_in
 from engine.directory import identity
 from engine.directory.audit import Actor
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.demo import approve_demo_request
 from engine.workflows import service as workflows
@@ -259,7 +260,7 @@ def test_bulk_progress_keeps_focus(live_server: LiveServer, page: Page) -> None:
         assert subject is not None
         for _ in range(120):  # three parts of at most 50
             await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
-        await workflows.set_enabled(session, actor, workflow_id, False)  # they stay pending
+        await run_controls.set_workflow_enabled(session, actor, workflow_id, False)  # they stay pending
 
     in_database(live_server, paused_runs)
     sign_in(live_server, page, setup)

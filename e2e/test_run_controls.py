@@ -17,8 +17,8 @@ from e2e.test_runs import FINISH_TIMEOUT, Setup, _admin_of, in_database, publish
 from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.platform.ids import new_id
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
 
 
 def start(live_server: LiveServer, setup: Setup, workflow_id: str) -> str:
@@ -130,7 +130,7 @@ def test_bulk_cancel_ticked_runs_then_all_matching_the_filter(live_server: LiveS
         for _ in range(3):
             run = await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
             made.append(str(run.id))
-        await workflows.set_enabled(session, actor, workflow_id, False)  # they stay pending
+        await run_controls.set_workflow_enabled(session, actor, workflow_id, False)  # they stay pending
         return made
 
     first, second, third = in_database(live_server, paused_runs)

@@ -24,8 +24,8 @@ from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.platform.config import PROJECT_ROOT
 from engine.platform.db import make_engine, make_sessionmaker, transaction
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
 
 FINISH_TIMEOUT = 60_000
 T = TypeVar("T")
@@ -38,7 +38,7 @@ def admin_cli(live_server: LiveServer, *args: str) -> str:
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a busy machine starts a Python process slowly
         check=True,
     )
     return done.stdout.strip().splitlines()[-1]
@@ -159,7 +159,7 @@ def start_paused_run(live_server: LiveServer, setup: Setup) -> str:
         subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         run = await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
-        await workflows.set_enabled(session, actor, workflow_id, False)
+        await run_controls.set_workflow_enabled(session, actor, workflow_id, False)
         return run.id
 
     return in_database(live_server, work)

@@ -5,7 +5,8 @@ the receiver about (``secrets``), using the ``standardwebhooks`` package itself,
 with the secrets that verified it. ``respond`` decides the answer (status, optional delay in
 seconds, optional headers); ``on_request`` runs first (a test may kill a worker there). With
 ``tls`` (a server-side ``ssl.SSLContext``) it answers https, and records the server name (SNI)
-each client asked for in ``server_names``.
+each client asked for in ``server_names``. ``host`` is the address it listens on (a test of several
+hosts gives the address of a bridge they all reach).
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ class Receiver:
     server: ThreadingHTTPServer | None = None
     tls: ssl.SSLContext | None = None
     server_names: list[str | None] = field(default_factory=list)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return self.url_for("127.0.0.1")
+        return self.url_for(self.host)
 
     def url_for(self, host: str) -> str:
         assert self.server is not None
@@ -140,7 +142,7 @@ class Receiver:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 return  # a caller that hung up (a timeout, a killed worker) is part of the tests
 
-        self.server = QuietServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer((self.host, 0), Handler)
         self.server.daemon_threads = True
         if self.tls is not None:
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.worker.heartbeats import new_worker_id, record_heartbeat
 
 
@@ -114,7 +115,7 @@ class RealmHandle:
                 role_id=role.id,
                 user_id=user.id,
                 organization_id=organization_id,
-                expires_at=identity.now() + expires_in if expires_in else None,
+                expires_at=SYSTEM_CLOCK.now() + expires_in if expires_in else None,
                 granted_by=self.admin.id,
             )
             session.add(assignment)
@@ -164,7 +165,7 @@ async def enrol_totp(realm: RealmHandle, user: User, operator_key: str = TEST_SE
         row = await session.get(User, user.id)
         assert row is not None
         row.totp_secret_enc = crypto.encrypt(operator_key, identity.TOTP_PURPOSE, secret)
-        row.totp_enabled_at = identity.now()
+        row.totp_enabled_at = SYSTEM_CLOCK.now()
     return secret
 
 

@@ -17,7 +17,7 @@ from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs import approvals, notices
 
 ACCOUNT = {"audience": "account"}
@@ -82,7 +82,7 @@ class ApprovalsController(Controller):
             approval_id,
             approve=True,
             comment=data.comment if data else None,
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
         return typed(schemas.Approval, approvals.approval_view(row))
 
@@ -102,7 +102,7 @@ class ApprovalsController(Controller):
             approval_id,
             approve=False,
             comment=data.comment if data else None,
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
         return typed(schemas.Approval, approvals.approval_view(row))
 
@@ -121,7 +121,7 @@ class ApprovalsController(Controller):
             principal.actor(request_id_of(request)),
             approval_id,
             user_id=data.user_id,
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
             mail_configured=context_of(request.app).settings.mail is not None,
         )
         return typed(schemas.Approval, approvals.approval_view(row))

@@ -26,10 +26,14 @@ class Window(msgspec.Struct):
 
 
 class AttemptCounts(msgspec.Struct):
+    """``failed``: operational failures; ``rejected``: approval attempts an approver said no to
+    (a decision, never counted as failed)."""
+
     total: int
     failed: int
     succeeded: int
     started: int
+    rejected: int = 0
 
 
 class AttemptLine(msgspec.Struct):
@@ -60,7 +64,8 @@ class WorkflowDiagnostics(msgspec.Struct):
     """A workflow at a glance, from its last 500 runs and their last 1,000 attempts.
 
     Never inputs, results, error messages or subjects. ``health``: ``unknown`` (no attempt in the
-    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed) or
+    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed; an approver's
+    rejection is a decision, counted in ``attempts.rejected``, never as failed) or
     ``attention_required`` (a compensation failed and nobody marked the run resolved).
     """
 
@@ -79,6 +84,7 @@ class WorkflowDiagnostics(msgspec.Struct):
     oldest_due_run: DueRun | None
     compensation_failures: int
     unresolved_compensation_failures: list[str]
+    runs_rejected: int = 0  # runs of the window that ended because an approver said no
 
 
 class LeftToUndoLine(msgspec.Struct):

@@ -37,8 +37,8 @@ from sqlalchemy import text
 
 from cockpit.problems import ProblemError
 from cockpit.state import context_of, request_db
-from engine.directory.identity import now as utc_now
 from engine.platform import crypto, idempotency
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Issue, ValidationFailed
 
 log = logging.getLogger("cockpit.api")
@@ -158,7 +158,7 @@ async def _reserve_key(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
     body = await Request(connection.scope, connection.receive).body()
     print_ = fingerprint("POST", connection.scope["path"], body)
     conn = await request_db(connection).driver()
-    found = await idempotency.reserve(conn, principal.id, key, print_, utc_now())
+    found = await idempotency.reserve(conn, principal.id, key, print_, SYSTEM_CLOCK.now())
     if found.outcome == "reserved":
         connection.scope["state"][STATE_KEY] = _Reserved(principal.id, key)
         return
@@ -343,7 +343,7 @@ async def _settle(scope: Scope, reserved: _Reserved, answer: idempotency.KeptAns
             if answer is not None and answer.status < 500 and answer.status not in NOT_KEPT:
                 sealed = _seal(ctx.settings.secret_key, reserved.principal_id, reserved.key, answer.body)
                 kept = idempotency.KeptAnswer(answer.status, answer.headers, sealed)
-                await idempotency.keep(conn, reserved.principal_id, reserved.key, kept, utc_now())
+                await idempotency.keep(conn, reserved.principal_id, reserved.key, kept, SYSTEM_CLOCK.now())
             else:
                 await idempotency.release(conn, reserved.principal_id, reserved.key)
     except Exception:

@@ -13,7 +13,7 @@ from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.runs import approvals
+from engine.runs import approvals, views
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 
@@ -72,7 +72,7 @@ class ManualRunsController(Controller):
             subject_id=data.subject_id,
             organization_id=data.organization_id,
         )
-        return typed(schemas.RunWithAttempts, runs.run_view(run, []))
+        return typed(schemas.RunWithAttempts, views.run_view(run, []))
 
 
 class RunsController(Controller):
@@ -119,7 +119,7 @@ class RunsController(Controller):
                 starter_id=starter_id,
             ),
         )
-        return typed(schemas.WorkflowRunPage, page_view(page, runs.run_view))
+        return typed(schemas.WorkflowRunPage, page_view(page, views.run_view))
 
     @get("/{run_id:str}", operation_id="getWorkflowRun", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def show(
@@ -127,7 +127,7 @@ class RunsController(Controller):
     ) -> schemas.RunTimeline:
         """The run's timeline: every attempt, what was undone, its approvals and re-runs."""
         run = await runs.get_run(db_session, principal.realm.id, run_id)
-        out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
+        out = views.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
         out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
         out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(db_session, run.id)]
@@ -151,7 +151,7 @@ class RunsController(Controller):
         run = await runs.cancel_run(
             db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
         )
-        return typed(schemas.RunWithAttempts, runs.run_view(run, await runs.run_attempts(db_session, run.id)))
+        return typed(schemas.RunWithAttempts, views.run_view(run, await runs.run_attempts(db_session, run.id)))
 
     @post(
         "/{run_id:str}/rerun",
@@ -164,7 +164,7 @@ class RunsController(Controller):
     ) -> schemas.RunWithAttempts:
         """Start a new run of the published revision for the same subject and organization (links both ways)."""
         run = await run_controls.rerun_run(db_session, principal.actor(request_id_of(request)), run_id)
-        return typed(schemas.RunWithAttempts, runs.run_view(run, []))
+        return typed(schemas.RunWithAttempts, views.run_view(run, []))
 
     @post(
         "/{run_id:str}/retry-now",
@@ -177,7 +177,7 @@ class RunsController(Controller):
     ) -> schemas.RunWithAttempts:
         """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
         run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
-        out = runs.run_view(run, await runs.run_attempts(db_session, run.id))
+        out = views.run_view(run, await runs.run_attempts(db_session, run.id))
         out["next_attempt_at"] = runs.next_attempt_at(run)
         return typed(schemas.RunWithAttempts, out)
 

@@ -14,6 +14,7 @@ from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
+from engine.runs import controls as run_controls
 from engine.runs import preview
 from engine.workflows import service as workflows
 from engine.workflows.definitions import CONTRACT_NAMES, contract
@@ -191,7 +192,9 @@ class WorkflowsController(Controller):
     async def enable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
-        workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, True)
+        workflow = await run_controls.set_workflow_enabled(
+            db_session, principal.actor(request_id_of(request)), workflow_id, True
+        )
         return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @post(
@@ -203,7 +206,9 @@ class WorkflowsController(Controller):
     async def disable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
-        workflow = await workflows.set_enabled(db_session, principal.actor(request_id_of(request)), workflow_id, False)
+        workflow = await run_controls.set_workflow_enabled(
+            db_session, principal.actor(request_id_of(request)), workflow_id, False
+        )
         return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
     @post(

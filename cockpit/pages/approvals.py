@@ -20,12 +20,13 @@ from sqlalchemy import func, select
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.identity import now as utc_now
 from engine.directory.models import User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import approvals
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
+from engine.runs.outcome import decided_then, people_in, run_outcome
 from engine.workflows.models import Workflow, WorkflowRevision
 
 ACCOUNT = {"audience": "account"}
@@ -56,6 +57,9 @@ class ApprovalCard:
     approvers: list[str]
     decided_by: str | None
     delegations: list[str]
+    # Once decided: what the decision led to, in words ("approved — then failed: …"); None while
+    # pending and for a role assignment asked for by hand (no run follows it).
+    led_to: str | None = None
 
     @property
     def status_words(self) -> str:
@@ -90,7 +94,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
             people_ids.add(row.decided_by)
         run = runs.get(row.run_id or "")
         if run is not None:
-            people_ids |= {run.starter_id or "", run.publisher_id}
+            people_ids |= {run.starter_id or "", run.publisher_id, *people_in(run)}
         if row.request:
             people_ids.add(str(row.request.get("requested_by") or ""))
     people = {
@@ -117,6 +121,8 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
         plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
     words = await approvals.describe_steps(db_session, realm_id, plans)
+    names = {k: u.display_name or u.email for k, u in people.items()}
+    moment = SYSTEM_CLOCK.now()
     out = []
     for row, described in zip(rows, words, strict=True):
         run = runs.get(row.run_id or "")
@@ -129,6 +135,9 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         else:
             started_by = f"a {run.trigger_type} trigger, published by {name(run.publisher_id)}"
         subject = people.get(row.subject_id)
+        led_to = None
+        if row.status != approvals.PENDING and row.request is None:
+            led_to = decided_then(row.status, run_outcome(run, names, now=moment) if run is not None else None)
         out.append(
             ApprovalCard(
                 approval=row,
@@ -146,6 +155,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
                 approvers=[name(a) for a in row.approvers],
                 decided_by=name(row.decided_by) if row.decided_by else None,
                 delegations=[f"{name(d.get('from'))} handed it to {name(d.get('to'))}" for d in row.delegations],
+                led_to=led_to,
             )
         )
     return out
@@ -187,7 +197,7 @@ class ApprovalsPages(Controller):
             cards=await cards(db_session, principal.realm.id, found.items),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
 
     @get("/decided", operation_id="approvalsDecidedPage", opt=ACCOUNT | {"reads_only": True})
@@ -209,7 +219,7 @@ class ApprovalsPages(Controller):
             cards=await cards(db_session, principal.realm.id, found.items),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
         )
 
     async def _detail(
@@ -232,7 +242,7 @@ class ApprovalsPages(Controller):
             card=card,
             mine=principal.id in row.approvers and row.status == approvals.PENDING,
             flash=FLASHES.get(request.query_params.get("done") or ""),
-            now=utc_now(),
+            now=SYSTEM_CLOCK.now(),
             **context,
         )
 
@@ -260,7 +270,7 @@ class ApprovalsPages(Controller):
                 approval_id,
                 approve=decision == "approve",
                 comment=comment,
-                now=utc_now(),
+                now=SYSTEM_CLOCK.now(),
             )
         except EngineError as exc:
             if exc.status == 404:
@@ -297,7 +307,7 @@ class ApprovalsPages(Controller):
                 principal.actor(request_id_of(request)),
                 approval_id,
                 user_id=target,
-                now=utc_now(),
+                now=SYSTEM_CLOCK.now(),
                 mail_configured=context_of(request.app).settings.mail is not None,
             )
         except EngineError as exc:
@@ -320,5 +330,7 @@ class ApprovalLinkPages(Controller):
 
     @get("/{token:str}", operation_id="approvalLinkPage", opt=ACCOUNT)
     async def open(self, token: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
-        approval_id = await approvals.redeem_link(db_session, principal.realm.id, principal.id, token, now=utc_now())
+        approval_id = await approvals.redeem_link(
+            db_session, principal.realm.id, principal.id, token, now=SYSTEM_CLOCK.now()
+        )
         return Redirect(f"/realms/{principal.realm.slug}/approvals/{approval_id}", status_code=303)

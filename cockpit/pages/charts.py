@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from engine.runs import states as st
 from engine.runs.diagnostics import Diagnostics, percentile
+from engine.runs.outcome import is_decision
 
 WIDTH = 640
 HEIGHT = 220
@@ -21,8 +22,10 @@ PLOT_W = WIDTH - LEFT - 12
 PLOT_H = HEIGHT - TOP - BOTTOM
 
 # Outcome groups of the runs-over-time chart, in stacking order, with their legend.
+# A run an approver rejected is a decision, its own series whatever it undid (engine/runs/outcome.py).
 OUTCOMES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("succeeded", "Succeeded", frozenset({st.SUCCEEDED})),
+    ("rejected", "Rejected by an approver", frozenset()),
     ("failed", "Failed or compensated", frozenset({st.FAILED, st.COMPENSATED})),
     ("compensation_failed", "Compensation failed", frozenset({st.COMPENSATION_FAILED})),
     ("cancelled", "Cancelled", frozenset({st.CANCELLED})),
@@ -120,6 +123,9 @@ def runs_over_time(diag: Diagnostics, buckets: int = 12) -> Chart:
     counts: list[dict[str, int]] = [dict.fromkeys((k for k, _, _ in OUTCOMES), 0) for _ in range(buckets)]
     for run in diag.runs:
         index = min(buckets - 1, int((run.created_at - start) / step))
+        if run.state in st.FINISHED and is_decision(run.error_category):
+            counts[index]["rejected"] += 1
+            continue
         for key, _label, members in OUTCOMES:
             if run.state in members:
                 counts[index][key] += 1

@@ -3,8 +3,10 @@
 - ``/realms/{realm}/workflows/{id}/diagnostics``: health badge with its reason, runs by state,
   failure categories by step, run durations with p50/p95, recent failures linking to their runs,
   pending approvals and the oldest due run — drawn as server-rendered SVG.
-- ``/realms/{realm}/attention``: every run that ended ``compensation_failed``, with what is left
-  to undo by hand (step, strategy, last error), and a form to mark it resolved with a note.
+- ``/realms/{realm}/attention``: the workflows whose health is degraded or worse (as the realm
+  home lists them: a degraded one links to its diagnostics, a failed compensation to its run),
+  then every run that ended ``compensation_failed``, with what is left to undo by hand (step,
+  strategy, last error), and a form to mark it resolved with a note.
 
 Permissions are those of the API: ``realm.workflows.read`` to read, ``realm.workflows.run`` to
 mark a run resolved.
@@ -88,12 +90,15 @@ class DiagnosticsPages(Controller):
     ) -> Template:
         realm_id = principal.realm.id
         runs, next_cursor = await diagnostics.needs_attention(db_session, realm_id, show=show, cursor=cursor)
+        # The same workflows the realm home's attention card lists, so the two always agree.
+        workflows, _open = await diagnostics.realm_attention(db_session, realm_id, health=health_cache.health_of)
         return page(
             request,
             "pages/diagnostics/attention.html",
             nav="attention",
             status_code=status_code,
             runs=runs,
+            workflows=workflows,
             next_cursor=next_cursor,
             show=show,
             show_labels=SHOW_LABELS,

@@ -16,6 +16,7 @@ from engine.directory.overview import REALM_COUNTS, ObjectName, latest_activity,
 from engine.platform.config import RESOURCE_ROOT
 from engine.platform.errors import Unauthorized
 from engine.runs import diagnostics
+from engine.runs.outcome import DECISION_CATEGORIES
 
 STATUS_LABELS = {
     "database": "Database reachable",
@@ -82,7 +83,9 @@ class RealmHomeController(Controller):
             if may_open(request, principal, href := f"/realms/{realm.slug}{TILE_PAGES.get(name, '/' + name)}")
         ]
         kpis = (
-            await workflow_kpis(db_session, realm.id, principal.id) if authority.holds("realm.workflows.read") else None
+            await workflow_kpis(db_session, realm.id, principal.id, decisions=DECISION_CATEGORIES)
+            if authority.holds("realm.workflows.read")
+            else None
         )
         attention = None
         open_attention = None

@@ -13,12 +13,13 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid
 
 NORMAL, HIGH, PRIVILEGED = "normal", "high", "privileged"
@@ -243,7 +244,7 @@ async def load_authority(
 ) -> Authority:
     """Everything the principal holds now, direct and inherited through groups."""
     rows = await session.execute(
-        _AUTHORITY_SQL, {"realm": realm_id, "pid": principal_id, "now": now or datetime.now(UTC)}
+        _AUTHORITY_SQL, {"realm": realm_id, "pid": principal_id, "now": now or SYSTEM_CLOCK.now()}
     )
     grants = [Grant(frozenset(perms or ()), org) for perms, org, _expires_at in rows]
     return Authority(principal_type=principal_type, principal_id=principal_id, grants=grants)

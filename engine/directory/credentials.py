@@ -27,20 +27,17 @@ Nothing else is kept: the realm, the holder's name and status come back with eve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
 from engine.directory.identity import SESSION_IDLE
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import positional
 
 TOUCH_EVERY = timedelta(minutes=1)  # "last used" marks are written at most this often
 CACHE_LIMIT = 10_000  # authorities kept per process; a full cache starts again empty
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 # A bearer token by its hash, with whoever holds it (a user or a service principal), its realm
@@ -111,7 +108,7 @@ async def check_token(conn: Any, token: str, *, moment: datetime | None = None) 
     """The holder of a live bearer token, or None (unknown, revoked, expired, holder not active)."""
     if not token.startswith("pat_"):
         return None
-    moment = moment or now()
+    moment = moment or SYSTEM_CLOCK.now()
     row = await conn.fetchrow(TOKEN_SQL.sql, crypto.token_hash(token))
     if row is None:
         return None
@@ -138,7 +135,7 @@ async def check_token(conn: Any, token: str, *, moment: datetime | None = None) 
 async def check_session(conn: Any, cookie: str, *, moment: datetime | None = None) -> Caller | None:
     """The user of a live browser session, or None (unknown, revoked, idle, past its absolute
     expiry, user not active)."""
-    moment = moment or now()
+    moment = moment or SYSTEM_CLOCK.now()
     row = await conn.fetchrow(SESSION_SQL.sql, crypto.token_hash(cookie))
     if row is None:
         return None
@@ -177,7 +174,7 @@ class AuthorityCache:
 
     async def authority(self, conn: Any, caller: Caller, *, moment: datetime | None = None) -> Authority:
         """The caller's authority now: kept, or read on ``conn`` (the credential's connection)."""
-        moment = moment or now()
+        moment = moment or SYSTEM_CLOCK.now()
         key = (caller.realm.id, caller.principal_type, caller.principal_id)
         kept = self._kept.get(key)
         if (

@@ -8,7 +8,7 @@ TOTP seeds encrypted with the operator key, passwords with argon2id.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyotp
@@ -31,6 +31,7 @@ from engine.directory.models import (
     User,
 )
 from engine.platform import crypto, names
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import (
     Conflict,
     Forbidden,
@@ -52,10 +53,6 @@ SLUG_PATTERN = r"^[a-z][a-z0-9-]{1,62}$"
 TOKEN_DEFAULT_DAYS = 90  # a token's life when none is asked for (API, pages, CLI)
 TOKEN_MAX_DAYS = 365
 MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 # --- Realms ---------------------------------------------------------------------------------------
@@ -221,7 +218,7 @@ async def check_throttle(
     that do not exist, see :class:`UnknownRealmFailures`), counted with the stored ones.
     """
     await _lock_throttle(session, realm_id, email, client_address)
-    since = now() - THROTTLE_WINDOW
+    since = SYSTEM_CLOCK.now() - THROTTLE_WINDOW
     per_account = await session.scalar(
         select(func.count())
         .select_from(SignInFailure)
@@ -311,13 +308,13 @@ class UnknownRealmFailures:
         return kept
 
     def per_address(self, client_address: str, moment: datetime | None = None) -> int:
-        return len(self._recent(("address", client_address), moment or now()))
+        return len(self._recent(("address", client_address), moment or SYSTEM_CLOCK.now()))
 
     def per_account(self, slug: str, email: str, moment: datetime | None = None) -> int:
-        return len(self._recent(("account", slug, email.lower()), moment or now()))
+        return len(self._recent(("account", slug, email.lower()), moment or SYSTEM_CLOCK.now()))
 
     def record(self, slug: str, email: str, client_address: str, moment: datetime | None = None) -> None:
-        moment = moment or now()
+        moment = moment or SYSTEM_CLOCK.now()
         if len(self._events) >= self.MAX_KEYS:
             for key in list(self._events):
                 self._recent(key, moment)
@@ -345,7 +342,10 @@ async def sign_in_with_password(
     stored = await session.scalar(
         select(func.count())
         .select_from(SignInFailure)
-        .where(SignInFailure.client_address == client_address, SignInFailure.occurred_at > now() - THROTTLE_WINDOW)
+        .where(
+            SignInFailure.client_address == client_address,
+            SignInFailure.occurred_at > SYSTEM_CLOCK.now() - THROTTLE_WINDOW,
+        )
     )
     if (
         unknown_realms.per_account(realm_slug, email) >= THROTTLE_PER_ACCOUNT
@@ -379,7 +379,7 @@ def verify_totp_code(secret: str, code: str, last_step: int | None, at: datetime
     if not code.isdigit() or len(code) != 6:
         return None
     totp = pyotp.TOTP(secret)
-    moment = at or now()
+    moment = at or SYSTEM_CLOCK.now()
     current = int(moment.timestamp()) // totp.interval
     for step in (current - 1, current, current + 1):
         if last_step is not None and step <= last_step:
@@ -407,9 +407,9 @@ async def enable_totp(
     if step is None:
         raise invalid("/code", "The code does not match. Check the time on your phone and try again.", "invalid_code")
     user.totp_secret_enc = crypto.encrypt(operator_key, TOTP_PURPOSE, secret)
-    user.totp_enabled_at = now()
+    user.totp_enabled_at = SYSTEM_CLOCK.now()
     user.totp_last_step = step
-    user.updated_at = now()
+    user.updated_at = SYSTEM_CLOCK.now()
     await session.flush()
     actor = Actor(type="user", id=user.id, realm_id=user.realm_id)
     await record_audit(
@@ -473,9 +473,9 @@ async def create_session(
     if not await lock_active_holder(session, user.id):
         raise Unauthorized("This account is suspended.")
     if replaces is not None:
-        replaces.revoked_at = now()
+        replaces.revoked_at = SYSTEM_CLOCK.now()
     cookie = crypto.new_token("ses.", 32)
-    moment = now()
+    moment = SYSTEM_CLOCK.now()
     row = BrowserSession(
         id=new_id("ses"),
         token_hash=crypto.token_hash(cookie),
@@ -504,7 +504,7 @@ async def resolve_session(session: AsyncSession, cookie: str) -> SessionInfo | N
     if row is None:
         return None
     browser, user, realm = row
-    moment = now()
+    moment = SYSTEM_CLOCK.now()
     if browser.revoked_at or browser.expires_at <= moment or browser.last_seen_at + SESSION_IDLE <= moment:
         return None
     if user.status != "active":
@@ -518,7 +518,7 @@ async def resolve_session(session: AsyncSession, cookie: str) -> SessionInfo | N
 
 async def revoke_session(session: AsyncSession, browser_session_id: str) -> None:
     await session.execute(
-        update(BrowserSession).where(BrowserSession.id == browser_session_id).values(revoked_at=now())
+        update(BrowserSession).where(BrowserSession.id == browser_session_id).values(revoked_at=SYSTEM_CLOCK.now())
     )
 
 
@@ -538,11 +538,11 @@ async def end_sessions(session: AsyncSession, user_id: str, *, keep: str | None 
     query = update(BrowserSession).where(
         BrowserSession.user_id == user_id,
         col(BrowserSession.revoked_at).is_(None),
-        BrowserSession.expires_at > now(),
+        BrowserSession.expires_at > SYSTEM_CLOCK.now(),
     )
     if keep is not None:
         query = query.where(BrowserSession.id != keep)
-    result = await session.execute(query.values(revoked_at=now()).returning(BrowserSession.id))
+    result = await session.execute(query.values(revoked_at=SYSTEM_CLOCK.now()).returning(BrowserSession.id))
     return sorted(result.scalars())
 
 
@@ -551,7 +551,7 @@ async def end_credentials(session: AsyncSession, user_id: str) -> dict[str, int]
 
     A suspension calls it, so that reactivation starts from nothing: a session, token or link
     made before the suspension never works again."""
-    moment = now()
+    moment = SYSTEM_CLOCK.now()
     sessions_ended = await end_sessions(session, user_id)
     tokens = await session.execute(
         update(ApiToken)
@@ -633,7 +633,7 @@ async def issue_sign_in_link(
         token_hash=crypto.token_hash(token),
         realm_id=user.realm_id,
         user_id=user.id,
-        expires_at=now() + SIGN_IN_LINK_TTL,
+        expires_at=SYSTEM_CLOCK.now() + SIGN_IN_LINK_TTL,
     )
     session.add(row)
     await session.flush()
@@ -664,7 +664,7 @@ async def sign_in_link_usable(session: AsyncSession, realm: Realm, token: str) -
             SignInLink.token_hash == crypto.token_hash(token),
             SignInLink.realm_id == realm.id,
             SignInLink.used_at.is_(None),  # type: ignore[union-attr]
-            SignInLink.expires_at > now(),
+            SignInLink.expires_at > SYSTEM_CLOCK.now(),
             User.status == "active",
         )
     )
@@ -679,9 +679,9 @@ async def consume_sign_in_link(session: AsyncSession, realm: Realm, token: str) 
             SignInLink.token_hash == crypto.token_hash(token),
             SignInLink.realm_id == realm.id,
             SignInLink.used_at.is_(None),  # type: ignore[union-attr]
-            SignInLink.expires_at > now(),
+            SignInLink.expires_at > SYSTEM_CLOCK.now(),
         )
-        .values(used_at=now())
+        .values(used_at=SYSTEM_CLOCK.now())
         .returning(SignInLink.user_id)
     )
     user_id = result.scalar_one_or_none()
@@ -748,7 +748,7 @@ async def mint_token(
         name=name,
         audience=audience,
         created_by=actor.id,
-        expires_at=now() + expires_in,
+        expires_at=SYSTEM_CLOCK.now() + expires_in,
     )
     session.add(row)
     await session.flush()
@@ -777,7 +777,7 @@ async def resolve_token(session: AsyncSession, token: str) -> TokenInfo | None:
             .where(ApiToken.token_hash == crypto.token_hash(token))
         )
     ).first()
-    moment = now()
+    moment = SYSTEM_CLOCK.now()
     if found is None:
         return None
     row, user, principal, realm = found

@@ -22,7 +22,7 @@ only keeps the author from approving their own revision: see docs/security.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, Grant
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import get_settings
 from engine.platform.errors import Forbidden
 
@@ -118,7 +119,7 @@ async def dependence_on(
 ) -> str | None:
     """Why the user ``reviewer_id`` is not independent of ``author_id`` (a reason of
     :data:`REASONS`), or None. ``decides`` says whether an authority is enough to decide."""
-    now = now or datetime.now(UTC)
+    now = now or SYSTEM_CLOCK.now()
     rows = await session.execute(
         _INDEPENDENT_AUTHORITY_SQL,
         {"realm": realm_id, "author": author_id, "pid": reviewer_id, "now": now, "cutoff": now - independence_window()},

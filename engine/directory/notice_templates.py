@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
-from engine.directory.identity import now as utc_now
 from engine.directory.models import Realm, Template
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 
@@ -126,7 +126,7 @@ def format_time(moment: datetime) -> str:
 def preview(subject: str, body: str, realm_name: str, *, at: datetime | None = None) -> RenderedNotice:
     """The template as a sample workflow would send it; :class:`ValidationFailed` if it is not valid."""
     check_template(subject, body)
-    return render(subject, body, {"realm": realm_name, "time": format_time(at or utc_now()), **SAMPLE_VALUES})
+    return render(subject, body, {"realm": realm_name, "time": format_time(at or SYSTEM_CLOCK.now()), **SAMPLE_VALUES})
 
 
 def _check_name(name: str) -> None:
@@ -167,7 +167,7 @@ async def put_template(session: AsyncSession, actor: Actor, name: str, *, subjec
         session.add(row)
     else:
         row.subject, row.body = subject, body
-    row.updated_at = utc_now()
+    row.updated_at = SYSTEM_CLOCK.now()
     row.updated_by = actor.id
     await session.flush()
     changed = [k for k in ("subject", "body") if before[k] != (subject if k == "subject" else body)]

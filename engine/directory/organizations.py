@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, text
@@ -24,6 +23,7 @@ from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
 from engine.directory.roles import like, raise_issues, require_ceiling, text_issues
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Issue, NotFound
 from engine.platform.ids import new_id
 from engine.platform.names import normalize
@@ -526,7 +526,7 @@ async def update_group(
             changed["role_ids"] = [r.id for r in roles]
         if moves:
             group.parent_id = new_parent_id
-            group.parent_set_by, group.parent_set_at = actor.principal_id, datetime.now(UTC)
+            group.parent_set_by, group.parent_set_at = actor.principal_id, SYSTEM_CLOCK.now()
             changed["parent_id"] = new_parent_id
         if new_name:
             group.name = new_name

@@ -6,6 +6,7 @@ caller (a count it may not read is shown as unknown, never as 0).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -115,6 +116,19 @@ _NAMED = """
     UNION ALL SELECT id, name, '/workflows/' || id FROM workflows WHERE realm_id = :realm AND id IN (SELECT id FROM ids)
     UNION ALL SELECT id, destination, NULL
       FROM webhook_subscriptions WHERE realm_id = :realm AND id IN (SELECT id FROM ids)
+    UNION ALL SELECT r.id,
+           coalesce(w.name, 'A deleted workflow') || ' for ' || coalesce(u.display_name, 'a former user'),
+           '/runs/' || r.id
+      FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id
+      LEFT JOIN users u ON u.id = r.subject_id AND u.realm_id = r.realm_id
+     WHERE r.realm_id = :realm AND r.id IN (SELECT id FROM ids)
+    UNION ALL SELECT a.id, 'approval of ' || coalesce(w.name, ro.name, 'a deleted workflow')
+             || ' for ' || coalesce(u.display_name, 'a former user'),
+           CASE WHEN a.run_id IS NOT NULL THEN '/runs/' || a.run_id END
+      FROM workflow_approvals a LEFT JOIN workflows w ON w.id = a.workflow_id
+      LEFT JOIN roles ro ON ro.id = a.request ->> 'role_id' AND ro.realm_id = a.realm_id
+      LEFT JOIN users u ON u.id = a.subject_id AND u.realm_id = a.realm_id
+     WHERE a.realm_id = :realm AND a.id IN (SELECT id FROM ids)
 """
 _ACTIVITY_SQL = text(
     """
@@ -254,6 +268,8 @@ class WorkflowKpis:
     failed_24h: int | None = None
     compensated_24h: int | None = None
     compensation_failed_24h: int | None = None
+    # Ended because an approver said no: decisions, counted apart from the failures above.
+    rejected_24h: int | None = None
     pending_approvals: int | None = None
     # Revisions of workflows that need approval, waiting for a review the reader may give (not their own).
     reviews_waiting: int | None = None
@@ -274,13 +290,16 @@ _KPIS_SQL = text(
       (SELECT count(*) FROM workflow_approvals WHERE realm_id = :r AND status = 'pending'),
       (SELECT count(*) FROM workflow_revisions v JOIN workflows w ON w.id = v.workflow_id
         WHERE v.realm_id = :r AND v.status = 'draft' AND w.requires_approval
-          AND v.number > coalesce(w.published_revision, 0) AND v.author_id IS DISTINCT FROM :me)
+          AND v.number > coalesce(w.published_revision, 0) AND v.author_id IS DISTINCT FROM :me),
+      day.rejected
     FROM (
-      SELECT count(*) FILTER (WHERE state = 'failed') AS failed,
-             count(*) FILTER (WHERE state = 'compensated') AS compensated,
-             count(*) FILTER (WHERE state = 'compensation_failed') AS compensation_failed
-        FROM workflow_runs
-       WHERE realm_id = :r AND finished_at > now() - interval '24 hours'
+      SELECT count(*) FILTER (WHERE state = 'failed' AND NOT decided) AS failed,
+             count(*) FILTER (WHERE state = 'compensated' AND NOT decided) AS compensated,
+             count(*) FILTER (WHERE state = 'compensation_failed') AS compensation_failed,
+             count(*) FILTER (WHERE decided) AS rejected
+        FROM (SELECT state, coalesce(error_category = ANY(CAST(:decisions AS text[])), false) AS decided
+                FROM workflow_runs
+               WHERE realm_id = :r AND finished_at > now() - interval '24 hours') finished
     ) day
     LEFT JOIN LATERAL (
       SELECT id, due_at FROM workflow_runs
@@ -291,14 +310,19 @@ _KPIS_SQL = text(
 )
 
 
-async def workflow_kpis(session: AsyncSession, realm_id: str, reader_id: str | None = None) -> WorkflowKpis:
-    row = (await session.execute(_KPIS_SQL, {"r": realm_id, "me": reader_id})).one()
+async def workflow_kpis(
+    session: AsyncSession, realm_id: str, reader_id: str | None = None, *, decisions: Iterable[str] = ()
+) -> WorkflowKpis:
+    """``decisions``: the error categories that record a person's decision (engine/runs/outcome.py
+    ``DECISION_CATEGORIES``): such runs count as rejected, not failed or compensated."""
+    row = (await session.execute(_KPIS_SQL, {"r": realm_id, "me": reader_id, "decisions": sorted(decisions)})).one()
     return WorkflowKpis(
         active_workflows=int(row[0]),
         runs_in_flight=int(row[1]),
         failed_24h=int(row[2]),
         compensated_24h=int(row[3]),
         compensation_failed_24h=int(row[4]),
+        rejected_24h=int(row[9]),
         pending_approvals=int(row[7]),
         reviews_waiting=int(row[8]),
         oldest_due_run_at=row[6],

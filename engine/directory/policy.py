@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
-from engine.directory.identity import now as utc_now
 from engine.directory.models import RealmPolicy
+from engine.platform.clock import SYSTEM_CLOCK
 
 EXTENSION_DEFAULTS: dict[str, bool] = {"workflow_publish_approval": False}
 
@@ -61,7 +61,7 @@ async def update_policy(session: AsyncSession, actor: Actor, extensions: dict[st
         return policy_view(row)
     else:
         row.extensions = {**(row.extensions or {}), **after}
-    row.updated_at = utc_now()
+    row.updated_at = SYSTEM_CLOCK.now()
     row.updated_by = actor.id
     await session.flush()
     await record_audit(

@@ -17,9 +17,10 @@ from engine.directory import rules
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
-from engine.directory.identity import create_user, end_credentials, end_sessions, issue_sign_in_link, now
+from engine.directory.identity import create_user, end_credentials, end_sessions, issue_sign_in_link
 from engine.directory.models import ServicePrincipal, SignInLink, User
 from engine.platform import crypto, names
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, NotFound, ValidationFailed, invalid
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -128,7 +129,7 @@ async def update_user(
         changed.append("password")
         ended = await end_sessions(session, user.id, keep=keep_session_id)
     if changed:
-        user.updated_at = now()
+        user.updated_at = SYSTEM_CLOCK.now()
         await session.flush()
         details: dict[str, Any] = {"changed": changed}
         if password is not None:
@@ -164,7 +165,7 @@ async def apply_user_status(session: AsyncSession, actor: Actor, user: User, sta
     taken = status != "active" and await is_admin(session, actor.realm_id, user.id)
     async with keeping_an_admin(session, actor.realm_id, check=taken, reload=[user]):
         user.status = status
-        user.updated_at = now()
+        user.updated_at = SYSTEM_CLOCK.now()
         await session.flush()
     ended = await end_credentials(session, user.id) if status == "suspended" else None
     event = "user.suspended" if status == "suspended" else "user.reactivated"
@@ -190,11 +191,13 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
     user.totp_secret_enc = None
     user.totp_enabled_at = None
     user.totp_last_step = None
-    user.updated_at = now()
+    user.updated_at = SYSTEM_CLOCK.now()
     await end_sessions(session, user.id)
     # A sign-in link counts as a second factor: one made before the reset no longer opens a session.
     await session.execute(
-        update(SignInLink).where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None)).values(used_at=now())
+        update(SignInLink)
+        .where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None))
+        .values(used_at=SYSTEM_CLOCK.now())
     )
     await session.flush()
     await record_audit(

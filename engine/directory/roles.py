@@ -33,9 +33,9 @@ from engine.directory.authz import (
     require_authority_over,
     role_authority,
 )
-from engine.directory.identity import now as current_time
 from engine.directory.independence import require_independent
 from engine.directory.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.names import fold, hidden_character_issues, mixed_script_issues, normalize
@@ -285,7 +285,7 @@ async def update_role(
         changed.append("description")
     if unique is not None and unique != list(role.permissions):
         role.permissions = unique
-        role.permissions_set_by, role.permissions_set_at = actor.principal_id, current_time()
+        role.permissions_set_by, role.permissions_set_at = actor.principal_id, SYSTEM_CLOCK.now()
         changed.append("permissions")
     if requires_approval is not None and requires_approval != role.requires_approval:
         role.requires_approval = requires_approval
@@ -444,7 +444,7 @@ async def create_assignment(
             issues.append(Issue("/expires_at", "out_of_range", "must fall within the years 1 to 9999 in UTC"))
             expires_at = None
         else:
-            issues += rules.expiry_issues(expires_at, current_time())
+            issues += rules.expiry_issues(expires_at, SYSTEM_CLOCK.now())
     role = await session.get(Role, role_id)
     if role is not None and role.realm_id != actor.realm_id:
         role = None
@@ -550,7 +550,7 @@ async def holds_grant(
             col(RoleAssignment.organization_id).is_(None)
             if organization_id is None
             else RoleAssignment.organization_id == organization_id,
-            or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > current_time()),
+            or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > SYSTEM_CLOCK.now()),
         )
     )
     return bool(count)

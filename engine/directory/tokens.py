@@ -22,8 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory import identity
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
-from engine.directory.identity import now as utc_now
 from engine.directory.models import ApiToken, ServicePrincipal, User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.pagination import Page, keyset_page
 
@@ -197,7 +197,7 @@ async def revoke(
         await require_authority_over(session, actor.realm_id, authority, owner_type, owner_id, what="revoke its tokens")
     if row.revoked_at is not None:
         return row
-    row.revoked_at = utc_now()
+    row.revoked_at = SYSTEM_CLOCK.now()
     await session.flush()
     await record_audit(
         session,

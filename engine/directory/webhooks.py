@@ -37,9 +37,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
-from engine.directory.identity import now as utc_now
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed, invalid
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -283,7 +283,7 @@ def signing_secrets(subscription: WebhookSubscription, operator_key: str, now: d
     secret cannot be decrypted (the operator key changed); a previous secret that cannot be
     read is left out.
     """
-    moment = now or utc_now()
+    moment = now or SYSTEM_CLOCK.now()
     secrets = [crypto.decrypt(operator_key, SECRET_PURPOSE, subscription.secret_enc)]
     expires = subscription.previous_secret_expires_at
     if subscription.previous_secret_enc and expires is not None and expires > moment:
@@ -301,7 +301,7 @@ def webhook_view(
     subscription: WebhookSubscription, *, operator_allows_private: bool, now: datetime | None = None
 ) -> dict[str, Any]:
     """The subscription as the API shows it: never a secret, encrypted or not."""
-    moment = now or utc_now()
+    moment = now or SYSTEM_CLOCK.now()
     expires = subscription.previous_secret_expires_at
     return {
         "id": subscription.id,
@@ -405,7 +405,7 @@ async def rotate_secret(
     Rotating again inside the window replaces the previous secret: only the two newest count.
     """
     subscription = await _changeable(session, actor.realm_id, webhook_id)
-    moment = now or utc_now()
+    moment = now or SYSTEM_CLOCK.now()
     secret = new_secret()
     subscription.previous_secret_enc = subscription.secret_enc
     subscription.previous_secret_expires_at = moment + ROTATION_OVERLAP
@@ -478,7 +478,7 @@ async def update_subscription(
         subscription.destination = new_destination
         changed.append("destination")
     if changed:
-        subscription.updated_at = utc_now()
+        subscription.updated_at = SYSTEM_CLOCK.now()
         await session.flush()
         await record_audit(
             session,
@@ -504,7 +504,7 @@ async def delete_subscription(session: AsyncSession, actor: Actor, webhook_id: s
         return
     previous = subscription.state
     subscription.state = "deleted"
-    subscription.updated_at = utc_now()
+    subscription.updated_at = SYSTEM_CLOCK.now()
     await session.flush()
     await record_audit(
         session,

@@ -43,6 +43,7 @@ from engine.directory.webhooks import signing_secrets
 from engine.endpoints import transport
 from engine.endpoints.calls import signed_request
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, NotFound
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -77,7 +78,7 @@ def event_payload(event: OutboxEvent) -> dict[str, Any]:
     """The Standard Webhooks payload of an event: identifiers only."""
     data: dict[str, Any] = {"subject_id": event.subject_id, "organization_id": event.organization_id}
     data |= {k: v for k, v in (event.payload or {}).items() if isinstance(v, str | int | bool) or v is None}
-    created = event.created_at or datetime.now(UTC)
+    created = event.created_at or SYSTEM_CLOCK.now()
     return {
         "type": event.type,
         "timestamp": created.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -239,7 +240,7 @@ class DeliveryDispatcher:
         return timedelta(milliseconds=self.policy.timeout_ms + 30_000)
 
     async def claim(self, limit: int) -> list[ClaimedDelivery]:
-        now = datetime.now(UTC)
+        now = SYSTEM_CLOCK.now()
         async with self.sessions() as session, session.begin():
             # Orphans are swept at most once a second (the claim runs once per delivery when busy).
             if self._swept_at is None or (now - self._swept_at).total_seconds() >= 1:
@@ -306,7 +307,7 @@ class DeliveryDispatcher:
     async def _deliver(
         self, client: httpx.AsyncClient, claimed: ClaimedDelivery, claim_next: bool
     ) -> ClaimedDelivery | None:
-        now = datetime.now(UTC)
+        now = SYSTEM_CLOCK.now()
         subscription = claimed.subscription
         try:
             if not self.policy.operator_key:
@@ -349,7 +350,7 @@ class DeliveryDispatcher:
         next_attempt_at: datetime,
         claim_next: bool = False,
     ) -> ClaimedDelivery | None:
-        done = datetime.now(UTC)
+        done = SYSTEM_CLOCK.now()
         following: list[ClaimedDelivery] = []
         async with self.sessions() as session, session.begin():
             await session.execute(

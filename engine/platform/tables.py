@@ -6,12 +6,14 @@ Alembic and the schema test see every table on this one metadata.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, DateTime, MetaData, func, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import SQLModel
+
+from engine.platform.clock import SYSTEM_CLOCK
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -26,7 +28,7 @@ metadata: MetaData = SQLModel.metadata
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    return SYSTEM_CLOCK.now()
 
 
 def tz_column(*, nullable: bool = False, server_default: bool = False) -> Column[datetime]:

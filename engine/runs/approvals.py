@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select, text, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory import rules
@@ -27,10 +27,12 @@ from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Organization, Realm, Role, User
 from engine.directory.roles import grant_scope
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import get_settings
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
+from engine.runs import runstore
 from engine.runs.approval_models import ApprovalLink, WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.runs.notices import LINK_PLACEHOLDER, record_notice
@@ -443,17 +445,7 @@ async def _decide(
             await _assign_requested_role(session, actor, approval)
         return approval
     # Due now; a run paused by its disabled workflow keeps its place and continues when enabled.
-    await session.execute(
-        text(
-            "UPDATE workflow_runs SET updated_at = :now,"
-            " due_at = CASE WHEN context->>'paused_due_at' IS NULL THEN :now ELSE due_at END,"
-            " context = CASE WHEN context->>'paused_due_at' IS NULL THEN context"
-            " ELSE jsonb_set(context, '{paused_due_at}', to_jsonb(CAST(:now AS timestamptz))) END"
-            " WHERE id = :id AND state = 'awaiting_approval'"
-        ),
-        {"now": now, "id": run.id},
-    )
-    await session.execute(text("SELECT pg_notify('cockpit_runs_due', '')"))
+    await runstore.make_decided_due(session, run.id, now=now)
     return approval
 
 
@@ -513,7 +505,7 @@ async def request_role_assignment(session: AsyncSession, actor: Actor, needed: A
     ``needed`` is what ``roles.create_assignment`` answered after every check passed."""
     role, subject_type, subject_id = needed.role, needed.subject_type, needed.subject_id
     organization_id, expires_at, approver_id = needed.organization_id, needed.expires_at, needed.approver_id
-    now = datetime.now(UTC)
+    now = SYSTEM_CLOCK.now()
     approval = WorkflowApproval(
         id=new_id("wap"),
         realm_id=actor.realm_id,

@@ -10,6 +10,8 @@
 - **Retry now** makes a run that waits for a retry (of a step or of a compensation) due at once
   (409 ``nothing_waits`` otherwise). It changes when, never what: the attempt counts and the
   policy stay as they are. Rules as for cancelling (realm.workflows.run).
+- **Enable and disable** a workflow: its state (engine/workflows/service.py) and, with it, its
+  runs in flight, paused while it is disabled and resumed when it is enabled.
 - **Bulk** applies cancel or re-run to up to :data:`BULK_LIMIT` runs, named by id or by a list
   filter, each in its own savepoint: one refused run never undoes another's result.
 """
@@ -24,8 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, load_authority
-from engine.directory.identity import now as utc_now
 from engine.directory.models import Organization, User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.runs import runstore
@@ -42,10 +44,24 @@ from engine.runs.service import (
     start_run,
 )
 from engine.runs.states import FINISHED
+from engine.workflows import service as workflows
 from engine.workflows.models import Workflow
 
 BULK_LIMIT = 1000
 BULK_ACTIONS = ("cancel", "rerun")
+
+
+async def set_workflow_enabled(session: AsyncSession, actor: Actor, workflow_id: str, enabled: bool) -> Workflow:
+    """Enable or disable a workflow; its runs in flight resume or pause with it.
+
+    Paused runs leave the due index (so claims never walk past them) and come back when enabled;
+    compensating runs and runs asked to cancel go on: they only remove access."""
+    workflow = await workflows.set_enabled(session, actor, workflow_id, enabled)
+    if enabled:
+        await runstore.resume_runs(session, workflow.id)
+    else:
+        await runstore.pause_runs(session, workflow.id)
+    return workflow
 
 
 async def rerun_run(
@@ -112,7 +128,7 @@ async def rerun_run(
 async def retry_now(session: AsyncSession, actor: Actor, run_id: str) -> WorkflowRun:
     """Make the run's waiting retry due now (409 ``nothing_waits`` when it waits for none)."""
     run = await get_run(session, actor.realm_id, run_id)
-    moment = utc_now()
+    moment = SYSTEM_CLOCK.now()
     updated = await runstore.retry_now(session, run.id, actor.realm_id, now=moment)
     if updated is None:
         raise Conflict("The run is not waiting for a retry.", code="nothing_waits")

@@ -8,7 +8,7 @@ verdict on its destination. The decision answers either the effect to write — 
 the attempt's result, how it is compensated and the audit events it writes — or the refusal the
 step meets, with its category, its message and whether it is permanent.
 
-Three drivers use the same functions: the single-run executor (engine/runs/runner.py through each
+Three drivers use the same functions: the single-run executor (engine/runs/transition.py through each
 step type's ``perform``), the batched statement of the fast path (engine/runs/fastpath.py) and the
 preview (engine/runs/preview.py), which writes nothing. The refusal rules themselves are the
 directory's (engine/directory/rules.py, engine/directory/authz.py) and the requirements' of

@@ -8,12 +8,11 @@ waits for its approval, so the newcomer sees both a finished run and a request t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor
 from engine.directory.seed import DemoRealm
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs import approvals
 from engine.runs import service as runs
 from engine.workflows import service as workflows
@@ -84,5 +83,5 @@ async def approve_demo_request(session: AsyncSession, run_id: str) -> bool:
         return False
     approval = pending[0]
     actor = Actor(type="user", id=approval.approvers[0], realm_id=approval.realm_id)
-    await approvals.decide(session, actor, approval.id, approve=True, comment="Welcome aboard.", now=datetime.now(UTC))
+    await approvals.decide(session, actor, approval.id, approve=True, comment="Welcome aboard.", now=SYSTEM_CLOCK.now())
     return True

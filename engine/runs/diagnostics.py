@@ -15,6 +15,12 @@ Health (checked in this order):
 - ``unknown``: the window holds no attempt (no data to judge);
 - ``degraded``: more than 10 % of the window's attempts failed (10 % exactly is healthy);
 - ``healthy`` otherwise.
+
+An approver's rejection fails its approval attempt, but it is a **decision**, not an operational
+failure (engine/runs/outcome.py ``DECISION_CATEGORIES``): it counts among the attempts and never
+among the failed ones, and the figures and charts show decisions as their own series. Seed 000
+says "more than 10 % of attempts failed"; counting a "no" as a failure would mark a workflow
+degraded because its approvers do their job (docs/architecture.md "Workflow health").
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import text
@@ -31,11 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.endpoints.deliveries import count_failing_deliveries
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
 from engine.runs.approvals import count_pending_approvals
 from engine.runs.models import RunResolution, WorkflowRun
+from engine.runs.outcome import DECISION_CATEGORIES, is_decision
 
 RUN_WINDOW = 500
 ATTEMPT_WINDOW = 1000
@@ -58,12 +66,23 @@ DUE_STATES = (st.PENDING, st.RUNNING, st.COMPENSATING)
 class Health:
     status: str
     reason: str
+    # attention_required: the runs an administrator must finish by hand, newest first.
+    runs: tuple[str, ...] = ()
 
 
 def classify_health(
-    *, attempts: int, failed_attempts: int, open_compensation_failures: int, open_run_ids: list[str] | None = None
+    *,
+    attempts: int,
+    failed_attempts: int,
+    open_compensation_failures: int,
+    open_run_ids: list[str] | None = None,
+    decisions: int = 0,
 ) -> Health:
-    """The health rule of seed 000, with the reason in words."""
+    """The health rule of seed 000, with the reason in words.
+
+    ``failed_attempts`` are operational failures only; ``decisions`` (approvers' rejections,
+    counted among ``attempts``) are named in the reason and never degrade.
+    """
     if open_compensation_failures > 0:
         n = open_compensation_failures
         them = "them" if n > 1 else "it"
@@ -74,11 +93,17 @@ def classify_health(
             more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
             see = f" — see run{'s' if len(runs) > 1 else ''} {shown}{more}"
         noun = "compensations" if n > 1 else "compensation"
-        return Health("attention_required", f"{n} {noun} failed: an administrator must finish undoing {them}{see}")
+        return Health(
+            "attention_required",
+            f"{n} {noun} failed: an administrator must finish undoing {them}{see}",
+            tuple(runs),
+        )
     if attempts <= 0:
         return Health("unknown", f"No step attempts in the last {RUN_WINDOW} runs yet: nothing to judge.")
     share = failed_attempts / attempts
     figure = f"{failed_attempts} of {attempts} attempts failed ({share * 100:.1f} %)"
+    if decisions:
+        figure += f"; {decisions} rejected by an approver (a decision, not a failure)"
     if failed_attempts * 10 > attempts:  # more than 10 %, in integers: no rounding at the boundary
         return Health("degraded", f"{figure}, more than 10 %.")
     return Health("healthy", f"{figure}, at most 10 %.")
@@ -142,11 +167,21 @@ class Diagnostics:
             failed_attempts=self.failed_attempts,
             open_compensation_failures=len(self.open_compensation_failures),
             open_run_ids=self.open_compensation_failures,
+            decisions=self.decided_attempts,
         )
 
     @property
     def failed_attempts(self) -> int:
-        return sum(1 for a in self.attempts if a.state == st.ATTEMPT_FAILED)
+        """Attempts that failed operationally (an approver's rejection is a decision, not one)."""
+        return sum(1 for a in self.attempts if a.state == st.ATTEMPT_FAILED and not is_decision(a.error_category))
+
+    @property
+    def decided_attempts(self) -> int:
+        """Approval attempts an approver ended with a no."""
+        return sum(1 for a in self.attempts if a.state == st.ATTEMPT_FAILED and is_decision(a.error_category))
+
+    def rejected_runs(self) -> int:
+        return sum(1 for r in self.runs if is_decision(r.error_category))
 
     def runs_by_state(self) -> dict[str, int]:
         counts = Counter(r.state for r in self.runs)
@@ -156,7 +191,7 @@ class Diagnostics:
         """Per step id, how many failed attempts had each error category."""
         out: dict[str, Counter[str]] = {}
         for a in self.attempts:
-            if a.state == st.ATTEMPT_FAILED:
+            if a.state == st.ATTEMPT_FAILED and not is_decision(a.error_category):
                 out.setdefault(a.step_id, Counter())[a.error_category or "error"] += 1
         return {step: dict(counts.most_common()) for step, counts in sorted(out.items())}
 
@@ -168,7 +203,7 @@ class Diagnostics:
         return min(due, key=lambda r: (r.due_at, r.id)) if due else None
 
     def recent_failures(self) -> list[AttemptRow]:
-        return [a for a in self.attempts if a.state == st.ATTEMPT_FAILED][:RECENT]
+        return [a for a in self.attempts if a.state == st.ATTEMPT_FAILED and not is_decision(a.error_category)][:RECENT]
 
     def compensation_failures(self) -> int:
         return sum(1 for r in self.runs if r.state == st.COMPENSATION_FAILED)
@@ -189,10 +224,12 @@ class Diagnostics:
             "health": self.health.status,
             "health_reason": self.health.reason,
             "runs_by_state": self.runs_by_state(),
+            "runs_rejected": self.rejected_runs(),
             "step_failure_categories": self.step_failure_categories(),
             "attempts": {
                 "total": len(self.attempts),
                 "failed": self.failed_attempts,
+                "rejected": self.decided_attempts,
                 "succeeded": sum(1 for a in self.attempts if a.state == st.ATTEMPT_SUCCEEDED),
                 "started": sum(1 for a in self.attempts if a.state == st.ATTEMPT_STARTED),
             },
@@ -307,7 +344,7 @@ async def workflow_diagnostics(session: AsyncSession, realm_id: str, workflow_id
     return Diagnostics(
         workflow_id=workflow_id,
         workflow_name=name,
-        generated_at=datetime.now(UTC),
+        generated_at=SYSTEM_CLOCK.now(),
         runs=runs,
         attempts=attempts,
         pending_approvals=int(pending),
@@ -329,13 +366,16 @@ _HEALTH_LATERAL = """
            WHERE s.run_id IN (SELECT id FROM runs)
            ORDER BY s.started_at DESC LIMIT 1 OFFSET CAST(:attempts AS int) - 1
         ), attempts AS (
-          SELECT a.state FROM step_attempts a
+          SELECT a.state, a.error_category FROM step_attempts a
            WHERE a.run_id IN (SELECT id FROM runs) AND a.realm_id = :r
              AND a.started_at >= coalesce((SELECT started_at FROM since), '-infinity')
            ORDER BY a.started_at DESC, a.id DESC LIMIT :attempts
         )
         SELECT (SELECT count(*) FROM attempts) AS attempts,
-               (SELECT count(*) FROM attempts WHERE state = 'failed') AS failed,
+               (SELECT count(*) FROM attempts WHERE state = 'failed'
+                  AND coalesce(error_category, '') <> ALL(CAST(:decisions AS text[]))) AS failed,
+               (SELECT count(*) FROM attempts WHERE state = 'failed'
+                  AND error_category = ANY(CAST(:decisions AS text[]))) AS decided,
                (SELECT coalesce(array_agg(runs.id ORDER BY runs.id DESC), '{}') FROM runs
                  WHERE runs.state = 'compensation_failed'
                    AND NOT EXISTS (SELECT 1 FROM run_resolutions res WHERE res.run_id = runs.id)) AS open_ids
@@ -343,7 +383,8 @@ _HEALTH_LATERAL = """
 """
 
 _HEALTH_SQL = text(
-    "SELECT w.id, h.attempts, h.failed, h.open_ids FROM unnest(CAST(:ids AS text[])) AS w(id)" + _HEALTH_LATERAL
+    "SELECT w.id, h.attempts, h.failed, h.open_ids, h.decided FROM unnest(CAST(:ids AS text[])) AS w(id)"
+    + _HEALTH_LATERAL
 )
 
 # The realm home: its published workflows (newest first) and the realm's open compensation
@@ -360,10 +401,14 @@ _HOME_SQL = text(
 )
 
 
-def _health(attempts: Any, failed: Any, open_ids: Any) -> Health:
+def _health(attempts: Any, failed: Any, open_ids: Any, decided: Any = 0) -> Health:
     ids = list(open_ids or [])
     return classify_health(
-        attempts=int(attempts), failed_attempts=int(failed), open_compensation_failures=len(ids), open_run_ids=ids
+        attempts=int(attempts),
+        failed_attempts=int(failed),
+        open_compensation_failures=len(ids),
+        open_run_ids=ids,
+        decisions=int(decided),
     )
 
 
@@ -372,9 +417,19 @@ async def health_of(session: AsyncSession, realm_id: str, workflow_ids: list[str
     if not workflow_ids:
         return {}
     rows = await session.execute(
-        _HEALTH_SQL, {"ids": list(workflow_ids), "r": realm_id, "runs": RUN_WINDOW, "attempts": ATTEMPT_WINDOW}
+        _HEALTH_SQL,
+        {
+            "ids": list(workflow_ids),
+            "r": realm_id,
+            "runs": RUN_WINDOW,
+            "attempts": ATTEMPT_WINDOW,
+            "decisions": sorted(DECISION_CATEGORIES),
+        },
     )
-    return {workflow_id: _health(attempts, failed, open_ids) for workflow_id, attempts, failed, open_ids in rows}
+    return {
+        workflow_id: _health(attempts, failed, open_ids, decided)
+        for workflow_id, attempts, failed, open_ids, decided in rows
+    }
 
 
 @dataclass(frozen=True)

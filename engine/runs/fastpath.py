@@ -37,12 +37,13 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine.directory.admins import ADMIN_ROLE
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
 from engine.directory.notice_templates import NOTICE_TEXTS, WORKFLOW_NOTICE, render_workflow_notice
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.ids import new_id
 from engine.runs import runstore
 from engine.runs.decisions import (
@@ -59,7 +60,7 @@ from engine.runs.decisions import (
     step_succeeded_entry,
 )
 from engine.runs.notices import NOT_CONFIGURED, NOT_CONFIGURED_TEXT, QUEUED
-from engine.runs.retry import Clock, policy_for
+from engine.runs.retry import policy_for
 from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_SUCCEEDED,
@@ -371,7 +372,7 @@ class FastPath:
             "workflow_ids": [w.workflow_id for _, w in runs],
             "want_notice": [w.want_notice for _, w in runs],
             "notice_template": WORKFLOW_NOTICE,
-            "wall_now": datetime.now(UTC),
+            "wall_now": SYSTEM_CLOCK.now(),
             "admin_role": ADMIN_ROLE,
         }
         q = runstore.STEP_FACTS
@@ -458,7 +459,7 @@ class FastPath:
             step=step,
             organization_id=organization_id,
             now=now,
-            wall_now=datetime.now(UTC),
+            wall_now=SYSTEM_CLOCK.now(),
             authority=await self._authority(conn, staged, run, now),
             publisher_active=run["publisher_status"] == "active",
             **facts,
@@ -525,7 +526,7 @@ class FastPath:
             "finished": finished,
             "lease_expires_ats": now + self.lease,
             "moved_ats": moved_at,
-            "wall_nows": datetime.now(UTC),
+            "wall_nows": SYSTEM_CLOCK.now(),
             "attempt_ids": new_id("wsa"),
             "step_ids": step["id"],
             "step_types": step_type.name,

@@ -17,10 +17,14 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, func, literal, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 from sqlalchemy.sql import Select
+from sqlmodel import col
 
 from engine.directory.models import Group, Organization, Role, ServicePrincipal, User, WebhookSubscription
+from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
+from engine.runs.outcome import run_title
 from engine.workflows.models import Workflow
 
 # Prefix → kind. Realms are addressed by slug and never shown by id.
@@ -33,8 +37,9 @@ KINDS: dict[str, str] = {
     "whk": "subscription",
     "wfl": "workflow",
     "wrn": "run",
+    "wap": "approval",
 }
-ID_PATTERN = re.compile(r"\b(?:usr|spn|org|rol|grp|whk|wfl|wrn)_[0-9a-z]{26}\b")
+ID_PATTERN = re.compile(r"\b(?:usr|spn|org|rol|grp|whk|wfl|wrn|wap)_[0-9a-z]{26}\b")
 MAX_IDS = 2000  # what one page can name; more are left unresolved rather than slow the page
 
 
@@ -111,18 +116,51 @@ async def lookup_names(session: AsyncSession, realm_id: str, ids: Iterable[str |
     arm("grp", Group.id, Group.name, Group.organization_id, Group.realm_id)
     arm("whk", WebhookSubscription.id, WebhookSubscription.destination, none, WebhookSubscription.realm_id)
     arm("wfl", Workflow.id, Workflow.name, none, Workflow.realm_id)
+    subject = aliased(User)
     if "wrn" in by_kind:
+        # A run by its title: its workflow's name, and (in parent_id here) its subject's name.
         arms.append(
             select(
                 WorkflowRun.id.label("id"),  # type: ignore[attr-defined]
                 literal("run", String).label("kind"),
                 Workflow.name.label("name"),  # type: ignore[attr-defined]
-                WorkflowRun.workflow_id.label("parent_id"),  # type: ignore[attr-defined]
+                subject.display_name.label("parent_id"),  # type: ignore[attr-defined]
             )
             .join(Workflow, Workflow.id == WorkflowRun.workflow_id)  # type: ignore[arg-type]
+            .outerjoin(subject, (subject.id == WorkflowRun.subject_id) & (subject.realm_id == WorkflowRun.realm_id))
             .where(
                 WorkflowRun.realm_id == realm_id,  # type: ignore[arg-type]
                 WorkflowRun.id.in_(bindparam("ids_wrn", by_kind["wrn"], expanding=True)),  # type: ignore[attr-defined]
+            )
+        )
+    if "wap" in by_kind:
+        # An approval by what was asked: the workflow (or the role asked for by hand) and for whom;
+        # its page is its run's timeline (the approval's own page is only for its approvers).
+        what = func.coalesce(Workflow.name, Role.name, "a deleted workflow")
+        arms.append(
+            select(
+                WorkflowApproval.id.label("id"),  # type: ignore[attr-defined]
+                literal("approval", String).label("kind"),
+                (
+                    literal("approval of ", String)
+                    + what
+                    + " for "
+                    + func.coalesce(subject.display_name, "a former user")
+                ).label("name"),
+                col(WorkflowApproval.run_id).label("parent_id"),
+            )
+            .outerjoin(Workflow, Workflow.id == WorkflowApproval.workflow_id)  # type: ignore[arg-type]
+            .outerjoin(
+                Role,
+                (Role.id == WorkflowApproval.request["role_id"].astext)  # type: ignore[index]
+                & (Role.realm_id == WorkflowApproval.realm_id),
+            )
+            .outerjoin(
+                subject, (subject.id == WorkflowApproval.subject_id) & (subject.realm_id == WorkflowApproval.realm_id)
+            )
+            .where(
+                WorkflowApproval.realm_id == realm_id,  # type: ignore[arg-type]
+                WorkflowApproval.id.in_(bindparam("ids_wap", by_kind["wap"], expanding=True)),  # type: ignore[attr-defined]
             )
         )
     statement = arms[0] if len(arms) == 1 else union_all(*arms)
@@ -136,7 +174,8 @@ async def lookup_names(session: AsyncSession, realm_id: str, ids: Iterable[str |
             name = f"{row.name} <{row.parent_id}>" if row.name and row.name != row.parent_id else row.parent_id
             parent = None
         elif row.kind == "run":
-            name = f"run of {row.name}"
+            name = run_title(row.name, row.parent_id)
+            parent = None
         out[row.id] = NamedObject(row.id, row.kind, name, parent)
     return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -27,15 +28,17 @@ from typing import Any
 import aiosmtplib
 from sqlalchemy import Select, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from engine.directory.notice_templates import render_notice
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.config import MailSettings, get_settings
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import WorkflowNotice
-from engine.runs.retry import Clock, delay_ms
+from engine.runs.retry import delay_ms
 
 log = logging.getLogger("cockpit.notices")
 
@@ -121,12 +124,19 @@ async def list_notices(
     user_id: str | None = None,
     cursor: str | None = None,
     limit: int | None = None,
+    user_ids: Sequence[str] | None = None,
+    workflow_ids: Sequence[str] | None = None,
 ) -> Page[WorkflowNotice]:
+    """``user_ids`` / ``workflow_ids``: any of these recipients / workflows (what a name matched)."""
     query: Select[Any] = select(WorkflowNotice).where(WorkflowNotice.realm_id == realm_id)
     if run_id:
         query = query.where(WorkflowNotice.run_id == run_id)
     if user_id:
         query = query.where(WorkflowNotice.user_id == user_id)
+    if user_ids is not None:
+        query = query.where(col(WorkflowNotice.user_id).in_(list(user_ids)))
+    if workflow_ids is not None:
+        query = query.where(col(WorkflowNotice.workflow_id).in_(list(workflow_ids)))
     return await keyset_page(session, query, WorkflowNotice.id, cursor=cursor, limit=limit, descending=True)
 
 
@@ -203,7 +213,7 @@ async def deliver_due_notices(
     limit: int = 20,
 ) -> int:
     """Send the notices that are due; returns how many were sent."""
-    clock = clock or Clock()
+    clock = clock or SYSTEM_CLOCK
     now = clock.now()
     async with sessions() as session, session.begin():
         claimed = (await session.execute(_CLAIM, {"now": now, "hold": now + CLAIM_HOLD, "limit": limit})).all()

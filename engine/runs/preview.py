@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
-from engine.directory.identity import now as wall_clock
 from engine.directory.models import WebhookSubscription
 from engine.directory.webhooks import check_destination_async
 from engine.endpoints.calls import EndpointSettings
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
 from engine.runs.decisions import Effect, Refusal, decide
@@ -130,7 +130,7 @@ async def preview_run(
     starter = await load_authority(session, actor.realm_id, "user", actor.id)
     await require_starter(session, actor.realm_id, starter, revision, subject_id, organization_id)
     publisher_id = revision.published_by or actor.id
-    moment = now or wall_clock()
+    moment = now or SYSTEM_CLOCK.now()
     run = WorkflowRun(
         id=new_id("wrn"),
         realm_id=actor.realm_id,

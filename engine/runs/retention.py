@@ -21,8 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.runs.models import MaintenancePass
-from engine.runs.retry import Clock
 
 log = logging.getLogger("cockpit.retention")
 
@@ -59,7 +59,7 @@ async def cleanup_finished_runs(
     max_batches: int = MAX_BATCHES,
 ) -> RetentionPass:
     """Delete finished runs older than the retention, ``batch_size`` per transaction; record and log the count."""
-    now = (clock or Clock()).now()
+    now = (clock or SYSTEM_CLOCK).now()
     cutoff = now - timedelta(days=retention_days)
     deleted = 0
     batches = 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine.workflows.definitions.durations import parse_duration
@@ -42,30 +41,3 @@ def delay_ms(backoff_ms: int, failed_attempts: int, *, rand: Callable[[], float]
     exponent = max(failed_attempts - 1, 0)
     base = min(backoff_ms * (2 ** min(exponent, 40)), CAP_MS)
     return int(base - base * JITTER * rand())
-
-
-class Clock:
-    """Time for the engine; tests replace it to move time without sleeping."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def random(self) -> float:
-        return random.random()
-
-
-class FixedClock(Clock):
-    """A clock that moves only when told (tests)."""
-
-    def __init__(self, start: datetime, jitter: float = 0.0) -> None:
-        self.current = start
-        self.jitter = jitter
-
-    def now(self) -> datetime:
-        return self.current
-
-    def random(self) -> float:
-        return self.jitter
-
-    def advance(self, **kwargs: float) -> None:
-        self.current += timedelta(**kwargs)

@@ -1,6 +1,8 @@
-"""All SQL of the engine's run tables: claims, leases and transitions.
+"""All SQL that writes the engine's run tables: claims, leases, transitions, pauses and wake-ups.
 
-The step logic (engine/runs/runner.py) calls these verbs and never writes SQL itself. Every verb that
+The runner (engine/runs/runner.py, transition.py, endpoint_calls.py, compensation.py, outcomes.py),
+the run services, approvals and the workflow switch call these verbs and never write run-table SQL
+themselves (tests/unit/test_run_table_writes.py). Every verb that
 changes a run checks, in its WHERE clause, that this worker still holds the run's lease, so a
 worker that lost its lease cannot commit anything.
 """
@@ -14,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import String, case, func, literal, or_, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -347,6 +349,72 @@ async def retry_now(session: AsyncSession, run_id: str, realm_id: str, *, now: d
 async def notify_due(session: AsyncSession) -> None:
     """Wake the workers when this transaction commits (LISTEN/NOTIFY; the 1 s pass is the safety net)."""
     await session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": NOTIFY_CHANNEL})
+
+
+async def insert_runs(session: AsyncSession, rows: list[dict[str, Any]]) -> set[str]:
+    """Insert pending runs (one statement); the ids inserted — a run whose trigger already started
+    it (``uq_workflow_runs_trigger``) is left out."""
+    if not rows:
+        return set()
+    inserted = await session.execute(
+        insert(WorkflowRun).values(rows).on_conflict_do_nothing().returning(WorkflowRun.id)
+    )
+    return {str(run_id) for run_id in inserted.scalars()}
+
+
+# The states a disabled workflow pauses (forward, not compensating).
+_PAUSABLE = "('pending', 'running', 'waiting', 'awaiting_approval')"
+
+
+async def pause_runs(session: AsyncSession, workflow_id: str) -> None:
+    """The workflow is disabled: its runs going forward leave the due index, their due time kept.
+
+    Runs asked to cancel go on (they only remove access), and so do compensating runs."""
+    await session.execute(
+        text(
+            "UPDATE workflow_runs SET due_at = NULL, "
+            "context = context || jsonb_build_object('paused_due_at', due_at) "
+            "WHERE workflow_id = :w AND due_at IS NOT NULL AND cancel_requested_at IS NULL "
+            f"AND state IN {_PAUSABLE}"
+        ),
+        {"w": workflow_id},
+    )
+
+
+async def resume_runs(session: AsyncSession, workflow_id: str) -> None:
+    """The workflow is enabled again: paused runs get their kept due time back, and workers wake.
+
+    Only a run still paused — unfinished, not cancelled, not compensating, without a due time of its
+    own — gets it; the kept time is dropped everywhere else: a finished run never becomes due again,
+    and a compensation waiting for its retry keeps its wait."""
+    await session.execute(
+        text(
+            "UPDATE workflow_runs SET due_at = CASE"
+            " WHEN due_at IS NULL AND cancel_requested_at IS NULL"
+            f" AND state IN {_PAUSABLE}"
+            " THEN COALESCE((context->>'paused_due_at')::timestamptz, now()) ELSE due_at END, "
+            "context = context - 'paused_due_at' "
+            "WHERE workflow_id = :w AND context->>'paused_due_at' IS NOT NULL"
+        ),
+        {"w": workflow_id},
+    )
+    await notify_due(session)
+
+
+async def make_decided_due(session: AsyncSession, run_id: str, *, now: datetime) -> None:
+    """The run's approval was decided: due now, and workers wake. A run paused by its disabled
+    workflow keeps its place (its kept due time becomes now) and continues when enabled."""
+    await session.execute(
+        text(
+            "UPDATE workflow_runs SET updated_at = :now,"
+            " due_at = CASE WHEN context->>'paused_due_at' IS NULL THEN :now ELSE due_at END,"
+            " context = CASE WHEN context->>'paused_due_at' IS NULL THEN context"
+            " ELSE jsonb_set(context, '{paused_due_at}', to_jsonb(CAST(:now AS timestamptz))) END"
+            " WHERE id = :id AND state = 'awaiting_approval'"
+        ),
+        {"now": now, "id": run_id},
+    )
+    await notify_due(session)
 
 
 __all__ = [

@@ -29,9 +29,9 @@ from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.audit import Actor, record_audit
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.ids import new_id
 from engine.runs.models import ScheduleFiring
-from engine.runs.retry import Clock
 from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow, WorkflowRevision
 
@@ -263,7 +263,7 @@ async def fire_slot(
 
 async def schedule_pass(sessions: async_sessionmaker[AsyncSession], clock: Clock | None = None) -> list[Firing]:
     """Fire the due slot of every schedule trigger, one transaction per slot (what ``workflows.schedule`` runs)."""
-    now = (clock or Clock()).now()
+    now = (clock or SYSTEM_CLOCK).now()
     async with sessions() as session:
         found = await _due_schedules(session)
     fired: list[Firing] = []

@@ -1,4 +1,4 @@
-"""Starting runs (manual and event triggers), cancelling them, and reading them.
+"""Starting runs (by hand, and for the event triggers of engine/runs/triggers.py), cancelling them, and reading them.
 
 Seed 000 "Authority and accountability" (manual runs), "Execution and idempotency"
 (cancellation, loop protection) and the run half of "Audit events" are the contract.
@@ -6,6 +6,7 @@ Seed 000 "Authority and accountability" (manual runs), "Execution and idempotenc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,96 +19,20 @@ from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
-from engine.directory.identity import now as utc_now
-from engine.directory.models import AuditEvent, Organization, OutboxEvent, User
-from engine.endpoints.deliveries import fan_out
+from engine.directory.models import AuditEvent, Organization, User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs import runstore
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome import DECISION_CATEGORIES
 from engine.runs.states import FINISHED, PENDING, RUN_STATES
 from engine.workflows.models import Workflow, WorkflowRevision
 from engine.workflows.service import delegation_issues, get_workflow
 
 MAX_DEPTH = 3
 CATEGORY = "workflow"
-
-
-# --- Views ----------------------------------------------------------------------------------------
-
-
-def attempt_view(attempt: StepAttempt) -> dict[str, Any]:
-    return {
-        "id": attempt.id,
-        "step_id": attempt.step_id,
-        "step_index": attempt.step_index,
-        "step_type": attempt.step_type,
-        "number": attempt.number,
-        "state": attempt.state,
-        "idempotency_key": attempt.idempotency_key,
-        "input": attempt.input,
-        "input_version": attempt.input_version,
-        "error_category": attempt.error_category,
-        "error_message": attempt.error_message,
-        "max_attempts": attempt.max_attempts,
-        "backoff_ms": attempt.backoff_ms,
-        "result": attempt.result,
-        "compensation_strategy": attempt.compensation_strategy,
-        "compensation_state": attempt.compensation_state,
-        "started_at": attempt.started_at,
-        "finished_at": attempt.finished_at,
-    }
-
-
-def compensation_view(attempt: StepAttempt) -> dict[str, Any]:
-    return {
-        "attempt_id": attempt.id,
-        "step_id": attempt.step_id,
-        "strategy": attempt.compensation_strategy,
-        "state": attempt.compensation_state,
-        "attempts": attempt.compensation_attempts,
-        "result": attempt.compensation_result,
-        "error": attempt.compensation_error,
-        "compensated_at": attempt.compensated_at,
-    }
-
-
-def run_view(run: WorkflowRun, attempts: list[StepAttempt] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": run.id,
-        "workflow_id": run.workflow_id,
-        "revision": run.revision,
-        "subject_id": run.subject_id,
-        "organization_id": run.organization_id,
-        "state": run.state,
-        "step_index": run.step_index,
-        "error_category": run.error_category,
-        "last_error": run.last_error,
-        "trigger": {"type": run.trigger_type, "key": run.trigger_key},
-        "input": run.input,
-        "input_version": run.input_version,
-        "publisher_id": run.publisher_id,
-        "starter_id": run.starter_id,
-        "depth": run.depth,
-        "parent_run_id": run.parent_run_id,
-        "rerun_of": run.rerun_of,
-        "correlation_id": run.correlation_id,
-        "due_at": run.due_at,
-        "cancel_requested_at": run.cancel_requested_at,
-        "cancel_requested_by": run.cancel_requested_by,
-        "cancel_reason": run.cancel_reason,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
-        "finished_at": run.finished_at,
-    }
-    if attempts is not None:
-        out["attempts"] = [attempt_view(a) for a in attempts]
-        out["compensations"] = [
-            compensation_view(a) for a in attempts if a.state == "succeeded" and a.compensation_strategy != "none"
-        ]
-        out["approvals"] = list(run.context.get("approvals") or [])
-    return out
 
 
 # --- Starting -------------------------------------------------------------------------------------
@@ -136,13 +61,10 @@ async def start_run(session: AsyncSession, request: StartRequest, *, notify: boo
 
     ``notify=False`` leaves waking the workers to the caller (one notification for many runs).
     """
-    moment = utc_now()
+    moment = SYSTEM_CLOCK.now()
     run_id = new_id("wrn")
     values = _run_row(run_id, request, moment)
-    inserted = await session.execute(
-        insert(WorkflowRun).values(**values).on_conflict_do_nothing().returning(WorkflowRun.id)
-    )
-    if inserted.scalar_one_or_none() is None:
+    if not await runstore.insert_runs(session, [values]):
         return None
     run = await session.get(WorkflowRun, run_id)
     assert run is not None
@@ -176,14 +98,11 @@ async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> lis
     a run whose trigger already started it is left out (idempotent). Returns the ids started."""
     if not requests:
         return []
-    moment = utc_now()
+    moment = SYSTEM_CLOCK.now()
     values = []
     for request in requests:
         values.append(_run_row(new_id("wrn"), request, moment))
-    inserted = await session.execute(
-        insert(WorkflowRun).values(values).on_conflict_do_nothing().returning(WorkflowRun.id)
-    )
-    started = set(inserted.scalars())
+    started = await runstore.insert_runs(session, values)
     events = [
         AuditEvent(
             id=new_id("aud"),
@@ -244,10 +163,28 @@ async def published_revision(session: AsyncSession, workflow: Workflow) -> Workf
     return revision
 
 
+SUBMISSION = re.compile(r"[0-9a-z]{26}")
+
+
 async def start_manual_run(
-    session: AsyncSession, actor: Actor, workflow_id: str, *, subject_id: str, organization_id: str | None
+    session: AsyncSession,
+    actor: Actor,
+    workflow_id: str,
+    *,
+    subject_id: str,
+    organization_id: str | None,
+    submission: str | None = None,
 ) -> WorkflowRun:
-    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves."""
+    """A manual run: the starter's own authority must cover every step; nobody starts one about themselves.
+
+    ``submission``: the start form's one-time key. The same form sent twice (a double click)
+    starts one run; the second answers 409 ``already_started`` (the trigger key is unique per
+    workflow and subject).
+    """
+    if submission is not None and not SUBMISSION.fullmatch(submission):
+        raise ValidationFailed(
+            "The request is not valid.", issues=[Issue("/submission", "invalid", "reload the form and send it again")]
+        )
     if actor.type != "user" or actor.id is None:
         raise Forbidden("Only users start runs by hand.")
     workflow = await get_workflow(session, actor.realm_id, workflow_id)
@@ -267,7 +204,7 @@ async def start_manual_run(
             subject_id=subject_id,
             organization_id=organization_id,
             trigger_type="manual",
-            trigger_key=new_id("wrn"),
+            trigger_key=f"form_{submission}" if submission else new_id("wrn"),
             input={"subject_id": subject_id, "organization_id": organization_id},
             input_version=int(revision.definition.get("schema_version", 1)),
             publisher_id=revision.published_by or actor.id,
@@ -275,7 +212,11 @@ async def start_manual_run(
             correlation_id=actor.request_id,
         ),
     )
-    assert run is not None
+    if run is None:
+        raise Conflict(
+            "This form was sent twice: the run started once, from the first. Find it on the runs list.",
+            code="already_started",
+        )
     return run
 
 
@@ -320,6 +261,13 @@ async def require_starter(
     if organization_id is not None and not problems:
         # Steps without a pinned organization act in the one given: check there exactly.
         problems = await _org_issues(session, realm_id, authority, revision.definition, organization_id)
+    if problems and all(p.code in MISSING_REFERENCE_CODES for p in problems):
+        # Nobody's authority is in question: what a step names is gone (a deleted role or group).
+        raise Conflict(
+            "A step of the published revision names something that no longer exists: publish a revision"
+            " that fixes it, then start again.",
+            issues=problems,
+        )
     if problems:
         raise Forbidden("Your own authority must cover every step of the workflow.", issues=problems, code="forbidden")
     # The run acts with its publisher's authority: its starter must still hold all the subject holds.
@@ -345,113 +293,6 @@ async def _org_issues(
     return issues
 
 
-# --- Event triggers -------------------------------------------------------------------------------
-
-
-def _matches(trigger: dict[str, Any], event: OutboxEvent) -> bool:
-    if trigger.get("type") != "event" or event.type not in (trigger.get("event_types") or []):
-        return False
-    pinned = trigger.get("organization_id")
-    return pinned is None or pinned == event.organization_id
-
-
-async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
-    """Start runs for pending outbox events, in this one transaction (an error rolls back the batch).
-
-    Loop protection: an event caused by a run of a workflow never triggers that same workflow, and
-    a run caused by another workflow's run is one level deeper; deeper than 3 is not started. Both
-    are audited ``workflow.trigger.suppressed`` (reason WORKFLOW_LOOP).
-    """
-    events = (
-        (
-            await session.execute(
-                select(OutboxEvent)
-                .where(OutboxEvent.dispatched_at.is_(None))  # type: ignore[union-attr]
-                .order_by(OutboxEvent.id)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if not events:
-        return 0
-    realms = {e.realm_id for e in events}
-    workflows = (
-        await session.execute(
-            select(Workflow, WorkflowRevision)
-            .join(
-                WorkflowRevision,
-                (WorkflowRevision.workflow_id == Workflow.id)
-                & (WorkflowRevision.number == Workflow.published_revision),
-            )
-            .where(Workflow.realm_id.in_(realms), Workflow.state == "active")  # type: ignore[attr-defined]
-        )
-    ).all()
-    moment = utc_now()
-    for event in events:
-        parent: WorkflowRun | None = None
-        if event.correlation_id and event.correlation_id.startswith("wrn_"):
-            # Correlation ids are made by the engine only (request ids are never the caller's), so a
-            # run id here means a run caused the event; a run of another realm never counts.
-            parent = await session.get(WorkflowRun, event.correlation_id)
-            if parent is not None and parent.realm_id != event.realm_id:
-                parent = None
-        # Steps act on users only: an event about a service principal (or anything else) starts nothing.
-        subject = event.subject_id if event.subject_id and event.subject_id.startswith("usr_") else None
-        for workflow, revision in workflows:
-            if workflow.realm_id != event.realm_id or subject is None:
-                continue
-            if not any(_matches(t, event) for t in revision.definition.get("triggers", [])):
-                continue
-            depth = parent.depth + 1 if parent is not None else 0
-            if parent is not None and (parent.workflow_id == workflow.id or depth > MAX_DEPTH):
-                await record_audit(
-                    session,
-                    Actor.system(event.realm_id, request_id=event.correlation_id),
-                    "workflow.trigger.suppressed",
-                    category=CATEGORY,
-                    subject_type="workflow",
-                    subject_id=workflow.id,
-                    details={
-                        "reason": "WORKFLOW_LOOP",
-                        "event_id": event.id,
-                        "event_type": event.type,
-                        "parent_run_id": parent.id,
-                        "depth": depth,
-                    },
-                )
-                continue
-            await start_run(
-                session,
-                StartRequest(
-                    workflow=workflow,
-                    revision=revision,
-                    subject_id=subject,
-                    organization_id=event.organization_id,
-                    trigger_type="event",
-                    trigger_key=event.id,
-                    input={
-                        "event_id": event.id,
-                        "event_type": event.type,
-                        "subject_id": event.subject_id,
-                        "organization_id": event.organization_id,
-                    },
-                    input_version=event.event_version,
-                    publisher_id=revision.published_by or workflow.created_by or "",
-                    depth=depth,
-                    parent_run_id=parent.id if parent else None,
-                    correlation_id=event.correlation_id or event.id,
-                ),
-            )
-        event.dispatched_at = moment
-    # Webhook fan-out shares the transaction: an error rolls it back with the rest of the batch.
-    await fan_out(session, events)
-    await session.flush()
-    return len(events)
-
-
 # --- Cancellation ---------------------------------------------------------------------------------
 
 
@@ -469,7 +310,7 @@ async def cancel_run(session: AsyncSession, actor: Actor, run_id: str, *, reason
     if run.cancel_requested_at is not None:
         raise Conflict("A cancellation was requested already.")
     updated = await runstore.request_cancel(
-        session, run.id, actor.realm_id, by=actor.id or "", reason=reason, now=utc_now()
+        session, run.id, actor.realm_id, by=actor.id or "", reason=reason, now=SYSTEM_CLOCK.now()
     )
     if updated is None:
         raise Conflict("The run can no longer be cancelled.")
@@ -508,8 +349,12 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     "failed_any": frozenset({"failed", "compensated", "compensation_failed"}),
     "in_flight": frozenset(RUN_STATES) - FINISHED,
     "finished": FINISHED,
+    # Ended because an approver said no (a decision, engine/runs/outcome.py), whatever was undone.
+    "rejected": FINISHED,
 }
 TRIGGER_TYPES = ("manual", "event", "schedule")
+# Issue codes of a step whose role or group no longer exists (validation.requirement_problem).
+MISSING_REFERENCE_CODES = frozenset({"not_found", "group_missing"})
 
 
 @dataclass(frozen=True)
@@ -568,6 +413,8 @@ def _runs_query(
         query = query.where(WorkflowRun.state == state)
     if where.state_group:
         query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
+        if where.state_group == "rejected":
+            query = query.where(col(WorkflowRun.error_category).in_(sorted(DECISION_CATEGORIES)))
     if subject_id:
         query = query.where(WorkflowRun.subject_id == subject_id)
     if where.trigger_type:
@@ -607,6 +454,7 @@ class RunLine:
     workflow_name: str
     subject: str
     current_step: str | None
+    subject_name: str | None = None  # the subject's display name (None: no longer in the directory)
 
 
 async def list_run_lines(
@@ -632,12 +480,13 @@ async def list_run_lines(
         .add_columns(
             func.coalesce(Workflow.name, WorkflowRun.workflow_id),
             func.coalesce(User.email, WorkflowRun.subject_id),
+            User.display_name,
         )
         .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
         .outerjoin(User, (User.id == WorkflowRun.subject_id) & (User.realm_id == WorkflowRun.realm_id))
     )
     page = await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
-    revision_ids = sorted({run.revision_id for run, _name, _subject in page.items})
+    revision_ids = sorted({run.revision_id for run, _name, _subject, _display in page.items})
     steps: dict[str, list[dict[str, Any]]] = {}
     if revision_ids:
         rows = await session.execute(
@@ -648,10 +497,10 @@ async def list_run_lines(
         )
         steps = {rid: _steps_of(found) for rid, found in rows}
     lines = []
-    for run, name, subject in page.items:
+    for run, name, subject, display in page.items:
         definition = steps.get(run.revision_id, [])
         current = str(definition[run.step_index].get("id")) if 0 <= run.step_index < len(definition) else None
-        lines.append(RunLine(run, name, subject, current))
+        lines.append(RunLine(run, name, subject, current, display))
     return Page(items=lines, next_cursor=page.next_cursor)
 
 
@@ -719,7 +568,7 @@ def next_attempt_at(run: WorkflowRun) -> datetime | None:
     """
     if run.state in FINISHED or run.state == "awaiting_approval" or run.due_at is None:
         return None
-    return run.due_at if run.due_at > utc_now() else None
+    return run.due_at if run.due_at > SYSTEM_CLOCK.now() else None
 
 
 def _run_row(run_id: str, request: StartRequest, moment: datetime) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory import organizations, roles
 from engine.directory.authz import Authority, load_authority
-from engine.directory.identity import now as wall_clock
 from engine.directory.models import (
     Group,
     GroupMember,
@@ -31,6 +30,7 @@ from engine.directory.models import (
 )
 from engine.directory.webhooks import signing_secrets
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.ids import new_id
 from engine.runs import approvals
 from engine.runs.decisions import (
@@ -204,7 +204,7 @@ async def load_snapshot(
         step=step,
         organization_id=organization_id,
         now=now,
-        wall_now=wall_clock(),
+        wall_now=SYSTEM_CLOCK.now(),
         # Approvals and waits never read the publisher's authority.
         authority=authority or Authority("user", run.publisher_id),
         approvals=run.approvals,

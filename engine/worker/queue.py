@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from procrastinate import App, JobContext, PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.roles import expire_due_assignments
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.db import transaction
 from engine.worker.drain import drain
 from engine.worker.heartbeats import record_heartbeat
@@ -34,6 +34,7 @@ class WorkerRuntime:
     sessions: async_sessionmaker[AsyncSession]
     settings: Any
     runner: Any = None  # engine.runs.runner.Runner of this worker process
+    clock: Clock = SYSTEM_CLOCK  # "now" for the periodic tasks (the runner has its own)
     # One periodic pass at a time in a process: Procrastinate may hand this process the next
     # second's job while the previous one still runs, and both would lease under one owner.
     pass_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -63,13 +64,13 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
     """Remove role assignments whose time is up (each one audited and announced to the outbox)."""
     runtime = runtime_of(context)
     async with transaction(runtime.sessions) as session:
-        count = await expire_due_assignments(session, datetime.now(UTC))
+        count = await expire_due_assignments(session, runtime.clock.now())
     if count:
         log.info("role assignments expired", extra={"count": count})
     from engine.runs.approvals import expire_role_requests
 
     async with transaction(runtime.sessions) as session:
-        requests = await expire_role_requests(session, datetime.now(UTC))
+        requests = await expire_role_requests(session, runtime.clock.now())
     if requests:
         log.info("role assignment requests expired", extra={"count": requests})
 
@@ -93,7 +94,7 @@ async def workflows_run(context: JobContext, timestamp: int) -> None:
 @app.task(name="outbox.dispatch", queue="workflows", pass_context=True, queueing_lock="outbox.dispatch")
 async def outbox_dispatch(context: JobContext, timestamp: int) -> None:
     """Start runs for new domain events (the transaction covers the whole batch)."""
-    from engine.runs.service import dispatch_outbox
+    from engine.runs.triggers import dispatch_outbox
 
     runtime = runtime_of(context)
     async with transaction(runtime.sessions) as session:
@@ -113,7 +114,7 @@ async def workflows_schedule(context: JobContext, timestamp: int) -> None:
     if runtime.schedule_lock.locked():
         return  # one scheduler pass at a time per process; the next minute's pass catches up the slot
     async with runtime.schedule_lock:
-        await schedule_pass(runtime.sessions)
+        await schedule_pass(runtime.sessions, runtime.clock)
 
 
 @app.periodic(cron="*/10 * * * *", periodic_id="retention_cleanup")
@@ -126,7 +127,9 @@ async def retention_cleanup(context: JobContext, timestamp: int) -> None:
     if runtime.retention_lock.locked():
         return
     async with runtime.retention_lock:
-        await cleanup_finished_runs(runtime.sessions, retention_days=runtime.settings.run_retention_days)
+        await cleanup_finished_runs(
+            runtime.sessions, retention_days=runtime.settings.run_retention_days, clock=runtime.clock
+        )
 
 
 @app.periodic(cron="* * * * * *", periodic_id="notices_deliver")
@@ -136,5 +139,5 @@ async def notices_deliver(context: JobContext, timestamp: int) -> None:
     from engine.runs.notices import deliver_due_notices
 
     runtime = runtime_of(context)
-    while await deliver_due_notices(runtime.sessions, runtime.settings.mail):
+    while await deliver_due_notices(runtime.sessions, runtime.settings.mail, clock=runtime.clock):
         pass  # a full batch went out: there may be more

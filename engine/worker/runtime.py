@@ -24,7 +24,7 @@ from engine.platform.db import make_engine, make_sessionmaker, transaction
 from engine.runs import metrics
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import NOTIFY_CHANNEL
-from engine.runs.service import dispatch_outbox
+from engine.runs.triggers import dispatch_outbox
 from engine.worker import queue
 from engine.worker.drain import drain
 from engine.worker.heartbeats import new_worker_id, record_heartbeat, record_stopped

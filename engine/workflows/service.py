@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, load_authority
-from engine.directory.identity import now
 from engine.directory.independence import require_independent
 from engine.directory.models import Group, Role, User
 from engine.directory.policy import publish_approval_required
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
@@ -586,7 +586,7 @@ async def update_workflow(
     if owner_id is not None and owner_id != workflow.owner_id:
         changed["owner_id"] = workflow.owner_id = owner_id
     if changed:
-        workflow.updated_at = now()
+        workflow.updated_at = SYSTEM_CLOCK.now()
         await session.flush()
         await record_audit(
             session,
@@ -636,43 +636,11 @@ async def delete_workflow(session: AsyncSession, actor: Actor, workflow_id: str)
     await session.flush()
 
 
-async def _pause_or_resume_runs(session: AsyncSession, workflow_id: str, enabled: bool) -> None:
-    """Paused runs leave the due index (so claims never walk past them) and come back when enabled.
-
-    Compensating runs and runs asked to cancel go on: they only remove access. Enabling gives the
-    kept due time back only to a run that is still paused — unfinished, not cancelled, not
-    compensating, without a due time of its own — and drops the kept time everywhere else: a
-    finished run never becomes due again, and a compensation waiting for its retry keeps its wait.
-    """
-    if not await session.scalar(text("SELECT to_regclass('workflow_runs') IS NOT NULL")):
-        return
-    if enabled:
-        await session.execute(
-            text(
-                "UPDATE workflow_runs SET due_at = CASE"
-                " WHEN due_at IS NULL AND cancel_requested_at IS NULL"
-                " AND state IN ('pending', 'running', 'waiting', 'awaiting_approval')"
-                " THEN COALESCE((context->>'paused_due_at')::timestamptz, now()) ELSE due_at END, "
-                "context = context - 'paused_due_at' "
-                "WHERE workflow_id = :w AND context->>'paused_due_at' IS NOT NULL"
-            ),
-            {"w": workflow_id},
-        )
-        await session.execute(text("SELECT pg_notify('cockpit_runs_due', '')"))
-    else:
-        await session.execute(
-            text(
-                "UPDATE workflow_runs SET due_at = NULL, "
-                "context = context || jsonb_build_object('paused_due_at', due_at) "
-                "WHERE workflow_id = :w AND due_at IS NOT NULL AND cancel_requested_at IS NULL "
-                "AND state IN ('pending', 'running', 'waiting', 'awaiting_approval')"
-            ),
-            {"w": workflow_id},
-        )
-
-
 async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, enabled: bool) -> Workflow:
-    """Disable: nothing fires and runs in flight pause. Enable: active again (draft without a published revision)."""
+    """Disable: nothing fires. Enable: active again (draft without a published revision).
+
+    Its runs in flight pause and resume with it: call ``engine.runs.controls.set_workflow_enabled``,
+    which owns the run table."""
     workflow = await get_workflow(session, actor.realm_id, workflow_id, lock=True)
     _not_plugin(workflow, "enable" if enabled else "disable")
     if enabled:
@@ -683,9 +651,8 @@ async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, ena
         if workflow.state == "disabled":
             raise Conflict("The workflow is already disabled.")
         workflow.state = "disabled"
-    workflow.updated_at = now()
+    workflow.updated_at = SYSTEM_CLOCK.now()
     await session.flush()
-    await _pause_or_resume_runs(session, workflow.id, enabled)
     await record_audit(
         session,
         actor,
@@ -813,7 +780,7 @@ async def decide_revision(
         )
     revision.status = "approved" if approve else "rejected"
     revision.decided_by = actor.id
-    revision.decided_at = now()
+    revision.decided_at = SYSTEM_CLOCK.now()
     revision.decision_comment = comment
     await session.flush()
     await record_audit(
@@ -862,11 +829,11 @@ async def _publish(
         )
     revision.status = "published"
     revision.published_by = actor.id
-    revision.published_at = now()
+    revision.published_at = SYSTEM_CLOCK.now()
     workflow.published_revision = revision.number
     if workflow.state == "draft":
         workflow.state = "active"
-    workflow.updated_at = now()
+    workflow.updated_at = SYSTEM_CLOCK.now()
     await session.flush()
     await record_audit(
         session,

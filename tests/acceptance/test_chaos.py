@@ -32,9 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory import organizations, webhooks
 from engine.directory.authz import load_authority
+from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import runstore
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import LeaseLost
 from testing.chaos import (

@@ -12,9 +12,9 @@ from sqlalchemy import text
 
 from engine.directory.audit import Actor
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.runs import approvals, runstore
 from engine.runs.models import StepAttempt
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start

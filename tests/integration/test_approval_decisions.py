@@ -14,7 +14,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from engine.directory.models import Role, User
-from engine.runs.retry import FixedClock
+from engine.platform.clock import FixedClock
 from tests.factories import HTML, RealmHandle, bearer, browser_session
 from tests.integration.test_approvals import approval_of, definition, drain, make_runner, publish, rows, start
 

@@ -12,9 +12,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from engine.platform.clock import FixedClock
 from engine.platform.config import get_settings
 from engine.runs.notices import LINK_PLACEHOLDER, deliver_due_notices
-from engine.runs.retry import FixedClock
 from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_approvals import definition, drain, make_runner, publish, rows, start
 from tests.mail import Mailbox

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from engine.platform.clock import FixedClock
 from engine.runs.notices import deliver_due_notices
-from engine.runs.retry import FixedClock
 from tests.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, rows, start
 from tests.mail import Mailbox

@@ -12,12 +12,12 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import Organization, User
+from engine.platform.clock import FixedClock
 from engine.runs import diagnostics
 from engine.runs import service as runs
 from engine.runs.metrics import database_gauges
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.notices import deliver_due_notices
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle, bearer

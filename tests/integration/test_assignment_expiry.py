@@ -8,8 +8,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.authz import load_authority
-from engine.directory.identity import now
 from engine.directory.roles import expire_due_assignments
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.worker import queue
 from tests.factories import RealmHandle
 
@@ -28,9 +28,9 @@ async def test_due_assignments_are_removed_with_outbox_and_audit_events(realm: R
     forever = await realm.assign(await realm.user(), role, organization_id=org.id)
 
     async with realm.sessions() as session, session.begin():
-        assert await expire_due_assignments(session, now()) == 0
+        assert await expire_due_assignments(session, SYSTEM_CLOCK.now()) == 0
     async with realm.sessions() as session, session.begin():
-        assert await expire_due_assignments(session, now() + timedelta(hours=1)) == 1
+        assert await expire_due_assignments(session, SYSTEM_CLOCK.now() + timedelta(hours=1)) == 1
 
     remaining = await fetch(realm, "SELECT id FROM role_assignments WHERE role_id = :r ORDER BY id", r=role.id)
     assert remaining == sorted([(later.id,), (forever.id,)])
@@ -49,7 +49,7 @@ async def test_due_assignments_are_removed_with_outbox_and_audit_events(realm: R
     assert audit == [("system", None, "authorization", user.id, realm.id)]
 
     async with realm.sessions() as session, session.begin():
-        assert await expire_due_assignments(session, now() + timedelta(hours=1)) == 0
+        assert await expire_due_assignments(session, SYSTEM_CLOCK.now() + timedelta(hours=1)) == 0
 
 
 async def test_an_expired_assignment_grants_nothing_even_before_it_is_removed(realm: RealmHandle) -> None:
@@ -58,7 +58,7 @@ async def test_an_expired_assignment_grants_nothing_even_before_it_is_removed(re
     await realm.assign(user, role, expires_in=timedelta(minutes=1))
     async with realm.sessions() as session:
         assert (await load_authority(session, realm.id, "user", user.id)).holds("realm.audit.read")
-        later = await load_authority(session, realm.id, "user", user.id, now=now() + timedelta(minutes=2))
+        later = await load_authority(session, realm.id, "user", user.id, now=SYSTEM_CLOCK.now() + timedelta(minutes=2))
         assert not later.holds("realm.audit.read")
 
 
@@ -66,7 +66,7 @@ async def test_two_workers_never_expire_the_same_assignment_twice(realm: RealmHa
     role = await realm.role("temp", ["realm.audit.read"])
     for _ in range(3):
         await realm.assign(await realm.user(), role, expires_in=timedelta(minutes=1))
-    moment = now() + timedelta(minutes=5)
+    moment = SYSTEM_CLOCK.now() + timedelta(minutes=5)
     first = realm.sessions()
     second = realm.sessions()
     try:

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from cockpit.state import context_of
 from engine.directory import credentials, identity, tokens
 from engine.directory.models import Group, GroupMember, GroupRole, ServicePrincipal
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import driver_connection
 from engine.platform.ids import new_id
 from tests.factories import HTML, RealmHandle, bearer, browser_session
@@ -142,7 +143,7 @@ async def test_an_expired_token_is_refused_without_any_change_in_the_database(
     token = await realm.token(user, expires_in=timedelta(hours=1))
     assert await validate(client, realm, token) == 200
     # The clock is what moves: the credential's expiry is compared at every request.
-    caller_now = identity.now()
+    caller_now = SYSTEM_CLOCK.now()
     async with realm.sessions() as session:
         conn = await driver_connection(session)
         assert await credentials.check_token(conn, token, moment=caller_now) is not None
@@ -221,7 +222,7 @@ async def test_a_kept_authority_ends_with_its_earliest_expiring_grant(realm: Rea
     await realm.assign(user, role, expires_in=timedelta(hours=1))
     token = await realm.token(user)
     cache = credentials.AuthorityCache()
-    moment = identity.now()
+    moment = SYSTEM_CLOCK.now()
     async with realm.sessions() as session:
         conn = await driver_connection(session)
         caller = await credentials.check_token(conn, token, moment=moment)

@@ -30,9 +30,9 @@ from engine.directory import identity, organizations, roles
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import service as runs
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from testing.databases import clone_database, drop_database

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.directory.models import Organization, Role, User
-from engine.runs.retry import FixedClock
+from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, start

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from engine.platform.clock import FixedClock
+from engine.runs import controls as run_controls
 from engine.runs import runstore
 from engine.runs import service as runs
+from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner
 from engine.runs.states import TransitionRefused
-from engine.workflows import service as workflows
 from testing.receiver import Received, Receiver
 from tests.factories import RealmHandle
 from tests.integration.test_endpoint_calls import call_runner, calling, run_one, subscribe
@@ -32,7 +33,7 @@ from tests.integration.test_engine_rules import (
     outage,
     outage_over,
 )
-from tests.integration.test_runner import drain, load, publish, start
+from tests.integration.test_runner import drain, load, publish, start, transition_once
 
 LEASE = timedelta(seconds=30)
 
@@ -189,12 +190,12 @@ async def test_a_compensation_call_rejected_for_good_fails_the_compensation_at_o
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
     worker = call_runner(realm, clock=clock)
     assert await claim(realm, worker, clock) == [run_id]
-    assert await worker._transition(run_id) == (True, False)  # sync called and succeeded
-    assert await worker._transition(run_id) == (True, False)  # reject answered 400: compensating
+    assert await transition_once(worker, run_id) == (True, False)  # sync called and succeeded
+    assert await transition_once(worker, run_id) == (True, False)  # reject answered 400: compensating
     run, _ = await load(realm, run_id)
     assert (run.state, run.due_at, run.updated_at) == ("compensating", clock.now(), clock.now())
     clock.advance(seconds=5)
-    assert await worker._transition(run_id) == (True, False)  # the compensation call, answered 410
+    assert await transition_once(worker, run_id) == (True, False)  # the compensation call, answered 410
     run, attempts = await load(realm, run_id)
     sync = the(attempts, "sync")
     assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == (
@@ -213,7 +214,7 @@ async def test_a_compensation_call_rejected_for_good_fails_the_compensation_at_o
         (st, si, d) for kind, st, si, d in await trail(realm, run_id) if kind == "workflow.step.compensation_failed"
     ]
     assert failed == [("workflow_run", run_id, {"step_id": "sync", "error_category": "gone", "tries": 1})]
-    assert await worker._transition(run_id) == (True, True)
+    assert await transition_once(worker, run_id) == (True, True)
     run, _ = await load(realm, run_id)
     assert (run.state, run.error_category, run.due_at) == ("compensation_failed", "http_400", None)
     assert (await trail(realm, run_id))[-1][0::3] == (
@@ -235,26 +236,26 @@ async def test_a_compensation_answer_arriving_after_the_compensation_was_recorde
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
     worker = call_runner(realm, clock=clock)
     assert await claim(realm, worker, clock) == [run_id]
-    assert await worker._transition(run_id) == (True, False)
-    assert await worker._transition(run_id) == (True, False)
+    assert await transition_once(worker, run_id) == (True, False)
+    assert await transition_once(worker, run_id) == (True, False)
     in_flight: list[Any] = []
-    assert await worker._transition(run_id, in_flight) == (True, False)  # try 1 counted, not answered yet
+    assert await transition_once(worker, run_id, in_flight) == (True, False)  # try 1 counted, not answered yet
     [late] = in_flight
-    assert await worker._transition(run_id) == (True, False)  # try 2 sent and answered 200
+    assert await transition_once(worker, run_id) == (True, False)  # try 2 sent and answered 200
     run, attempts = await load(realm, run_id)
     done_at = clock.now()
     assert run.state == "compensating"
     recorded = the(attempts, "sync").compensation_result
     timing(recorded, 200)
     clock.advance(seconds=2)
-    assert await worker._complete_call(late) is False  # try 1 answered 410, after the fact
+    assert await complete_call(worker, late) is False  # try 1 answered 410, after the fact
     assert [r.json["attempt"] for r in receiver.requests() if r.json["action"] == "compensate"] == [2, 1]
     run, attempts = await load(realm, run_id)
     sync = the(attempts, "sync")
     assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == ("done", 2, None)
     assert (sync.compensation_result, sync.compensated_at) == (recorded, done_at)
     assert (run.state, run.due_at, run.updated_at) == ("compensating", done_at, done_at)
-    assert await worker._transition(run_id) == (True, True)
+    assert await transition_once(worker, run_id) == (True, True)
     run, _ = await load(realm, run_id)
     assert run.state == "compensated"
     kinds = [kind for kind, _, _, _ in await trail(realm, run_id)]
@@ -277,7 +278,7 @@ async def test_an_outcome_that_cannot_be_recorded_hands_the_lease_back_and_the_n
     worker = call_runner(realm, clock=clock)
     assert await claim(realm, worker, clock) == [run_id]
     calls: list[Any] = []
-    assert await worker._transition(run_id, calls) == (True, False)
+    assert await transition_once(worker, run_id, calls) == (True, False)
     [call] = calls
     await outage(realm, "step_attempts", "UPDATE")
     with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
@@ -307,7 +308,7 @@ async def test_when_the_lease_cannot_be_handed_back_either_the_run_is_left_to_it
     worker = call_runner(realm, clock=clock)
     assert await claim(realm, worker, clock) == [run_id]
     calls: list[Any] = []
-    assert await worker._transition(run_id, calls) == (True, False)
+    assert await transition_once(worker, run_id, calls) == (True, False)
     [call] = calls
     await outage(realm, "workflow_runs", "UPDATE")
     with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
@@ -345,8 +346,8 @@ async def test_a_run_its_endpoint_call_finished_is_done_for_the_pass(
     clock.current = datetime.now(UTC) + timedelta(seconds=1)  # both due, however long the first pass took
     assert sorted(await claim(realm, worker, clock)) == sorted([other_id, going_on_id])
     calls: list[Any] = []
-    assert await worker._transition(other_id, calls) == (True, False)
-    assert await worker._transition(going_on_id, calls) == (True, False)
+    assert await transition_once(worker, other_id, calls) == (True, False)
+    assert await transition_once(worker, going_on_id, calls) == (True, False)
     assert [await worker._complete_call_alone(c) for c in calls] == ["finished", "moved"]
     assert [(await load(realm, r))[0].state for r in (other_id, going_on_id)] == ["succeeded", "running"]
 
@@ -433,7 +434,7 @@ async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_t
     wid = await publish(realm, definition({"id": "done", "type": "end"}))
     run_id = await start(realm, wid, subject.id)
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
     run, _ = await load(realm, run_id)
     assert run.due_at is None and "paused_due_at" in run.context
     async with realm.sessions() as session, session.begin():
@@ -443,7 +444,7 @@ async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_t
     assert (run.due_at, run.updated_at, run.cancel_reason) == (run.cancel_requested_at, run.cancel_requested_at, "stop")
     assert "paused_due_at" not in run.context
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, True)
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, True)
     run, _ = await load(realm, run_id)
     assert run.due_at == run.cancel_requested_at and "paused_due_at" not in run.context
 
@@ -529,8 +530,8 @@ async def test_a_compensation_call_that_cannot_be_made_is_a_failed_try_then_made
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
     worker = call_runner(realm, clock=clock)
     assert await claim(realm, worker, clock) == [run_id]
-    assert await worker._transition(run_id) == (True, False)  # sync called and succeeded
-    assert await worker._transition(run_id) == (True, False)  # reject answered 400: compensating
+    assert await transition_once(worker, run_id) == (True, False)  # sync called and succeeded
+    assert await transition_once(worker, run_id) == (True, False)  # reject answered 400: compensating
 
     async def subscription_state(state: str) -> None:
         async with realm.sessions() as session, session.begin():
@@ -539,7 +540,7 @@ async def test_a_compensation_call_that_cannot_be_made_is_a_failed_try_then_made
             )
 
     await subscription_state("paused")
-    assert await worker._transition(run_id) == (True, False)  # a try, failed before any call
+    assert await transition_once(worker, run_id) == (True, False)  # a try, failed before any call
     run, attempts = await load(realm, run_id)
     sync = the(attempts, "sync")
     assert (sync.compensation_state, sync.compensation_attempts, sync.compensation_error) == (

@@ -21,7 +21,7 @@ from engine.directory.models import AuditEvent, WebhookDelivery
 from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, count_failing_deliveries
 from engine.runs import diagnostics
 from engine.runs.metrics import database_gauges
-from engine.runs.service import dispatch_outbox
+from engine.runs.triggers import dispatch_outbox
 from testing.receiver import Received, Receiver
 from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session
 

@@ -19,9 +19,9 @@ from sqlalchemy import text
 from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.runs import service as runs
 from engine.runs.retention import cleanup_finished_runs
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import HTML, RealmHandle, browser_session
@@ -178,7 +178,7 @@ async def test_health_moves_through_each_boundary(client: Client, realm: RealmHa
     for _ in range(2):
         await team.run(False, runner)
     body = await diagnostics_of(client, realm, team.workflow_id)
-    assert body["attempts"] == {"total": 20, "failed": 2, "succeeded": 18, "started": 0}
+    assert body["attempts"] == {"total": 20, "failed": 2, "succeeded": 18, "started": 0, "rejected": 0}
     assert body["health"] == "healthy", body["health_reason"]
     assert body["health_reason"] == "2 of 20 attempts failed (10.0 %), at most 10 %."
     assert body["runs_by_state"]["succeeded"] == 9 and body["runs_by_state"]["failed"] == 2

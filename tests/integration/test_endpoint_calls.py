@@ -19,13 +19,15 @@ from sqlalchemy import select, text
 from engine.directory import organizations, webhooks
 from engine.directory.models import AuditEvent, WebhookSubscription
 from engine.endpoints.calls import EndpointSettings
+from engine.platform.clock import FixedClock
 from engine.platform.ids import new_id
 from engine.runs import service as runs
-from engine.runs.retry import FixedClock
+from engine.runs import triggers
+from engine.runs.endpoint_calls import complete_call
 from engine.runs.runner import Runner, RunnerSettings
 from testing.receiver import Received, Receiver
 from tests.factories import TEST_SECRET_KEY, RealmHandle
-from tests.integration.test_runner import drain, load, publish, start
+from tests.integration.test_runner import drain, load, publish, start, transition_once
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())
 
@@ -349,7 +351,7 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
         )
     assert [c.run_id for c in claimed] == [run_id]
     calls: list[Any] = []
-    assert await first._transition(run_id, calls) == (True, False)
+    assert await transition_once(first, run_id, calls) == (True, False)
     assert len(calls) == 1
     run, attempts = await load(realm, run_id)
     assert [a.state for a in attempts] == ["started"]
@@ -441,7 +443,6 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
     """Cancelling ends the wait for the call: the started attempt is closed as interrupted at that
     moment, only the run's own attempts, and the call's late outcome changes nothing."""
     from engine.runs import runstore
-    from engine.runs import service as runs
 
     hook = await subscribe(realm, receiver)
     _, run_id = await run_one(realm, calling(hook))
@@ -454,12 +455,12 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
         )
     assert {c.run_id for c in claimed} == {run_id, bystander_id}
     calls: list[Any] = []
-    assert await worker._transition(run_id, calls) == (True, False)
-    assert await worker._transition(bystander_id, calls) == (True, False)
+    assert await transition_once(worker, run_id, calls) == (True, False)
+    assert await transition_once(worker, bystander_id, calls) == (True, False)
     async with realm.sessions() as session, session.begin():
         await runs.cancel_run(session, realm.actor, run_id, reason="stop")
     clock.advance(seconds=2)
-    assert await worker._transition(run_id) == (True, False)  # compensating: the call is over
+    assert await transition_once(worker, run_id) == (True, False)  # compensating: the call is over
     run, attempts = await load(realm, run_id)
     assert run.state == "compensating"
     assert [(a.state, a.error_category, a.error_message, a.finished_at) for a in attempts] == [
@@ -468,10 +469,10 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
     _, others = await load(realm, bystander_id)
     assert [a.state for a in others] == ["started"]
     late = next(c for c in calls if c.run_id == run_id)
-    await worker._complete_call(late)  # the answer arrives after all: nothing is recorded
+    await complete_call(worker, late)  # the answer arrives after all: nothing is recorded
     run, attempts = await load(realm, run_id)
     assert [(a.state, a.result) for a in attempts] == [("failed", None)]
-    assert await worker._transition(run_id) == (True, True)
+    assert await transition_once(worker, run_id) == (True, True)
     run, _ = await load(realm, run_id)
     assert run.state == "cancelled"
 
@@ -575,7 +576,7 @@ async def test_a_call_for_an_event_names_the_event_and_the_runs_organization(
     async with realm.sessions() as session, session.begin():
         await organizations.add_member(session, realm.actor, org.id, subject.id, authority=None)
     async with realm.sessions() as session, session.begin():
-        assert await runs.dispatch_outbox(session) >= 1
+        assert await triggers.dispatch_outbox(session) >= 1
     await drain(call_runner(realm))
     [got] = receiver.wait_for(1)
     async with realm.sessions() as session:

@@ -94,6 +94,7 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.runs.approvals.request_role_assignment": "records what roles.create_assignment (checked) answered",
     "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
     "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
+    "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.service.set_enabled's rules",
     "engine.runs.controls.retry_now": "changes only when a waiting attempt happens",
     "engine.runs.controls.bulk_action": "each run goes through its own cancel or re-run",
     "engine.runs.diagnostics.resolve_run": "records a note on a finished run",

@@ -10,9 +10,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.runs import runstore
+from engine.platform.clock import SYSTEM_CLOCK, FixedClock
+from engine.runs import controls as run_controls
+from engine.runs import runstore, triggers
 from engine.runs import service as runs
-from engine.runs.retry import FixedClock
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start
@@ -143,7 +144,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         assert [(a.step_id, a.state) for a in attempts] == [("one", "succeeded"), ("two", "failed")]
         assert run.due_at == clock.now() + timedelta(seconds=10)  # the step's retry
         async with realm.sessions() as session, session.begin():
-            await workflows.set_enabled(session, realm.actor, wid, False)  # paused with its retry time kept
+            await run_controls.set_workflow_enabled(session, realm.actor, wid, False)  # paused with its retry time kept
         async with realm.sessions() as session, session.begin():
             await runs.cancel_run(session, realm.actor, run_id, reason=None)
         await refuse(realm, first.id, "DELETE")
@@ -154,7 +155,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         retry_at = clock.now() + timedelta(seconds=30)  # the first compensation retry, no jitter
         assert run.due_at == retry_at
         async with realm.sessions() as session, session.begin():
-            await workflows.set_enabled(session, realm.actor, wid, True)
+            await run_controls.set_workflow_enabled(session, realm.actor, wid, True)
         run, _ = await load(realm, run_id)
         assert run.due_at == retry_at
         clock.advance(seconds=11)  # past the old paused time, before the compensation's retry
@@ -292,7 +293,7 @@ class TestProvenanceComesFromTheEngine:
         ]
         assert [getattr(r, "client_request_id", None) for r in access] == [victim]  # kept for the logs
         async with realm.sessions() as session, session.begin():
-            await runs.dispatch_outbox(session)
+            await triggers.dispatch_outbox(session)
         async with realm.sessions() as session:
             audited = (
                 await session.execute(
@@ -320,7 +321,6 @@ class TestProvenanceComesFromTheEngine:
 
 class TestTriggersAndReferences:
     async def test_an_expiry_about_a_service_principal_starts_no_run(self, realm: RealmHandle) -> None:
-        from engine.directory.identity import now
         from engine.directory.models import RoleAssignment
         from engine.directory.principals import create_service_principal
         from engine.directory.roles import expire_due_assignments
@@ -344,15 +344,15 @@ class TestTriggersAndReferences:
                         id=new_id("ras"),
                         realm_id=realm.id,
                         role_id=role.id,
-                        expires_at=now() + timedelta(minutes=1),
+                        expires_at=SYSTEM_CLOCK.now() + timedelta(minutes=1),
                         granted_by=realm.admin.id,
                         **subject,
                     )
                 )
         async with realm.sessions() as session, session.begin():
-            assert await expire_due_assignments(session, now() + timedelta(hours=1)) == 2
+            assert await expire_due_assignments(session, SYSTEM_CLOCK.now() + timedelta(hours=1)) == 2
         async with realm.sessions() as session, session.begin():
-            await runs.dispatch_outbox(session)
+            await triggers.dispatch_outbox(session)
         async with realm.sessions() as session:
             subjects = (
                 (await session.execute(text("SELECT subject_id FROM workflow_runs WHERE workflow_id = :w"), {"w": wid}))

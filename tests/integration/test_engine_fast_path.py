@@ -19,9 +19,9 @@ from engine.directory import principals as directory
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Role, User
+from engine.platform.clock import FixedClock
 from engine.runs import runstore
 from engine.runs.fastpath import _AUTHORITY
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from testing.statements import recording
 from tests.factories import RealmHandle

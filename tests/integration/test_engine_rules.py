@@ -17,10 +17,11 @@ from sqlalchemy import text
 from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.runs import runstore
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.retry import CAP_MS, FixedClock
+from engine.runs.retry import CAP_MS
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle, bearer

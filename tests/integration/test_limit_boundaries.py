@@ -14,12 +14,12 @@ from sqlalchemy import text
 from engine.directory import webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.platform.errors import Conflict, NotFound
 from engine.runs import approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from engine.runs.retry import FixedClock
 from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
 from tests.integration.test_diagnostics import Team, diagnostics_of

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.directory import notice_templates
-from engine.directory.identity import now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs.notices import deliver_due_notices, record_notice
 from tests.factories import RealmHandle
 from tests.mail import Mailbox
@@ -28,7 +28,7 @@ async def test_the_realms_wording_is_escaped_in_the_html_part_and_as_written_in_
             workflow_id=None,
             workflow_name="Onboarding <b>",
             run_id=None,
-            now=now(),
+            now=SYSTEM_CLOCK.now(),
             mail_configured=True,
         )
     assert await deliver_due_notices(realm.sessions, smtp_server.settings) == 1

@@ -12,6 +12,7 @@ from litestar.testing import AsyncTestClient
 from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.workflows import service as workflows
 from tests.factories import HTML, RealmHandle, bearer
@@ -94,7 +95,7 @@ async def test_the_start_form_is_disabled_on_a_workflow_that_is_not_active(clien
     active = await client.get(url, headers=HTML)
     assert "start-disabled-reason" not in active.text and '<fieldset class="plain" >' in active.text
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, workflow_id, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, False)
     disabled = await client.get(url, headers=HTML)
     assert 'disabled aria-describedby="start-disabled-reason"' in disabled.text
     assert "This workflow is disabled: only an active workflow starts runs." in disabled.text
@@ -157,7 +158,7 @@ async def test_a_run_paused_by_its_disabled_workflow_says_why_and_how_to_resume(
     subject = await realm.user("max@example.com")
     workflow_id = await publish(realm, manual({"id": "done", "type": "end"}), "Mover")
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, workflow_id, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, False)
     run_id = await start_paused(realm, workflow_id, subject)
     await drain(realm)
     assert await run_state(realm, run_id) == "pending"
@@ -166,7 +167,7 @@ async def test_a_run_paused_by_its_disabled_workflow_says_why_and_how_to_resume(
     assert "Paused: the workflow Mover is disabled." in paused
     assert f'href="/realms/{realm.slug}/workflows/{workflow_id}"' in paused and "enable it" in paused
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, workflow_id, True)
+        await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, True)
     await drain(realm)
     assert await run_state(realm, run_id) == "succeeded"
     after = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
@@ -176,10 +177,10 @@ async def test_a_run_paused_by_its_disabled_workflow_says_why_and_how_to_resume(
 async def start_paused(realm: RealmHandle, workflow_id: str, subject: User) -> str:
     """A run started while its workflow was active, then paused by disabling it."""
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, workflow_id, True)
+        await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, True)
     run_id = await start(realm, workflow_id, subject.id)
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, workflow_id, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, False)
     return run_id
 
 

@@ -18,11 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.endpoints.calls import EndpointSettings
+from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.ids import new_id
 from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle, make_realm

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
+from engine.platform.clock import FixedClock
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from engine.runs.retry import FixedClock
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, publish, runner, start
 

@@ -21,6 +21,7 @@ from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import AuditEvent, RoleAssignment, User
 from engine.platform import config
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
 from engine.workflows import service as workflows
@@ -84,7 +85,7 @@ async def _grant_admin(realm: RealmHandle, user: User, *, by: str | None, age: t
                 role_id=admin_role.id,
                 user_id=user.id,
                 granted_by=by,
-                created_at=identity.now() - age,
+                created_at=SYSTEM_CLOCK.now() - age,
             )
         )
 
@@ -406,7 +407,7 @@ async def test_the_boundary_exactly_30_days_counts_as_the_authors_a_microsecond_
     realm: RealmHandle,
 ) -> None:
     reviewer = await _operator_user(realm, "boundary@example.com")
-    moment = identity.now()
+    moment = SYSTEM_CLOCK.now()
     await _grant_admin(realm, reviewer, by=realm.admin.id, age=WINDOW)
     async with realm.sessions() as session:
         await session.execute(

@@ -8,7 +8,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from tests.factories import HTML, RealmHandle
 from tests.integration.test_run_pages import drain, htmx, manual, publish, run_state, signed_in, start
 
@@ -58,7 +58,7 @@ async def test_retry_now_on_the_timeline(client: Client, realm: RealmHandle) -> 
     url = f"/realms/{realm.slug}/runs/{run_id}"
     refused = await client.post(f"{url}/retry-now", headers=htmx(login, "run-timeline"))
     assert refused.status_code == 409 and "not waiting for a retry" in refused.text and "nothing_waits" in refused.text
-    due = utc_now() + timedelta(hours=1)
+    due = SYSTEM_CLOCK.now() + timedelta(hours=1)
     # The state the runner leaves after a transient failure (as in the timeline's own page tests).
     async with realm.sessions() as session, session.begin():
         await session.execute(

@@ -31,11 +31,12 @@ from hypothesis.stateful import (
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict
+from engine.runs import controls as run_controls
 from engine.runs import runstore
 from engine.runs import service as runs
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.states import FINISHED
 from engine.workflows import service as workflows
@@ -224,7 +225,7 @@ class RunLifecycle(RuleBasedStateMachine):
     def disable(self) -> None:
         async def go() -> None:
             async with self.realm.sessions() as session, session.begin():
-                await workflows.set_enabled(session, self.realm.actor, self.workflow_id, False)
+                await run_controls.set_workflow_enabled(session, self.realm.actor, self.workflow_id, False)
 
         self.h.run(go())
         self.enabled = False
@@ -235,7 +236,7 @@ class RunLifecycle(RuleBasedStateMachine):
     def enable(self) -> None:
         async def go() -> None:
             async with self.realm.sessions() as session, session.begin():
-                await workflows.set_enabled(session, self.realm.actor, self.workflow_id, True)
+                await run_controls.set_workflow_enabled(session, self.realm.actor, self.workflow_id, True)
 
         self.h.run(go())
         self.enabled = True

@@ -10,9 +10,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory.identity import now as utc_now
 from engine.directory.models import User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.ids import new_id
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.runner import Runner
 from engine.workflows import service as workflows
@@ -235,7 +236,7 @@ async def test_a_waiting_retry_shows_when_the_next_attempt_is(client: Client, re
         "Retrying",
     )
     run_id = await start(realm, wid, subject.id)
-    due = utc_now() + timedelta(minutes=5)
+    due = SYSTEM_CLOCK.now() + timedelta(minutes=5)
     # The state the runner leaves after a transient failure: still running, due later, one failed attempt.
     async with realm.sessions() as session, session.begin():
         await session.execute(
@@ -262,6 +263,11 @@ async def test_a_waiting_retry_shows_when_the_next_attempt_is(client: Client, re
     assert "next attempt at" in grant and due.strftime("%Y-%m-%d %H:%M:%S") in grant
     assert "the directory did not answer" in grant and re.search(r"1 <span[^>]*>of at most 3</span>", grant)
     assert POLLING in page.text
+    # Above the steps and on the runs list, the run says it waits for a retry, not that it runs.
+    retrying = f"Retrying at {due.strftime('%H:%M UTC')}: the directory did not answer"
+    assert retrying in page.text or f"Retrying at {due.strftime('%d %b %H:%M UTC')}" in page.text
+    listing = (await client.get(f"/realms/{realm.slug}/runs", headers=HTML)).text
+    assert "Retrying at " in listing.split('data-testid="run-outcome"')[1].split("</td>")[0]
 
 
 # --- Cancelling -----------------------------------------------------------------------------------
@@ -272,7 +278,7 @@ async def test_each_attempt_shows_the_retry_policy_its_step_really_has(client: C
     included: an infrastructure error is transient) is retried under the policy in force."""
     from datetime import UTC, datetime
 
-    from engine.runs.retry import FixedClock
+    from engine.platform.clock import FixedClock
 
     await signed_in(client, realm)
     subject = await realm.user("ada@example.com")
@@ -483,7 +489,7 @@ async def test_the_start_form_shows_every_error(client: Client, realm: RealmHand
 
     login = await signed_in(client, realm)
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
     disabled = await client.post(start_url, data={"subject": subject.id}, headers=htmx(login, "run-start"))
     assert disabled.status_code == 409 and "The workflow is disabled" in disabled.text
     assert "This workflow is disabled" in disabled.text

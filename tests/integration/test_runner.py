@@ -7,10 +7,13 @@ from typing import Any
 
 from sqlalchemy import text
 
+from engine.endpoints.calls import PreparedCall
+from engine.platform.clock import FixedClock
 from engine.runs import service as runs
+from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.transition import transition
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle
 
@@ -41,6 +44,18 @@ async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepA
 
 def runner(realm: RealmHandle, clock: FixedClock | None = None, worker: str = "worker-test-1-aaaa") -> Runner:
     return Runner(realm.sessions, worker, settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock)
+
+
+async def transition_once(r: Runner, run_id: str, calls: list[PreparedCall] | None = None) -> tuple[bool, bool]:
+    """One transition of the run: (progress made, run finished). The endpoint call it starts is
+    sent at once, or kept in ``calls`` (as a pass keeps a round's calls) and counted as progress."""
+    progressed, finished, call = await transition(r, run_id)
+    if call is None:
+        return progressed, finished
+    if calls is None:
+        return True, await complete_call(r, call)
+    calls.append(call)
+    return True, False
 
 
 async def drain(r: Runner, *, rounds: int = 10) -> None:

@@ -11,13 +11,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine.directory.identity import now as utc_now
 from engine.directory.models import Group, GroupMember, Membership, Organization, User
+from engine.platform.clock import SYSTEM_CLOCK, FixedClock
 from engine.platform.ids import new_id
+from engine.runs import controls as run_controls
 from engine.runs import schedules
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
 from engine.workflows.models import Workflow, WorkflowRevision
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, publish
@@ -181,8 +180,8 @@ async def test_a_disabled_workflow_does_not_fire(realm: RealmHandle) -> None:
     await realm.member(org, user)
     wid = await publish(realm, schedule({"type": "organization_members", "organization_id": org.id}))
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, False)
-    clock = FixedClock(utc_now() + timedelta(minutes=1))
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
+    clock = FixedClock(SYSTEM_CLOCK.now() + timedelta(minutes=1))
     assert await schedules.schedule_pass(realm.sessions, clock) == []
     assert await runs_of(realm, wid) == []
 
@@ -203,7 +202,7 @@ async def test_group_members_include_descendant_groups_only(realm: RealmHandle) 
         for name, group in (("a", top), ("b", child), ("c", grandchild), ("d", sibling), ("a", child)):
             session.add(GroupMember(group_id=group, user_id=users[name].id, realm_id=realm.id))
     async with realm.sessions() as session:
-        now = utc_now()
+        now = SYSTEM_CLOCK.now()
         whole = await schedules.select_subjects(session, realm.id, {"type": "group_members", "group_id": top}, now)
         part = await schedules.select_subjects(session, realm.id, {"type": "group_members", "group_id": child}, now)
         missing = await schedules.select_subjects(
@@ -230,7 +229,7 @@ async def test_role_holders_skip_recent_expired_and_service_principal_grants(
     await backdate_assignments(realm, expired.id, 10)
     selector = {"type": "role_holders", "role_id": role.id, "granted_before": "48h"}
     async with realm.sessions() as session:
-        now = utc_now()
+        now = SYSTEM_CLOCK.now()
         chosen = await schedules.select_subjects(session, realm.id, selector, now)
         later = await schedules.select_subjects(session, realm.id, selector, now + timedelta(hours=2))
         # another realm naming this role selects nobody
@@ -331,5 +330,5 @@ async def test_a_firing_costs_the_same_statements_for_5_or_200_subjects(realm: R
         assert [(f.workflow_id, f.started) for f in fired] == [(wid, size)]
         counts.append(len(log.queries))
         async with realm.sessions() as session, session.begin():
-            await workflows.set_enabled(session, realm.actor, wid, False)  # out of the next measurement
+            await run_controls.set_workflow_enabled(session, realm.actor, wid, False)  # out of the next measurement
     assert counts[0] == counts[1] == 8, counts  # the pass's read + 7 for the firing

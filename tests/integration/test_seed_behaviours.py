@@ -17,9 +17,10 @@ from engine.directory import organizations, webhooks
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Role, User
+from engine.platform.clock import FixedClock
 from engine.platform.errors import EngineError
 from engine.runs import service as runs
-from engine.runs.retry import FixedClock
+from engine.runs import triggers as event_triggers
 from engine.runs.runner import Runner, RunnerSettings
 from engine.worker.runtime import wake_pass
 from engine.workflows import service as workflows
@@ -175,7 +176,7 @@ async def test_an_event_runs_input_version_is_the_events_event_version(realm: Re
             text("UPDATE outbox_events SET event_version = 7 WHERE type = 'organization.membership.added'")
         )
     async with realm.sessions() as session, session.begin():
-        assert await runs.dispatch_outbox(session) >= 1
+        assert await event_triggers.dispatch_outbox(session) >= 1
     manual = await start(realm, wid, bob)
     await drain(Runner(realm.sessions, "worker-seed-2-aaaa", settings=RunnerSettings(lease=LEASE)))
     async with realm.sessions() as session:

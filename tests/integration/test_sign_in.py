@@ -19,6 +19,7 @@ from cockpit.pages.auth.sessions import safe_next
 from cockpit.state import context_of
 from engine.directory import identity
 from engine.directory.models import User
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
@@ -366,7 +367,7 @@ def test_the_cli_prints_a_link_to_the_continue_page(
 def a_wrong_code(secret: str) -> str:
     """Six digits that are none of the codes a check would accept now."""
     totp = pyotp.TOTP(secret)
-    step = int(identity.now().timestamp()) // totp.interval
+    step = int(SYSTEM_CLOCK.now().timestamp()) // totp.interval
     accepted = {totp.at((step + d) * totp.interval) for d in (-2, -1, 0, 1, 2)}
     return next(c for c in (f"{n:06d}" for n in range(1_000_000)) if c not in accepted)
 

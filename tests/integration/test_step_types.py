@@ -18,10 +18,10 @@ from sqlalchemy import text
 
 from engine.directory.audit import Actor
 from engine.directory.models import User
+from engine.platform.clock import FixedClock
 from engine.platform.ids import new_id
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.retry import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle

@@ -7,8 +7,9 @@ from typing import Any
 from sqlalchemy import text
 
 from engine.directory import organizations
+from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.runs import triggers
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, publish, runner
 
@@ -22,7 +23,7 @@ def on_membership(*steps: dict[str, Any], organization_id: str | None = None) ->
 
 async def dispatch(realm: RealmHandle) -> int:
     async with realm.sessions() as session, session.begin():
-        return await runs.dispatch_outbox(session)
+        return await triggers.dispatch_outbox(session)
 
 
 async def runs_of(realm: RealmHandle, workflow_id: str) -> list[Any]:
@@ -171,14 +172,14 @@ async def test_a_disabled_workflows_runs_pause_until_enabled(realm: RealmHandle)
     async with realm.sessions() as session, session.begin():
         run = await runs.start_manual_run(session, realm.actor, wid, subject_id=subject.id, organization_id=None)
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, False)
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
     await drain(runner(realm))
     assert [r.state for r in await runs_of(realm, wid)] == ["pending"]
     async with realm.sessions() as session:
         due = await session.scalar(text("SELECT due_at FROM workflow_runs WHERE workflow_id = :w"), {"w": wid})
     assert due is None  # paused runs leave the due index
     async with realm.sessions() as session, session.begin():
-        await workflows.set_enabled(session, realm.actor, wid, True)
+        await run_controls.set_workflow_enabled(session, realm.actor, wid, True)
     await drain(runner(realm))
     assert [r.state for r in await runs_of(realm, wid)] == ["succeeded"]
     del run

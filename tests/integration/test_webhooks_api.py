@@ -7,9 +7,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory import webhooks
-from engine.directory.identity import now
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from tests.factories import RealmHandle
 
 KEY = "test-secret-key-0123456789abcdef0123456789"  # the settings fixture's operator key
@@ -73,7 +73,7 @@ async def test_rotation_keeps_the_previous_secret_for_24_hours(
     assert body["previous_secret_expires_at"] is not None
 
     row = await _row(realm, created["id"])
-    moment = now()
+    moment = SYSTEM_CLOCK.now()
     assert webhooks.signing_secrets(row, KEY, moment) == [body["secret"], created["secret"]]
     assert webhooks.signing_secrets(row, KEY, moment + timedelta(hours=23, minutes=59)) == [
         body["secret"],

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine.runs.retry import FixedClock
+from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from engine.worker import queue
 from engine.worker.drain import drain

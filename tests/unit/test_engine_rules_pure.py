@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from engine.directory.authz import Authority, Grant, check_assignment, require
+from engine.platform.clock import FixedClock
 from engine.platform.errors import Forbidden, GrantCeilingExceeded, ValidationFailed
 from engine.runs import states
-from engine.runs.retry import CAP_MS, JITTER, FixedClock, delay_ms
+from engine.runs.retry import CAP_MS, JITTER, delay_ms
 
 ORG_A = "org_" + "a" * 26
 ORG_B = "org_" + "b" * 26

@@ -3,6 +3,7 @@ has its runtime here."""
 
 from __future__ import annotations
 
+from engine.runs import triggers
 from engine.runs.steps import STEP_TYPES
 from engine.workflows.definitions.validation import STEP_TYPES as CONTRACT_STEP_TYPES
 from engine.workflows.definitions.validation import TRIGGER_TYPES, validate_definition
@@ -15,13 +16,13 @@ def test_every_step_type_the_contract_accepts_has_a_runtime() -> None:
 
 
 def test_every_trigger_type_the_contract_accepts_has_a_runtime() -> None:
-    # manual: runs.start_run; event: runs.dispatch_outbox; schedule: schedules.schedule_pass.
+    # manual: runs.start_run; event: triggers.dispatch_outbox; schedule: schedules.schedule_pass.
     from engine.runs import schedules
     from engine.runs import service as runs
 
     runtimes = {
         "manual": runs.start_run,
-        "event": runs.dispatch_outbox,
+        "event": triggers.dispatch_outbox,
         "schedule": schedules.schedule_pass,
     }
     assert set(TRIGGER_TYPES) == set(runtimes)

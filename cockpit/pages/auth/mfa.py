@@ -24,6 +24,7 @@ from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import identity
 from engine.directory.models import BrowserSession, User
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.errors import Forbidden, TooManyRequests, Unauthorized, ValidationFailed
 
@@ -35,7 +36,7 @@ ENROLMENT_PURPOSE = "totp-enrolment"
 
 
 def seal_enrolment(settings: Settings, user_id: str, secret: str) -> str:
-    deadline = int((identity.now() + ENROLMENT_TTL).timestamp())
+    deadline = int((SYSTEM_CLOCK.now() + ENROLMENT_TTL).timestamp())
     return crypto.encrypt(
         settings.secret_key, ENROLMENT_PURPOSE, json.dumps({"u": user_id, "s": secret, "e": deadline})
     )
@@ -49,7 +50,7 @@ def open_enrolment(settings: Settings, user_id: str, sealed: str) -> str | None:
         data = json.loads(crypto.decrypt(settings.secret_key, ENROLMENT_PURPOSE, sealed))
     except (crypto.SecretUnavailable, ValueError):
         return None
-    if data.get("u") != user_id or int(data.get("e", 0)) <= identity.now().timestamp():
+    if data.get("u") != user_id or int(data.get("e", 0)) <= SYSTEM_CLOCK.now().timestamp():
         return None
     secret = data.get("s")
     return secret if isinstance(secret, str) else None

@@ -33,6 +33,7 @@ from cockpit.state import AnyRequest, context_of
 from engine.directory import identity
 from engine.directory.models import BrowserSession, User
 from engine.platform import crypto
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.errors import Forbidden
 
@@ -155,7 +156,7 @@ def _unb64(text: str) -> bytes:
 
 
 def pending_cookie(settings: Settings, user: User, next_path: str) -> str:
-    expires = int((identity.now() + PENDING_TTL).timestamp())
+    expires = int((SYSTEM_CLOCK.now() + PENDING_TTL).timestamp())
     payload = _b64(json.dumps({"u": user.id, "r": user.realm_id, "e": expires, "n": next_path}).encode())
     return f"{payload}.{crypto.sign(settings.secret_key, 'sign-in-pending', payload)}"
 
@@ -170,7 +171,7 @@ def read_pending(request: AnyRequest) -> Pending | None:
         return None
     try:
         data = json.loads(_unb64(payload))
-        if int(data["e"]) <= identity.now().timestamp():
+        if int(data["e"]) <= SYSTEM_CLOCK.now().timestamp():
             return None
         return Pending(user_id=str(data["u"]), realm_id=str(data["r"]), next=str(data["n"]))
     except (ValueError, KeyError, TypeError):

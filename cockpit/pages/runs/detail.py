@@ -31,11 +31,12 @@ from cockpit.pages.runs.timeline import (
 )
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, NotFound
 from engine.runs import approvals as approval_records
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
+from engine.runs.outcome import run_outcome, run_title, trigger_words
 from engine.runs.states import ATTEMPT_FAILED, FINISHED
 
 TIMELINE_ID = "run-timeline"
@@ -78,6 +79,8 @@ class RunPages(Controller):
             + [str(a.get("decided_by") or "") for a in approvals]
             + [p for a in approvals for p in a["approvers"]],
         )
+        names = {k: u.display_name or u.email for k, u in users.items()}
+        subject = users.get(run.subject_id)
         org_names = await organizations.organization_names(db_session, realm_id, [run.organization_id])
         finished = run.state in FINISHED
         context.setdefault("flash", FLASHES.get(request.query_params.get("done") or ""))
@@ -89,6 +92,15 @@ class RunPages(Controller):
             status_code=status_code,
             run=run,
             workflow=workflow,
+            title=run_title(workflow.name, (subject.display_name or subject.email) if subject else None),
+            outcome=run_outcome(run, names, limit=None),
+            trigger=trigger_words(
+                run.trigger_type,
+                starter=names.get(run.starter_id, "a former user") if run.starter_id else None,
+                rerun=run.rerun_of is not None,
+                event_type=str((run.input or {}).get("event_type") or "") or None,
+                slot=str((run.input or {}).get("slot") or "") or None,
+            ),
             steps=step_lines(run, steps, attempts),
             compensations=compensation_lines(attempts),
             compensation_started=run.state in COMPENSATION_PHASE or run.cancel_requested_at is not None,
@@ -96,7 +108,7 @@ class RunPages(Controller):
             users=users,
             organization_name=org_names.get(run.organization_id or "", run.organization_id),
             finished=finished,
-            duration=human_duration(run.created_at, run.finished_at if finished else utc_now()),
+            duration=human_duration(run.created_at, run.finished_at if finished else SYSTEM_CLOCK.now()),
             next_attempt_at=runs.next_attempt_at(run),
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),

@@ -20,14 +20,16 @@ from cockpit.pages.runs.shared import (
     TRIGGER_LABELS,
     human_duration,
     parse_time,
+    people,
     split_state,
 )
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import identity
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.models import WorkflowRun
+from engine.runs.outcome import Outcome, people_in, run_outcome, run_title
 from engine.runs.states import FINISHED, RUN_STATES
 from engine.workflows import service as workflows
 from engine.workflows.models import Workflow
@@ -43,6 +45,8 @@ class RunRow:
     current_step: str | None
     duration: str | None
     finished: bool
+    title: str
+    outcome: Outcome
 
 
 class RunListPages(Controller):
@@ -116,7 +120,8 @@ class RunListPages(Controller):
                 list_error = exc.detail + " " + "; ".join(i.message for i in exc.issues)
                 status_code = exc.status
         choices = (await workflows.list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
-        rows = self._rows(items)
+        names = await people(db_session, realm_id, [i for line in items for i in people_in(line.run)])
+        rows = self._rows(items, {k: u.display_name or u.email for k, u in names.items()})
         base = f"/realms/{principal.realm.slug}" + (f"/workflows/{workflow.id}/runs" if workflow else "/runs")
         template = "pages/runs/_table.html" if targets(request, TABLE_ID) else "pages/runs/list.html"
         return page(
@@ -147,8 +152,8 @@ class RunListPages(Controller):
         )
 
     @staticmethod
-    def _rows(items: Sequence[runs.RunLine]) -> list[RunRow]:
-        moment = utc_now()
+    def _rows(items: Sequence[runs.RunLine], names: dict[str, str]) -> list[RunRow]:
+        moment = SYSTEM_CLOCK.now()
         rows: list[RunRow] = []
         for line in items:
             run = line.run
@@ -161,6 +166,8 @@ class RunListPages(Controller):
                     current_step=line.current_step,
                     duration=human_duration(run.created_at, run.finished_at if finished else moment),
                     finished=finished,
+                    title=run_title(line.workflow_name, line.subject_name or line.subject),
+                    outcome=run_outcome(run, names, now=moment),
                 )
             )
         return rows

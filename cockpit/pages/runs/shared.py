@@ -26,6 +26,7 @@ STATE_GROUP_LABELS = {
     "failed_any": "Failed in any way (incl. compensated)",
     "in_flight": "In flight (not finished)",
     "finished": "Finished",
+    "rejected": "Rejected by an approver",
 }
 TRIGGER_LABELS = {"manual": "Manual (or re-run)", "event": "Event", "schedule": "Schedule"}
 

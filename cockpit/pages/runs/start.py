@@ -9,6 +9,7 @@ are shown in the form; a run that started opens its timeline.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 import msgspec
@@ -36,6 +37,7 @@ class StartRunForm(msgspec.Struct):
     subject: str = ""
     organization_id: str = ""
     confirm: str = ""  # "yes": start although the preview says a step will fail
+    submission: str = ""  # the form's one-time key: sent twice, it starts one run
 
 
 def certain_failure(preview: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,6 +101,8 @@ class RunStartPages(Controller):
                 "users": sorted(people_page.items, key=lambda u: u.email),
                 "organizations": sorted(orgs.items, key=lambda o: o.name.lower()),
                 "form": form or {"subject": "", "organization_id": ""},
+                # One key per rendered form: the same form sent twice starts one run.
+                "submission": secrets.token_hex(13),
             },
             **context,
         )
@@ -145,6 +149,7 @@ class RunStartPages(Controller):
                 workflow_id,
                 subject_id=subject_id,
                 organization_id=organization_id or None,
+                submission=data.submission.strip() or None,
             )
         except NotFound:
             raise

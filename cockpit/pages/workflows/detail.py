@@ -13,8 +13,9 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import may, page, targets
 from cockpit.pages.workflows.shared import PUBLISH, READ, WRITE, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory.identity import now as utc_now
+from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError
+from engine.runs import controls as run_controls
 from engine.runs import schedules
 from engine.workflows import service as workflows
 
@@ -59,7 +60,7 @@ class WorkflowPages(Controller):
         )
         context.setdefault("flash", flash_of(request))
         published = next((r for r in revisions if r.number == workflow.published_revision), None)
-        schedule_lines = await schedules.schedule_status(db_session, workflow, published, utc_now())
+        schedule_lines = await schedules.schedule_status(db_session, workflow, published, SYSTEM_CLOCK.now())
         # Health: what the published revision names must still be there, or its runs fail at that step.
         health = (
             [i for i in await workflows.validate_for_realm(db_session, realm_id, published.definition)]
@@ -92,7 +93,7 @@ class WorkflowPages(Controller):
         await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                workflow = await workflows.set_enabled(
+                workflow = await run_controls.set_workflow_enabled(
                     db_session, principal.actor(request_id_of(request)), workflow_id, enabled
                 )
         except EngineError as exc:

@@ -2,7 +2,7 @@
 
 An external step: it cannot share a transaction with the call, so the runner records the
 attempt ``started`` under the lease and commits, makes the call outside any transaction, and
-records the outcome afterwards (engine/runner.py). This module decides what is sent and to
+records the outcome afterwards (engine/runs/endpoint_calls.py). This module decides what is sent and to
 whom; :mod:`engine.endpoints.transport` sends it and classifies the answer.
 
 The subscription's state is read when the attempt starts: paused retries
