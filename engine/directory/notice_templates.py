@@ -205,24 +205,34 @@ async def reset_template(session: AsyncSession, actor: Actor, name: str) -> dict
 async def render_notice(
     session: AsyncSession, realm_id: str, workflow_name: str, notice_code: str, time: datetime
 ) -> RenderedNotice:
-    """The ``workflow_notice`` message for one notice of one workflow, in the realm's wording.
-
-    A stored override that no longer passes the checks (it should not happen) falls back to the
-    default wording rather than failing a run: the notice is mandatory.
-    """
+    """The ``workflow_notice`` message for one notice of one workflow, in the realm's wording."""
     if notice_code not in NOTICE_TEXTS:
         raise ValueError(f"unknown notice code {notice_code!r}")
     realm = await session.get(Realm, realm_id)
     if realm is None:
         raise NotFound("No such realm.")
     row = await _override(session, realm_id, WORKFLOW_NOTICE)
-    subject, body = (row.subject, row.body) if row else (DEFAULT_SUBJECT, DEFAULT_BODY)
+    return render_workflow_notice(
+        realm.name, (row.subject, row.body) if row else None, workflow_name, notice_code, time
+    )
+
+
+def render_workflow_notice(
+    realm_name: str, override: tuple[str, str] | None, workflow_name: str, notice_code: str, time: datetime
+) -> RenderedNotice:
+    """The ``workflow_notice`` message from the realm's name and its stored wording (``override``:
+    subject and body, None for the default), with no I/O.
+
+    A stored override that no longer passes the checks (it should not happen) falls back to the
+    default wording rather than failing a run: the notice is mandatory.
+    """
+    subject, body = override or (DEFAULT_SUBJECT, DEFAULT_BODY)
     try:
         check_template(subject, body)
     except ValidationFailed:
         subject, body = DEFAULT_SUBJECT, DEFAULT_BODY
     values = {
-        "realm": realm.name,
+        "realm": realm_name,
         "workflow": workflow_name,
         "notice": NOTICE_TEXTS[notice_code],
         "time": format_time(time),

@@ -66,6 +66,16 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class OutboxEntry:
+    """One outbox event an effect writes (a domain event workflows may be triggered by)."""
+
+    type: str
+    subject_id: str | None
+    organization_id: str | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Effect:
     """What the step would write: ``kind`` names the writer, ``values`` its rows as data."""
 
@@ -76,6 +86,7 @@ class Effect:
     strategy: str = STRATEGY_NONE
     compensation_state: str = COMP_NOT_NEEDED
     audit: tuple[AuditEntry, ...] = ()
+    outbox: tuple[OutboxEntry, ...] = ()
     ends_run: bool = False
 
 
@@ -91,6 +102,18 @@ def step_succeeded_entry(run_id: str, step_id: str, attempt: int, idempotency_ke
 def run_succeeded_entry(run_id: str) -> AuditEntry:
     """``workflow.run.succeeded``, as every executor writes it."""
     return AuditEntry("workflow", "workflow.run.succeeded", "workflow_run", run_id, {})
+
+
+def step_failed_entry(run_id: str, step_id: str, attempt: int, category: str) -> AuditEntry:
+    """``workflow.step.failed``, as every executor writes it."""
+    details = {"step_id": step_id, "attempt": attempt, "error_category": category}
+    return AuditEntry("workflow", "workflow.step.failed", "workflow_run", run_id, details)
+
+
+def run_compensating_entry(run_id: str, category: str, reason: str | None = None) -> AuditEntry:
+    """``workflow.run.failed`` as the run starts compensating, as every executor writes it."""
+    details = {"reason": reason or category, "error_category": category, "phase": "compensating"}
+    return AuditEntry("workflow", "workflow.run.failed", "workflow_run", run_id, details)
 
 
 # --- The snapshot --------------------------------------------------------------------------------
@@ -331,7 +354,7 @@ def decide_remove_role(s: Snapshot) -> Decision:
         f"Revokes {role.name} ({len(ids)} grant(s))."
         if ids
         else f"Nothing to revoke: the subject does not hold {role.name}.",
-        values={"assignment_ids": ids, "role_name": role.name},
+        values={"assignment_ids": ids, "role_id": role.id, "role_name": role.name},
         result={"removed_assignments": ids},
         audit=tuple(audit),
     )
@@ -408,21 +431,20 @@ def decide_remove_membership(s: Snapshot) -> Decision:
     for group in s.joined_groups:
         details = rules.group_member_details(group.id, organization_id) | {"reason": "membership_removed"}
         audit.append(_entry("directory", "group.member_removed", s, details))
-    audit.append(
-        _entry(
-            "directory",
-            "organization.membership.removed",
-            s,
-            {"membership_id": s.membership_id, "organization_id": organization_id, "user_id": s.subject_id},
-        )
-    )
+    payload = {"membership_id": s.membership_id, "organization_id": organization_id, "user_id": s.subject_id}
+    audit.append(_entry("directory", "organization.membership.removed", s, payload))
     groups = f" and {len(s.joined_groups)} of its group(s)" if s.joined_groups else ""
     return Effect(
         "remove_membership",
         f"Takes the subject out of the organization {organization_id}{groups}.",
-        values={"organization_id": organization_id, "group_ids": [g.id for g in s.joined_groups]},
+        values={
+            "organization_id": organization_id,
+            "membership_id": s.membership_id,
+            "group_ids": [g.id for g in s.joined_groups],
+        },
         result={"organization_id": organization_id},
         audit=tuple(audit),
+        outbox=(OutboxEntry("organization.membership.removed", s.subject_id, organization_id, payload),),
     )
 
 
@@ -441,7 +463,9 @@ def decide_suspend_user(s: Snapshot) -> Decision:
         "Suspends the subject's account.",
         values={"user_id": s.subject_id, "status": "suspended"},
         result={"status": "suspended"},
+        # The writer adds what it ended (sessions, tokens, sign-in links) to the audit event's details.
         audit=(_entry("directory", "user.suspended", s, {}),),
+        outbox=(OutboxEntry("user.suspended", s.subject_id, None, {"user_id": s.subject_id}),),
     )
 
 

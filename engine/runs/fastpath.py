@@ -1,32 +1,34 @@
-"""The fast path of internal steps: one statement for the transitions of a whole group commit.
+"""The batched executor of internal steps: one statement for the transitions of a whole group commit.
 
-The ordinary transition (engine/runs/runner.py) reads the run, its revision, its attempts and its
-publisher's authority through the ORM and makes the effect through the domain functions: some
-twenty round trips. Most transitions of internal steps can only succeed, and for them this module
-does the same work for a group of runs in two statements on the raw asyncpg connection — the lock
-of every run of the group (``runstore.LOCK_FOR_TRANSITION``, a row lock under the lease) and one
-data-modifying statement for all of them (``runstore.FAST_TRANSITIONS``: each run's effect, its
-succeeded attempt and audit events, and its advance, which renews the lease) — with what never
-changes, or changes rarely, kept in memory:
+The single-run executor (engine/runs/runner.py) reads the run, its revision, its attempts and its
+publisher's authority through the ORM and makes the effect through the directory's writers: some
+twenty round trips. This module does the same work for a group of runs in three statements on the
+raw asyncpg connection — the lock of every run of the group (``runstore.LOCK_FOR_TRANSITION``, a
+row lock under the lease), what the group's decisions read of the directory
+(``runstore.STEP_FACTS``), and one data-modifying statement for all of them
+(``runstore.FAST_TRANSITIONS``: each run's effect or refusal, its attempt, audit and outbox
+events, and its advance, which renews the lease) — with what never changes, or changes rarely,
+kept in memory:
 
 - a revision is immutable once written: cached by id;
-- the publisher's authority, and the roles and groups the grant ceiling reads, are cached with
-  the authorization epochs they were read at (``realms.authz_epoch``, ``users.authz_epoch``,
-  moved by triggers on every change to roles, groups, assignments, memberships and user status).
-  The lock reads the current epochs in the effect's own transaction: when either moved, the full
-  authority query runs again, in that transaction. An authority also expires with its earliest
-  expiring grant.
+- the publisher's and the subject's authority, and the roles and groups the grant ceiling reads,
+  are cached with the authorization epochs they were read at (``realms.authz_epoch``,
+  ``users.authz_epoch``, moved by triggers on every change to roles, groups, assignments,
+  memberships and user status). The lock reads the current epochs in the effect's own
+  transaction: when either moved, the full authority query runs again, in that transaction. An
+  authority also expires with its earliest expiring grant.
 
-Each step is decided by the same function as the ordinary transition and the preview
-(engine/runs/decisions.py, ``decide``), on a snapshot built from these caches (``_snapshot``):
-what the batched statement checks as it writes — the subject is a user of the realm, the grant or
-the group's place is not held yet (or, to leave a group, is held), the subject is a member of the
-group's organization — is taken as fine there, and the statement re-checks it. The fast path never
-records a failure. Whenever the decision refuses, or something is not plainly fine — a
-cancellation, a disabled workflow, a step already applied, a step type without a fast form, an
-inactive publisher, a role that needs approval (its approver is read the ordinary way), a missing
-subject, or a run the statement finds it cannot make — it writes nothing and returns ``None``, and
-the runner takes the step the ordinary way, which records the refusal exactly as it always has.
+Every internal step type has a batched form. Each step is decided by the same function as the
+single-run executor and the preview (engine/runs/decisions.py, ``decide``), on the snapshot
+``snapshots.load_snapshot`` would read, built here from the caches and the group's facts
+(``_snapshot``). An effect is written as decided; a permanent refusal is recorded here as the
+single-run executor records it (the failed attempt, and the run compensating from now), with the
+audit events built by the same functions. A run goes the ordinary way — this module writes
+nothing for it and ``transitions`` leaves it out — when it is cancelled, its workflow is disabled,
+its step was already applied, its step type has no batched form (or its ``perform`` was
+replaced), its role needs approval, the refusal would be retried, or the step's writer holds a
+rule the statement cannot (the realm's last administrator: see ``_snapshot``); and when the
+statement finds the facts it was decided on changed meanwhile.
 Cache entries read inside a transaction become visible to later transactions only once it commits.
 """
 
@@ -34,12 +36,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from engine.directory.admins import ADMIN_ROLE
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
+from engine.directory.notice_templates import NOTICE_TEXTS, WORKFLOW_NOTICE, render_workflow_notice
 from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.ids import new_id
 from engine.runs import runstore
@@ -51,21 +54,29 @@ from engine.runs.decisions import (
     Snapshot,
     SubjectFacts,
     decide,
+    run_compensating_entry,
     run_succeeded_entry,
+    step_failed_entry,
     step_succeeded_entry,
 )
+from engine.runs.notices import NOT_CONFIGURED, NOT_CONFIGURED_TEXT, QUEUED
 from engine.runs.retry import policy_for
 from engine.runs.states import (
+    ATTEMPT_FAILED,
     ATTEMPT_SUCCEEDED,
+    COMPENSATING,
     PENDING,
     RUNNING,
+    STRATEGY_NONE,
     SUCCEEDED,
-    step_move_allowed,
+    move_allowed,
 )
 from engine.runs.steps import STEP_TYPES
 from engine.runs.steps.assign_role import AssignRole
 from engine.runs.steps.groups import AddToGroup, RemoveFromGroup
-from engine.runs.steps.simple import End
+from engine.runs.steps.human import Notify
+from engine.runs.steps.remove_role import RemoveRole
+from engine.runs.steps.simple import End, RemoveMembership, SuspendUser
 from engine.workflows.definitions.canonical import input_version
 
 # The step types with a fast form, and the ``perform`` each mirrors: when a type's ``perform`` is
@@ -74,6 +85,10 @@ MIRRORED: dict[str, Any] = {
     "assign_role": AssignRole.perform,
     "add_to_group": AddToGroup.perform,
     "remove_from_group": RemoveFromGroup.perform,
+    "remove_role": RemoveRole.perform,
+    "remove_membership": RemoveMembership.perform,
+    "suspend_user": SuspendUser.perform,
+    "notify": Notify.perform,
     "end": End.perform,
 }
 FAST_STEP_TYPES = frozenset(MIRRORED)
@@ -150,8 +165,9 @@ class Staged:
 class FastPath:
     """One per runner: its caches and the fast form of a transition."""
 
-    def __init__(self, worker_id: str, clock: Clock, lease: timedelta) -> None:
+    def __init__(self, worker_id: str, clock: Clock, lease: timedelta, *, mail_configured: bool = False) -> None:
         self.worker_id = worker_id
+        self.mail_configured = mail_configured  # notices are mailed (else recorded as not_configured)
         self.clock = clock
         self.lease = lease  # a run that goes on is held this long from its advance
         self.moved = 0  # transitions made and committed here, in this runner's life
@@ -245,23 +261,54 @@ class FastPath:
         staged.remember(self.groups, group_id, group)
         return group
 
-    # --- one transition -----------------------------------------------------------------------
+    # --- the transitions of a group -----------------------------------------------------------
+
+    async def transitions(
+        self, conn: Any, staged: Staged, runs: list[Mapping[str, Any]], now: datetime, publishers: Collection[str]
+    ) -> list[Move]:
+        """The next internal step of each run, ready to be made together (``apply``); a run left out
+        must be taken the ordinary way.
+
+        ``publishers`` are the accountable publishers of every run in this transaction, and every
+        subject of more than one of its runs: a run whose subject is one of them changes an authority
+        another run of the transaction reads, and goes the ordinary way. What the decisions read of
+        the directory is read for the whole group in one statement (``runstore.STEP_FACTS``).
+        """
+        ready: list[tuple[Mapping[str, Any], Revision, dict[str, Any], int, _Wanted]] = []
+        for run in runs:
+            found = await self._ready(conn, staged, run, now, publishers)
+            if found is not None:
+                ready.append((run, *found))
+        facts = await self._facts(conn, [(run, wanted) for run, _, _, _, wanted in ready if wanted.facts])
+        moves = []
+        for run, revision, step, index, wanted in ready:
+            snapshot = await self._snapshot(conn, staged, run, step, wanted, facts.get(run["id"]), now)
+            if snapshot is None:
+                continue
+            decision = decide(snapshot)
+            if isinstance(decision, Refusal) and not decision.permanent:
+                continue  # a retry waits out its backoff: the ordinary way schedules it
+            move = self._move(run, revision, step, index, snapshot.organization_id, decision, now, facts.get(run["id"]))
+            if move is not None:
+                moves.append(move)
+        return moves
 
     async def transition(
         self, conn: Any, staged: Staged, run: Mapping[str, Any], now: datetime, publishers: Collection[str]
     ) -> Move | None:
-        """The run's next internal step, ready to be made with the group's others (``apply``); None when
-        it cannot be made here and the step must be taken the ordinary way.
+        """One run's next internal step (``transitions`` for a group of one)."""
+        moves = await self.transitions(conn, staged, [run], now, publishers)
+        return moves[0] if moves else None
 
-        ``publishers`` are the accountable publishers of every run in this transaction, and every
-        subject of more than one of its runs: a run whose subject is one of them changes an authority
-        another run of the transaction reads, and goes the ordinary way.
-        """
+    async def _ready(
+        self, conn: Any, staged: Staged, run: Mapping[str, Any], now: datetime, publishers: Collection[str]
+    ) -> tuple[Revision, dict[str, Any], int, _Wanted] | None:
+        """The run's revision, step and its index, and what its decision reads; None when it goes the ordinary way."""
         if run["state"] not in (PENDING, RUNNING) or run["cancel_requested_at"] is not None:
             return None
         if run["due_at"] is None or run["due_at"] > now or run["workflow_state"] == "disabled":
             return None
-        if run["succeeded"] or run["publisher_status"] != "active" or run["subject_id"] in publishers:
+        if run["succeeded"] or run["subject_id"] in publishers:
             return None
         revision = await self._revision(conn, run["revision_id"])
         if revision is None:
@@ -274,15 +321,62 @@ class FastPath:
         step_type = STEP_TYPES.get(step.get("type", ""))
         if step_type is None or MIRRORED.get(step_type.name) is not type(step_type).perform:
             return None
-        authority = await self._authority(conn, staged, run, now)
+        return revision, step, index, await self._wanted(conn, staged, run, step)
+
+    async def _wanted(self, conn: Any, staged: Staged, run: Mapping[str, Any], step: dict[str, Any]) -> _Wanted:
+        """What the step's decision reads beyond the caches (``runstore.STEP_FACTS``)."""
+        kind = step["type"]
         organization_id = step.get("organization_id") or run["organization_id"]
-        snapshot = await self._snapshot(conn, staged, run, step, organization_id, authority, now)
-        if snapshot is None:
-            return None
-        decision = decide(snapshot)
-        if isinstance(decision, Refusal):
-            return None  # the ordinary way records it
-        return self._move(run, revision, step, index, organization_id, decision, now)
+        wanted = _Wanted(facts=kind != "end")
+        if kind in ("assign_role", "remove_role"):
+            role = await self._role(conn, staged, step.get("role_id"), run["realm_epoch"])
+            if role is not None and role.realm_id == run["realm_id"]:
+                wanted.role = RoleFacts(
+                    step["role_id"], role.name, role.permissions, role.boundary, role.requires_approval
+                )
+                wanted.role_id = step["role_id"]
+            if kind == "assign_role" and step.get("scope") == "organization":
+                wanted.org = wanted.grant_org = organization_id
+            wanted.want_grants = kind == "remove_role"
+        elif kind in ("add_to_group", "remove_from_group"):
+            group = await self._group(conn, staged, step.get("group_id"), run["realm_epoch"])
+            if group is not None and group.realm_id == run["realm_id"]:
+                wanted.group = GroupFacts(step["group_id"], group.name, group.organization_id, group.roles)
+                wanted.group_id = step["group_id"]
+                wanted.member_org = group.organization_id
+        elif kind == "remove_membership":
+            wanted.org = wanted.member_org = organization_id
+            wanted.want_groups = wanted.want_admin = True
+        elif kind == "suspend_user":
+            wanted.want_admin = True
+        elif kind == "notify":
+            wanted.want_notice, wanted.workflow_id = True, run["workflow_id"]
+        return wanted
+
+    async def _facts(self, conn: Any, runs: list[tuple[Mapping[str, Any], _Wanted]]) -> dict[str, Any]:
+        """``runstore.STEP_FACTS`` for the runs that read the directory, in one statement: by run id."""
+        if not runs:
+            return {}
+        values: dict[str, Any] = {
+            "run_ids": [run["id"] for run, _ in runs],
+            "realm_ids": [run["realm_id"] for run, _ in runs],
+            "subject_ids": [run["subject_id"] for run, _ in runs],
+            "orgs": [w.org for _, w in runs],
+            "member_orgs": [w.member_org for _, w in runs],
+            "group_ids": [w.group_id for _, w in runs],
+            "role_ids": [w.role_id for _, w in runs],
+            "grant_orgs": [w.grant_org for _, w in runs],
+            "want_grants": [w.want_grants for _, w in runs],
+            "want_groups": [w.want_groups for _, w in runs],
+            "want_admin": [w.want_admin for _, w in runs],
+            "workflow_ids": [w.workflow_id for _, w in runs],
+            "want_notice": [w.want_notice for _, w in runs],
+            "notice_template": WORKFLOW_NOTICE,
+            "wall_now": SYSTEM_CLOCK.now(),
+            "admin_role": ADMIN_ROLE,
+        }
+        q = runstore.STEP_FACTS
+        return {row["run_id"]: row for row in await conn.fetch(q.sql, *q.args(values))}
 
     async def _snapshot(
         self,
@@ -290,44 +384,73 @@ class FastPath:
         staged: Staged,
         run: Mapping[str, Any],
         step: dict[str, Any],
-        organization_id: str | None,
-        authority: Authority,
+        wanted: _Wanted,
+        row: Mapping[str, Any] | None,
         now: datetime,
     ) -> Snapshot | None:
-        """The step's snapshot from the caches (None: the step goes the ordinary way).
+        """The step's snapshot, as engine/runs/snapshots.py::load_snapshot reads it, from the caches and
+        the group's facts; None when the step goes the ordinary way.
 
-        What the batched statement checks as it writes (``runstore.FAST_TRANSITIONS``: the subject
-        is a user of the realm, the organization is the realm's, the grant or the group's place is
-        not held yet — or, to leave a group, is held — the subject is a member of the group's
-        organization) is taken as fine here;
-        a run the statement finds otherwise writes nothing and is decided the ordinary way.
+        A step whose writer holds a rule this module's statement cannot — the realm keeps an active
+        administrator (engine/directory/admins.py) — goes the ordinary way exactly when the rule is in
+        play: revoking realm-admin, taking the subject out of a group that gives it, and removing from
+        an organization or suspending a subject who holds it. So does a role that needs approval (its
+        approver is read the ordinary way).
         """
         kind = step["type"]
+        organization_id = step.get("organization_id") or run["organization_id"]
         facts: dict[str, Any] = {}
+        if kind != "end":
+            assert row is not None
+            if row["subject_status"] is not None:
+                facts["subject"] = SubjectFacts(row["subject_email"], row["subject_status"])
+            if kind != "notify":
+                facts["subject_authority"] = await self._subject_authority(conn, staged, run, now)
+        role = wanted.role
+        if role is not None:
+            facts["role"] = role
         if kind == "assign_role":
-            role = await self._role(conn, staged, step.get("role_id"), run["realm_epoch"])
-            if role is not None and role.realm_id == run["realm_id"]:
-                if role.requires_approval:
-                    return None  # its approver is read the ordinary way
-                facts["role"] = RoleFacts(
-                    step["role_id"], role.name, role.permissions, role.boundary, role.requires_approval
-                )
+            if role is not None and role.requires_approval:
+                return None
+            if wanted.grant_org:
+                facts["organization_exists"] = row is not None and row["org_exists"]
+            facts["holds_grant"] = row is not None and row["holds_grant"]
             facts["fresh_id"] = new_id("ras")
+        elif kind == "remove_role" and role is not None:
+            if role.name == ADMIN_ROLE:
+                return None
+            assert row is not None
+            facts["assignments"] = tuple((grant[0], grant[1]) for grant in json.loads(row["grants"]))
         elif kind in ("add_to_group", "remove_from_group"):
-            group = await self._group(conn, staged, step.get("group_id"), run["realm_epoch"])
-            if group is not None and group.realm_id == run["realm_id"]:
+            group = wanted.group
+            facts["group"] = group
+            if group is not None:
                 if kind == "remove_from_group" and any(name == ADMIN_ROLE for name, _, _ in group.roles):
-                    return None  # it may take the realm's last administrator away: the ordinary way checks
-                facts["group"] = GroupFacts(step["group_id"], group.name, group.organization_id, group.roles)
-                facts["is_member"] = True
-                facts["in_group"] = kind == "remove_from_group"
-        if kind in ("assign_role", "add_to_group", "remove_from_group"):
-            if run["subject_epoch"] is None:
-                return None  # not a user: refused the ordinary way
-            facts["subject"] = SubjectFacts("", "active")
-            facts["subject_authority"] = await self._user_authority(
-                conn, staged, run["realm_id"], run["subject_id"], run["realm_epoch"], run["subject_epoch"], now
-            )
+                    return None
+                assert row is not None
+                facts["is_member"] = row["membership_id"] is not None
+                facts["in_group"] = row["in_group"]
+        elif kind == "remove_membership" and organization_id:
+            assert row is not None
+            if row["subject_is_admin"]:
+                return None
+            facts["organization_exists"] = row["org_exists"]
+            if row["membership_id"] is not None:
+                facts["is_member"], facts["membership_id"] = True, row["membership_id"]
+                joined = []
+                for group_id in row["joined_groups"] or ():
+                    cached = await self._group(conn, staged, group_id, run["realm_epoch"])
+                    if cached is not None and cached.realm_id == run["realm_id"]:
+                        joined.append(GroupFacts(group_id, cached.name, cached.organization_id, cached.roles))
+                facts["joined_groups"] = tuple(joined)
+        elif kind == "suspend_user":
+            assert row is not None
+            if row["subject_is_admin"]:
+                return None
+        elif kind == "notify":
+            assert row is not None
+            facts["workflow_name"] = row["workflow_name"] or ""
+            facts["mail_configured"] = self.mail_configured
         return Snapshot(
             run_id=run["id"],
             realm_id=run["realm_id"],
@@ -337,9 +460,17 @@ class FastPath:
             organization_id=organization_id,
             now=now,
             wall_now=SYSTEM_CLOCK.now(),
-            authority=authority,
+            authority=await self._authority(conn, staged, run, now),
             publisher_active=run["publisher_status"] == "active",
             **facts,
+        )
+
+    async def _subject_authority(self, conn: Any, staged: Staged, run: Mapping[str, Any], now: datetime) -> Authority:
+        """What the subject holds (nothing, when it is not a user)."""
+        if run["subject_epoch"] is None:
+            return Authority("user", run["subject_id"])
+        return await self._user_authority(
+            conn, staged, run["realm_id"], run["subject_id"], run["realm_epoch"], run["subject_epoch"], now
         )
 
     def _move(
@@ -349,22 +480,41 @@ class FastPath:
         step: dict[str, Any],
         index: int,
         organization_id: str | None,
-        effect: Effect,
+        decision: Effect | Refusal,
         now: datetime,
+        facts: Mapping[str, Any] | None = None,
     ) -> Move | None:
+        """The run's row of the group's statement: its effect and advance, or its refusal recorded."""
         steps = revision.definition["steps"]  # a valid definition always has them
         step_type = STEP_TYPES[step["type"]]
         policy = policy_for(revision.definition, step)
         number = int(run["attempts"]) + 1
-        finished = effect.ends_run or index + 1 >= len(steps)
         idempotency_key = f"{run['id']}.{step['id']}"
-        audit = [*effect.audit, step_succeeded_entry(run["id"], step["id"], number, idempotency_key)]
-        if finished:
-            audit.append(run_succeeded_entry(run["id"]))
-        target = SUCCEEDED if finished else RUNNING
-        if not step_move_allowed(run["state"], target):
+        if isinstance(decision, Refusal):
+            # As the single-run executor records a permanent refusal: the failed attempt, and the run
+            # compensates from now (engine/runs/runner.py, ``_record_failure``).
+            effect = Effect("none", decision.message, strategy=STRATEGY_NONE, compensation_state="")
+            finished, target = False, COMPENSATING
+            audit = [
+                step_failed_entry(run["id"], step["id"], number, decision.category),
+                run_compensating_entry(run["id"], decision.category),
+            ]
+        else:
+            effect = decision
+            finished = effect.ends_run or index + 1 >= len(steps)
+            target = SUCCEEDED if finished else RUNNING
+            audit = [*effect.audit, step_succeeded_entry(run["id"], step["id"], number, idempotency_key)]
+            if finished:
+                audit.append(run_succeeded_entry(run["id"]))
+        if not move_allowed(run["state"], target):
             return None  # never written: the ordinary way refuses it by name
+        refused = isinstance(decision, Refusal)
+        notice = self._notice(run, effect, facts, now)
+        if notice is None:
+            return None
+        result = {"notice_id": notice["notice_ids"]} | effect.result if effect.kind == "notify" else effect.result
         moved_at = self.clock.now()
+        item_set = effect.values.get("assignment_ids", effect.values.get("group_ids"))
         row = {
             "run_ids": run["id"],
             "realm_ids": run["realm_id"],
@@ -384,12 +534,12 @@ class FastPath:
             "idempotency_keys": idempotency_key,
             "inputs": _json({"step": step, "subject_id": run["subject_id"], "organization_id": organization_id}),
             "input_versions": input_version(revision.number, revision.hash, run["input_version"]),
-            "results": _json(effect.result),
+            "results": None if refused else _json(result),
             # Every step type with a fast form is retried (only approvals and waits are not).
             "max_attempts": policy.max_attempts,
             "backoffs_ms": policy.backoff_ms,
             "strategies": effect.strategy,
-            "compensation_states": effect.compensation_state,
+            "compensation_states": None if refused else effect.compensation_state,
             "started_ats": now,
             "effects": effect.kind,
             "role_ids": effect.values.get("role_id"),
@@ -397,9 +547,47 @@ class FastPath:
             "assignment_ids": effect.values.get("assignment_id"),
             "expires_ats": effect.values.get("expires_at"),
             "group_ids": effect.values.get("group_id"),
+            "attempt_states": ATTEMPT_FAILED if refused else ATTEMPT_SUCCEEDED,
+            "error_categories": decision.category if isinstance(decision, Refusal) else None,
+            "error_messages": decision.message[:2000] if isinstance(decision, Refusal) else None,
+            "item_sets": None if item_set is None else _json(list(item_set)),
+            "membership_ids": effect.values.get("membership_id"),
+            **notice,
         }
         events = [(new_id("aud"), e.category, e.type, e.subject_type, e.subject_id, _json(e.details)) for e in audit]
-        return Move(run["id"], finished, row, events)
+        outbox = [(new_id("obx"), o.type, o.subject_id, o.organization_id, _json(o.payload)) for o in effect.outbox]
+        return Move(run["id"], finished, row, events, outbox)
+
+    def _notice(
+        self, run: Mapping[str, Any], effect: Effect, facts: Mapping[str, Any] | None, now: datetime
+    ) -> dict[str, Any] | None:
+        """A ``notify`` effect's row of ``workflow_notices``, rendered as engine/runs/notices.py::record_notice
+        renders it (the columns of other effects are empty); None when it cannot be rendered here."""
+        empty = dict.fromkeys(_NOTICE_COLUMNS)
+        if effect.kind != "notify":
+            return empty
+        code = effect.values["notice"]
+        if facts is None or facts["realm_name"] is None or code not in NOTICE_TEXTS:
+            return None  # the ordinary way reports it
+        override = tuple(json.loads(facts["notice_template"])) if facts["notice_template"] else None
+        rendered = render_workflow_notice(
+            facts["realm_name"],
+            (override[0], override[1]) if override else None,
+            effect.values["workflow_name"],
+            code,
+            now,
+        )
+        queued = self.mail_configured
+        return {
+            "notice_ids": new_id("ntc"),
+            "workflow_ids": run["workflow_id"],
+            "notices": code,
+            "to_addresses": effect.values["to_address"],
+            "notice_subjects": rendered.subject[:300],
+            "notice_bodies": rendered.body,
+            "notice_states": QUEUED if queued else NOT_CONFIGURED,
+            "notice_errors": None if queued else NOT_CONFIGURED_TEXT,
+        }
 
     async def apply(self, conn: Any, moves: list[Move]) -> set[str]:
         """Make the moves of a group in one statement: the runs that moved (the others wrote nothing)."""
@@ -409,9 +597,15 @@ class FastPath:
         audit = [(move.run_id, *event) for move in moves for event in move.audit]
         for position, name in enumerate(_AUDIT_COLUMNS):
             values[name] = [event[position] for event in audit]
+        outbox = [(move.run_id, *event) for move in moves for event in move.outbox]
+        for position, name in enumerate(_OUTBOX_COLUMNS):
+            values[name] = [event[position] for event in outbox]
         values["worker_id"] = self.worker_id
         q = runstore.FAST_TRANSITIONS
-        return {row[0] for row in await conn.fetch(q.sql, *q.args(values))}
+        moved = {row[0] for row in await conn.fetch(q.sql, *q.args(values))}
+        if any(move.outbox and move.run_id in moved for move in moves):
+            await conn.execute(runstore.OUTBOX_WAKE)  # the dispatcher wakes when this transaction commits
+        return moved
 
 
 @dataclass(frozen=True)
@@ -422,6 +616,28 @@ class Move:
     finished: bool
     row: dict[str, Any]  # one value per array of the statement
     audit: list[tuple[str, str, str, str, str | None, str]]  # id, category, type, subject type and id, details
+    outbox: list[tuple[str, str, str | None, str | None, str]] = field(
+        default_factory=list
+    )  # id, type, subject, org, payload
+
+
+@dataclass
+class _Wanted:
+    """What one run's step reads of the directory (a row of ``runstore.STEP_FACTS``), and its cached role or group."""
+
+    facts: bool
+    org: str | None = None  # the organization whose existence is checked
+    member_org: str | None = None  # the organization whose membership is read
+    group_id: str | None = None
+    role_id: str | None = None
+    grant_org: str | None = None
+    want_grants: bool = False
+    want_groups: bool = False
+    want_admin: bool = False
+    want_notice: bool = False
+    workflow_id: str | None = None
+    role: RoleFacts | None = None
+    group: GroupFacts | None = None
 
 
 _AUDIT_COLUMNS = (
@@ -433,8 +649,28 @@ _AUDIT_COLUMNS = (
     "audit_subject_ids",
     "audit_details",
 )
+_NOTICE_COLUMNS = (
+    "notice_ids",
+    "workflow_ids",
+    "notices",
+    "to_addresses",
+    "notice_subjects",
+    "notice_bodies",
+    "notice_states",
+    "notice_errors",
+)
+_OUTBOX_COLUMNS = (
+    "outbox_run_ids",
+    "outbox_ids",
+    "outbox_types",
+    "outbox_subject_ids",
+    "outbox_organization_ids",
+    "outbox_payloads",
+)
 _MOVE_COLUMNS = tuple(
-    name for name in runstore.FAST_TRANSITIONS.names if name not in _AUDIT_COLUMNS and name != "worker_id"
+    name
+    for name in runstore.FAST_TRANSITIONS.names
+    if name not in _AUDIT_COLUMNS and name not in _OUTBOX_COLUMNS and name != "worker_id"
 )
 
 

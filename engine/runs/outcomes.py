@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.audit import record_audit
 from engine.platform.ids import new_id
 from engine.runs import approvals, runstore
+from engine.runs.decisions import run_compensating_entry, step_failed_entry
 from engine.runs.holder import CATEGORY, Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import delay_ms
@@ -97,14 +98,15 @@ async def record_failure(
     attempt.error_message = failure.message[:2000]
     attempt.finished_at = now
     await runstore.record_attempt(session, attempt)
+    entry = step_failed_entry(run.id, attempt.step_id, attempt.number, failure.category)
     await record_audit(
         session,
         run_actor(run),
-        "workflow.step.failed",
-        category=CATEGORY,
-        subject_type="workflow_run",
-        subject_id=run.id,
-        details={"step_id": attempt.step_id, "attempt": attempt.number, "error_category": failure.category},
+        entry.type,
+        category=entry.category,
+        subject_type=entry.subject_type,
+        subject_id=entry.subject_id,
+        details=entry.details,
     )
     if failure.permanent:
         await start_compensating(h, session, run, failure.category, failure.message, context=context)
@@ -151,14 +153,15 @@ async def start_compensating(
         last_error=message[:2000],
         **more,
     )
+    entry = run_compensating_entry(run.id, category, reason)
     await record_audit(
         session,
         run_actor(run),
-        "workflow.run.failed",
-        category=CATEGORY,
-        subject_type="workflow_run",
-        subject_id=run.id,
-        details={"reason": reason or category, "error_category": category, "phase": "compensating"},
+        entry.type,
+        category=entry.category,
+        subject_type=entry.subject_type,
+        subject_id=entry.subject_id,
+        details=entry.details,
     )
 
 

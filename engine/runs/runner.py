@@ -117,7 +117,7 @@ class Runner:
         self.clock: Clock = clock or SYSTEM_CLOCK
         self._last_realm: str | None = None
         self.last_claim_full = False  # the last pass's claim filled the batch
-        self.fast = FastPath(worker_id, self.clock, self.settings.lease)
+        self.fast = FastPath(worker_id, self.clock, self.settings.lease, mail_configured=self.settings.mail_configured)
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -229,16 +229,12 @@ class Runner:
                 subjects = Counter(row["subject_id"] for row in locked.values())
                 publishers = {row["publisher_id"] for row in locked.values()}
                 publishers |= {subject for subject, count in subjects.items() if count > 1}
-                moves: list[Move] = []
                 for run_id in run_ids:
-                    row = locked.get(run_id)
-                    if row is None:
+                    if run_id not in locked:
                         log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
                         outcomes[run_id] = _LOST
-                        continue
-                    move = await self.fast.transition(raw, staged, row, now, publishers)
-                    if move is not None:
-                        moves.append(move)
+                rows = [locked[run_id] for run_id in run_ids if run_id in locked]
+                moves: list[Move] = await self.fast.transitions(raw, staged, rows, now, publishers)
                 # One statement for the group; a run it could not move wrote nothing and goes alone.
                 moved = await self.fast.apply(raw, moves)
                 for move in moves:

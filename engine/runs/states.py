@@ -40,24 +40,24 @@ FORWARD: Final = frozenset({PENDING, RUNNING, WAITING, AWAITING_APPROVAL})
 
 # run state -> the states it may move to
 RUN_TRANSITIONS: Final[dict[str, frozenset[str]]] = {
-    PENDING: frozenset({RUNNING, COMPENSATING}),
+    # A pending run starts and makes its first step in one transaction: the batched executor
+    # (engine/runs/fastpath.py) writes that step's outcome directly — running when the run goes on,
+    # compensating when the step was refused, and succeeded when the first step is also the last
+    # one (or an ``end``), so a one-step run finishes in the commit that starts it.
+    PENDING: frozenset({RUNNING, SUCCEEDED, COMPENSATING}),
     RUNNING: frozenset({RUNNING, WAITING, AWAITING_APPROVAL, SUCCEEDED, COMPENSATING}),
     WAITING: frozenset({RUNNING, COMPENSATING}),
     AWAITING_APPROVAL: frozenset({RUNNING, COMPENSATING}),
     COMPENSATING: frozenset({COMPENSATING, FAILED, COMPENSATED, COMPENSATION_FAILED, CANCELLED}),
 }
 
+# Every edge of the table, as (from, to) pairs: the batched statement's advance only makes these
+# (engine/runs/runstore.py, ``FAST_TRANSITIONS``, generated from this list).
+RUN_EDGES: Final = tuple(sorted((state, target) for state, targets in RUN_TRANSITIONS.items() for target in targets))
 
-def step_move_allowed(current: str, target: str) -> bool:
-    """May a run in ``current`` end a transition in ``target``?
 
-    A pending run starts and makes its first step in one transaction (pending → running, then
-    running → the step's target), so from ``pending`` a transition may end wherever ``running``
-    may go: a one-step run goes from pending to succeeded in one commit (the batched transitions
-    of engine/runs/fastpath.py write it so).
-    """
-    if current == PENDING and target in RUN_TRANSITIONS[RUNNING]:
-        return True
+def move_allowed(current: str, target: str) -> bool:
+    """May a run in ``current`` move to ``target``?"""
     return target in RUN_TRANSITIONS.get(current, frozenset())
 
 

@@ -464,11 +464,12 @@ async def test_a_subject_stronger_than_the_publisher_is_never_changed(realm: Rea
     assert await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=strong.id) == 0
 
 
-async def test_in_one_group_a_run_whose_effect_cannot_be_made_writes_nothing_and_the_others_go_on(
+async def test_in_one_group_a_refused_run_is_recorded_there_and_the_others_go_on(
     realm: RealmHandle,
 ) -> None:
-    """The group's one statement keeps the runs whose conditions hold; the one whose subject holds
-    the role already writes nothing there and makes its step the ordinary way, which reports it."""
+    """The group's one statement makes the steps of the runs whose decisions allow them and records
+    the refusal of the one whose subject holds the role already (its failed attempt, and the run
+    compensating); the others go on."""
     org_id, role, group = await directory_for_runs(realm)
     fresh = await subjects(realm, org_id, 3)
     holder = (await subjects(realm, org_id, 1))[0]
@@ -502,11 +503,12 @@ async def test_in_one_group_a_run_whose_effect_cannot_be_made_writes_nothing_and
                 ("join", "succeeded", 1),
                 ("done", "succeeded", 1),
             ]
-    # The three others made all their steps on the fast path, in groups; the holder's grant went
-    # the ordinary way, which refused it.
-    assert fast.fast.moved == 3 * 3
+    # The three others made all their steps on the fast path, in groups, and the holder's refusal
+    # was recorded there too (its compensation then goes the ordinary way).
+    assert fast.fast.moved == 3 * 3 + 1
     run, attempts = await load(realm, run_ids[1])
-    assert run.state == "failed" and [(a.step_id, a.state) for a in attempts] == [("grant", "failed")]
+    assert (run.state, run.error_category) == ("failed", "conflict")
+    assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("grant", "failed", "conflict")]
 
 
 async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_settings(realm: RealmHandle) -> None:
@@ -676,7 +678,7 @@ async def test_a_role_or_group_changed_after_it_was_kept_is_read_again(realm: Re
 async def test_a_subjects_kept_authority_is_read_again_once_a_role_it_holds_changed(realm: RealmHandle) -> None:
     """The fast path keeps a subject's authority with the realm's epoch as well as the subject's
     own: a change to a role the subject holds moves only the realm's. The subject first outranks
-    the publisher (its run goes the ordinary way and is refused); once its role is weakened, the
+    the publisher (its run is refused); once its role is weakened, the
     next run about it reads its authority again and is made on the fast path, never judged from
     the kept copy."""
     org_id, viewer, group = await directory_for_runs(realm)
@@ -694,7 +696,7 @@ async def test_a_subjects_kept_authority_is_read_again_once_a_role_it_holds_chan
     await drain(r)
     run, _ = await load(realm, refused)
     assert (run.state, run.error_category) == ("failed", "target_outranks_actor"), run.last_error
-    assert r.fast.moved == 0
+    assert r.fast.moved == 1  # the refusal, recorded by the batched executor
     assert (realm.id, subject.id) in r.fast.authorities  # the stronger subject's authority is kept
     user_epoch = await scalar(realm, "SELECT authz_epoch FROM users WHERE id = :u", u=subject.id)
 
@@ -715,7 +717,7 @@ async def test_a_subjects_kept_authority_is_read_again_once_a_role_it_holds_chan
         ("join", "succeeded"),
         ("done", "succeeded"),
     ]
-    assert r.fast.moved == 3  # all three steps on the fast path
+    assert r.fast.moved == 1 + 3  # all three steps on the fast path
     # The publisher's authority (the realm's epoch moved), then the subject's before each of its
     # two changes: the kept copy of the subject's authority answered none of them.
     assert log.queries.count(_AUTHORITY.sql) == 1 + 2
@@ -823,7 +825,7 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     assert (run.state, run.error_category) == ("failed", "publisher_lacks_authority"), run.last_error
     assert [(a.step_id, a.state) for a in attempts] == [("join", "failed")]
     assert not await scalar(realm, "SELECT count(*) FROM group_members WHERE user_id = :u", u=subject.id)
-    assert r.fast.moved == 0
+    assert r.fast.moved == 1  # the refusal, recorded by the batched executor
 
 
 async def test_a_workflow_without_an_end_step_succeeds_after_its_last_step_on_the_fast_path(realm: RealmHandle) -> None:
@@ -913,7 +915,7 @@ async def test_leaving_a_group_on_the_fast_path_writes_what_the_ordinary_path_wr
         "group.member_removed",
     ]
     assert fast.fast.moved == 2 * 3
-    # Leaving a group one is not in: nothing is written on the fast path, the ordinary way refuses.
+    # Leaving a group one is not in: the batched executor records the refusal itself.
     leave_only = await publish(
         realm,
         {
@@ -931,4 +933,4 @@ async def test_leaving_a_group_on_the_fast_path_writes_what_the_ordinary_path_wr
         row = (
             await session.execute(text("SELECT state, error_category FROM workflow_runs WHERE id = :r"), {"r": run_id})
         ).one()
-    assert tuple(row) == ("failed", "not_a_member") and again.fast.moved == 0
+    assert tuple(row) == ("failed", "not_a_member") and again.fast.moved == 1

@@ -56,7 +56,7 @@ def test_the_states_a_run_may_move_from() -> None:
     ]
     assert states.allowed_from(states.CANCELLED) == ["compensating"]
     assert states.allowed_from(states.COMPENSATED) == ["compensating"]
-    assert states.allowed_from(states.SUCCEEDED) == ["running"]
+    assert states.allowed_from(states.SUCCEEDED) == ["pending", "running"]  # a one-step run, batched
     assert states.allowed_from(states.WAITING) == states.allowed_from(states.AWAITING_APPROVAL) == ["running"]
     assert states.allowed_from(states.FAILED) == states.allowed_from(states.COMPENSATION_FAILED) == ["compensating"]
     assert states.allowed_from(states.PENDING) == []  # nothing goes back to pending
@@ -154,7 +154,18 @@ def test_every_step_type_with_a_fast_form_is_retried_like_its_ordinary_form() ->
     from engine.runs.fastpath import FAST_STEP_TYPES
     from engine.runs.steps import STEP_TYPES
 
-    assert FAST_STEP_TYPES == {"assign_role", "add_to_group", "remove_from_group", "end"}
+    # Every internal step type has a batched form; approvals, waits and calls never do.
+    assert FAST_STEP_TYPES == {name for name, step in STEP_TYPES.items() if step.kind == "internal"}
+    assert FAST_STEP_TYPES == {
+        "assign_role",
+        "remove_role",
+        "add_to_group",
+        "remove_from_group",
+        "remove_membership",
+        "suspend_user",
+        "notify",
+        "end",
+    }
     assert all(STEP_TYPES[name].retried for name in FAST_STEP_TYPES)
 
 

@@ -327,7 +327,7 @@ def test_remove_role_revokes_the_grants_in_the_steps_organization_only() -> None
             snap({**REVOKE, "role_id": ORG_VIEWER.id}, role=ORG_VIEWER, organization_id=ORG, assignments=held)
         )
     )
-    assert made.values == {"assignment_ids": ["ras_a"], "role_name": "org viewer"}
+    assert made.values == {"assignment_ids": ["ras_a"], "role_id": ORG_VIEWER.id, "role_name": "org viewer"}
     assert made.result == {"removed_assignments": ["ras_a"]}
     assert [(a.type, a.details["assignment_id"]) for a in made.audit] == [("role.revoked", "ras_a")]
     none = effect(d.decide_remove_role(snap(REVOKE, role=VIEWER)))
@@ -464,11 +464,14 @@ def test_remove_membership_refusals(step: dict[str, Any], facts: dict[str, Any],
 
 def test_remove_membership_takes_the_groups_too() -> None:
     made = effect(d.decide(snap(LEAVE, is_member=True, membership_id="mem_1", joined_groups=(TEAM,))))
-    assert made.values == {"organization_id": ORG, "group_ids": [TEAM.id]} and made.result == {"organization_id": ORG}
+    assert made.values == {"organization_id": ORG, "membership_id": "mem_1", "group_ids": [TEAM.id]}
+    assert made.result == {"organization_id": ORG}
     assert [(a.type, a.details) for a in made.audit] == [
         ("group.member_removed", {"group_id": TEAM.id, "organization_id": ORG, "reason": "membership_removed"}),
         ("organization.membership.removed", {"membership_id": "mem_1", "organization_id": ORG, "user_id": SUBJECT}),
     ]
+    payload = {"membership_id": "mem_1", "organization_id": ORG, "user_id": SUBJECT}
+    assert made.outbox == (d.OutboxEntry("organization.membership.removed", SUBJECT, ORG, payload),)
 
 
 @pytest.mark.parametrize(
@@ -501,6 +504,8 @@ def test_suspend_user_effect() -> None:
         {"status": "suspended"},
         ["user.suspended"],
     )
+    assert made.audit[0].details == {} and made.audit[0].subject_id == SUBJECT
+    assert made.outbox == (d.OutboxEntry("user.suspended", SUBJECT, None, {"user_id": SUBJECT}),)
 
 
 @pytest.mark.parametrize(
@@ -611,11 +616,46 @@ def test_every_step_type_of_the_contract_has_a_decision() -> None:
 def test_a_transition_ends_only_where_the_state_table_allows() -> None:
     from engine.runs import states
 
-    # A pending run starts and makes its first step in one transaction: it may end wherever a
-    # running run may go (a one-step run succeeds in one commit), never where neither may.
-    assert states.step_move_allowed("pending", "succeeded")
-    assert states.step_move_allowed("pending", "running")
-    assert states.step_move_allowed("running", "succeeded")
-    assert not states.step_move_allowed("waiting", "succeeded")
-    assert not states.step_move_allowed("compensating", "running")
-    assert not states.step_move_allowed("succeeded", "running")
+    # A pending run starts and makes its first step in one transaction: its first step's outcome
+    # is written directly (a one-step run succeeds in one commit), never where neither may go.
+    assert states.move_allowed("pending", "succeeded")
+    assert states.move_allowed("pending", "running")
+    assert states.move_allowed("pending", "compensating")
+    assert states.move_allowed("running", "succeeded")
+    assert not states.move_allowed("pending", "waiting")
+    assert not states.move_allowed("waiting", "succeeded")
+    assert not states.move_allowed("compensating", "running")
+    assert not states.move_allowed("succeeded", "running")
+
+
+def test_the_batched_statement_moves_runs_only_along_the_tables_edges() -> None:
+    import re
+
+    from engine.runs import runstore, states
+
+    listed = re.search(r"\(r\.state, a\.target\) IN \(VALUES (.*?)\)\s+--", runstore.FAST_TRANSITIONS.sql)
+    assert listed is not None
+    edges = set(re.findall(r"\('(\w+)', '(\w+)'\)", listed.group(1)))
+    assert edges == {(a, b) for a, targets in states.RUN_TRANSITIONS.items() for b in targets} == set(states.RUN_EDGES)
+    # What the batched executor writes: a pending or running run goes on, finishes, or compensates.
+    for current in (states.PENDING, states.RUNNING):
+        for target in (states.RUNNING, states.SUCCEEDED, states.COMPENSATING):
+            assert (current, target) in edges
+
+
+def test_the_workflow_events_of_a_failed_step_are_built_once() -> None:
+    assert d.step_failed_entry("wrn_1", "s", 2, "conflict") == d.AuditEntry(
+        "workflow",
+        "workflow.step.failed",
+        "workflow_run",
+        "wrn_1",
+        {"step_id": "s", "attempt": 2, "error_category": "conflict"},
+    )
+    assert d.run_compensating_entry("wrn_1", "conflict") == d.AuditEntry(
+        "workflow",
+        "workflow.run.failed",
+        "workflow_run",
+        "wrn_1",
+        {"reason": "conflict", "error_category": "conflict", "phase": "compensating"},
+    )
+    assert d.run_compensating_entry("wrn_1", "cancelled", "asked").details["reason"] == "asked"
