@@ -53,6 +53,7 @@ from engine.runs.decisions import (
     run_succeeded_entry,
     step_succeeded_entry,
 )
+from engine.runs.outcome_events import run_outcome_entry
 from engine.runs.retry import Clock, policy_for
 from engine.runs.states import (
     ATTEMPT_SUCCEEDED,
@@ -398,7 +399,7 @@ class FastPath:
             "group_ids": effect.values.get("group_id"),
         }
         events = [(new_id("aud"), e.category, e.type, e.subject_type, e.subject_id, _json(e.details)) for e in audit]
-        return Move(run["id"], finished, row, events)
+        return Move(run["id"], finished, row, events, _outcome_event(run, revision.number, target) if finished else [])
 
     async def apply(self, conn: Any, moves: list[Move]) -> set[str]:
         """Make the moves of a group in one statement: the runs that moved (the others wrote nothing)."""
@@ -408,6 +409,9 @@ class FastPath:
         audit = [(move.run_id, *event) for move in moves for event in move.audit]
         for position, name in enumerate(_AUDIT_COLUMNS):
             values[name] = [event[position] for event in audit]
+        outbox = [(move.run_id, *event) for move in moves for event in move.outbox]
+        for position, name in enumerate(_OUTBOX_COLUMNS):
+            values[name] = [event[position] for event in outbox]
         values["worker_id"] = self.worker_id
         q = runstore.FAST_TRANSITIONS
         return {row[0] for row in await conn.fetch(q.sql, *q.args(values))}
@@ -421,6 +425,23 @@ class Move:
     finished: bool
     row: dict[str, Any]  # one value per array of the statement
     audit: list[tuple[str, str, str, str, str | None, str]]  # id, category, type, subject type and id, details
+    outbox: list[tuple[str, str, str | None, str | None, str]]  # id, type, subject and organization ids, payload
+
+
+def _outcome_event(
+    run: Mapping[str, Any], revision: int, state: str
+) -> list[tuple[str, str, str | None, str | None, str]]:
+    """The run's outcome event (engine/runs/outcome_events.py), as a row of the outbox arrays."""
+    entry = run_outcome_entry(
+        run_id=run["id"],
+        workflow_id=run["workflow_id"],
+        revision=revision,
+        subject_id=run["subject_id"],
+        organization_id=run["organization_id"],
+        state=state,
+        error_category=None,
+    )
+    return [(new_id("obx"), entry.type, entry.subject_id, entry.organization_id, _json(entry.payload))]
 
 
 _AUDIT_COLUMNS = (
@@ -432,8 +453,18 @@ _AUDIT_COLUMNS = (
     "audit_subject_ids",
     "audit_details",
 )
+_OUTBOX_COLUMNS = (
+    "outbox_run_ids",
+    "outbox_ids",
+    "outbox_types",
+    "outbox_subject_ids",
+    "outbox_organization_ids",
+    "outbox_payloads",
+)
 _MOVE_COLUMNS = tuple(
-    name for name in runstore.FAST_TRANSITIONS.names if name not in _AUDIT_COLUMNS and name != "worker_id"
+    name
+    for name in runstore.FAST_TRANSITIONS.names
+    if name not in _AUDIT_COLUMNS and name not in _OUTBOX_COLUMNS and name != "worker_id"
 )
 
 

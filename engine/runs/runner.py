@@ -32,6 +32,7 @@ from engine.runs import approvals, metrics, runstore
 from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
 from engine.runs.fastpath import FastPath, Move, Staged
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import (
     COMPENSATION_BACKOFF_MS,
     COMPENSATION_MAX_ATTEMPTS,
@@ -901,6 +902,7 @@ class Runner:
     async def _succeed_run(self, session: AsyncSession, run: WorkflowRun, **values: Any) -> None:
         now = self.clock.now()
         await runstore.move_run(session, run, SUCCEEDED, worker_id=self.worker_id, due_at=None, now=now, **values)
+        await emit_run_outcome(session, run)
         await record_audit(
             session,
             run_actor(run),
@@ -1024,6 +1026,7 @@ class Runner:
         else:
             final, event = FAILED, "workflow.run.failed"
         await runstore.move_run(session, run, final, worker_id=self.worker_id, due_at=None, now=now)
+        await emit_run_outcome(session, run)
         details: dict[str, Any] = {"error_category": run.error_category}
         if final == FAILED:
             details["phase"] = "finished"

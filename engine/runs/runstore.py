@@ -560,8 +560,21 @@ FAST_TRANSITIONS = positional(
         DELETE FROM group_members gm
          USING made m
          WHERE m.effect = 'remove_from_group' AND gm.group_id = m.group_id AND gm.user_id = m.subject_id
+    ),
+    -- The outcome event of each run that finished (engine/runs/outcome_events.py), and the
+    -- dispatcher woken at commit when there is one.
+    outboxed AS (
+        INSERT INTO outbox_events (id, realm_id, type, event_version, subject_id, organization_id, payload,
+                                   correlation_id, created_at)
+        SELECT o.id, m.realm_id, o.type, 1, o.subject_id, o.organization_id, o.payload, m.run_id, m.wall_now
+          FROM unnest(:outbox_run_ids::text[], :outbox_ids::text[], :outbox_types::text[],
+                      :outbox_subject_ids::text[], :outbox_organization_ids::text[], :outbox_payloads::jsonb[])
+               AS o(run_id, id, type, subject_id, organization_id, payload)
+          JOIN made m ON m.run_id = o.run_id
+        RETURNING 1
     )
     SELECT id FROM advanced
+     WHERE (SELECT count(pg_notify('cockpit_outbox', '')) FROM (SELECT 1 FROM outboxed LIMIT 1) AS woken) >= 0
     """
 )
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col
 
-from engine.directory.audit import Actor, record_audit
+from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
 from engine.directory.identity import now as utc_now
 from engine.directory.models import AuditEvent, Organization, OutboxEvent, User
@@ -391,6 +391,9 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
     ).all()
     moment = utc_now()
     for event in events:
+        event.dispatched_at = moment
+        if event.type not in TRIGGER_EVENT_TYPES:
+            continue  # a run's outcome or an approval: delivered to webhooks, never a trigger
         parent: WorkflowRun | None = None
         if event.correlation_id and event.correlation_id.startswith("wrn_"):
             # Correlation ids are made by the engine only (request ids are never the caller's), so a
@@ -445,7 +448,6 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                     correlation_id=event.correlation_id or event.id,
                 ),
             )
-        event.dispatched_at = moment
     # Webhook fan-out shares the transaction: an error rolls it back with the rest of the batch.
     await fan_out(session, events)
     await session.flush()
