@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid
+from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid, missing_permissions
 
 NORMAL, HIGH, PRIVILEGED = "normal", "high", "privileged"
 
@@ -196,7 +196,8 @@ def check_authority_over(
     if missing:
         label = "user" if target_type == "user" else "service principal"
         raise TargetOutranksActor(
-            f"This {label} holds permissions you do not hold ({', '.join(missing)}); you cannot {what}."
+            f"This {label} holds permissions you do not hold ({', '.join(missing)}); you cannot {what}.",
+            members=missing_permissions(missing),
         )
 
 
@@ -207,7 +208,9 @@ def require_grant_ceiling(
     missing = authority_gaps(actor, role_authority(permissions, organization_id))
     if missing:
         raise GrantCeilingExceeded(
-            f"To {verb} {role_name} you need every permission of the role in that scope; missing: " + ", ".join(missing)
+            f"To {verb} {role_name} you need every permission of the role in that scope; missing: "
+            + ", ".join(missing),
+            members=missing_permissions(missing),
         )
 
 
