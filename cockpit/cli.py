@@ -298,12 +298,19 @@ def build_parser() -> argparse.ArgumentParser:
     from cockpit.admin_cli import add_admin_commands
 
     add_admin_commands(sub)
+    from cockpit.remote_cli import add_remote_commands
+
+    add_remote_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "remote", None) is not None:
+        # Over HTTP to a running cockpit: no settings, no database, no logging set-up here.
+        code: int = args.func(None, args)
+        return code
     try:
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)
@@ -312,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.platform.metrics_setup import use_multiprocess_dir
 
             use_multiprocess_dir(settings.metrics_dir, clear=args.func is cmd_up)
-        code: int = args.func(settings, args)
+        code = args.func(settings, args)
         return code
     except (CliError, ConfigError, DatabaseUnavailable, AdminError) as exc:
         print(f"cockpit: {exc}", file=sys.stderr)

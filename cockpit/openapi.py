@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from litestar import Litestar
 from litestar.enums import ParamType
@@ -34,6 +34,7 @@ from litestar.openapi.spec import (
 
 from cockpit.api.http_semantics import CONDITIONAL_METHODS, KEY_MAX_LENGTH, REALM_PREFIX, REPLAYED_HEADER
 from cockpit.auth import SESSION_COOKIE
+from cockpit.openapi_definition import definition_components
 from cockpit.problems import PROBLEM_CODES, PROBLEM_MEDIA_TYPE
 from engine.directory.roles import ROLE_BOUNDARIES
 from engine.directory.tokens import AUDIENCES
@@ -63,6 +64,28 @@ ISSUE_SCHEMA = Schema(
     additional_properties=False,
 )
 
+MISSING_PERMISSION_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT,
+    description="A permission the caller lacks, and where: an organization, or the realm (`null`).",
+    required=["permission", "organization_id"],
+    properties={
+        "permission": Schema(type=OpenAPIType.STRING, description="A permission or a wildcard, as roles name them"),
+        "organization_id": Schema(one_of=[Schema(type=OpenAPIType.STRING), Schema(type=OpenAPIType.NULL)]),
+    },
+    additional_properties=False,
+)
+
+WORKFLOW_REFERENCE_SCHEMA = Schema(
+    type=OpenAPIType.OBJECT,
+    description="A workflow whose published revision names the object.",
+    required=["workflow_id", "name"],
+    properties={
+        "workflow_id": Schema(type=OpenAPIType.STRING),
+        "name": Schema(type=OpenAPIType.STRING),
+    },
+    additional_properties=False,
+)
+
 PROBLEM_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
     description="RFC 9457 problem details; `code` says what went wrong, `errors` where (every issue at once).",
@@ -81,6 +104,17 @@ PROBLEM_SCHEMA = Schema(
             type=OpenAPIType.ARRAY,
             items=Reference(ref="#/components/schemas/ProblemIssue"),
             description="Present when the input has issues (422, and 400 `malformed_json`)",
+        ),
+        "missing_permissions": Schema(
+            type=OpenAPIType.ARRAY,
+            items=Reference(ref="#/components/schemas/MissingPermission"),
+            description="With `grant_ceiling_exceeded` and `target_outranks_actor` (403): every permission the "
+            "caller would need, in its scope",
+        ),
+        "referenced_by": Schema(
+            type=OpenAPIType.ARRAY,
+            items=Reference(ref="#/components/schemas/WorkflowReference"),
+            description="With `referenced_by_workflows` (409): the workflows whose published revision names the object",
         ),
     },
     additional_properties=False,
@@ -350,6 +384,19 @@ def _handlers(app: Litestar) -> Iterator[HTTPRouteHandler]:
                 yield handler
 
 
+def declare_definition(schema: OpenAPI) -> None:
+    """A revision's ``definition`` as ``WorkflowDefinition``, the contract's own schema
+    (cockpit/openapi_definition.py). Request bodies keep taking any JSON: the server checks it
+    against the same contract and reports every issue at once."""
+    assert schema.components is not None and schema.components.schemas is not None
+    components = schema.components.schemas
+    for name, shape in definition_components().items():
+        components[name] = cast(Schema, shape)  # plain JSON Schema, serialized as it is
+    revision = components.get("WorkflowRevision")
+    if isinstance(revision, Schema) and revision.properties and "definition" in revision.properties:
+        revision.properties["definition"] = Reference(ref="#/components/schemas/WorkflowDefinition")
+
+
 def declare_problem_responses(app: Litestar) -> OpenAPI:
     """Add ``Problem`` and, to every API operation, the problem answers it can give (idempotent)."""
     schema = app.openapi_schema
@@ -359,6 +406,9 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
         schema.components.schemas = {}
     schema.components.schemas["Problem"] = PROBLEM_SCHEMA
     schema.components.schemas["ProblemIssue"] = ISSUE_SCHEMA
+    schema.components.schemas["MissingPermission"] = MISSING_PERMISSION_SCHEMA
+    schema.components.schemas["WorkflowReference"] = WORKFLOW_REFERENCE_SCHEMA
+    declare_definition(schema)
     schema.components.security_schemes = {**(schema.components.security_schemes or {}), **SECURITY_SCHEMES}
     opts = {h.operation_id: dict(h.opt) for h in _handlers(app) if isinstance(h.operation_id, str)}
     for path, item in (schema.paths or {}).items():

@@ -135,6 +135,7 @@ class Problem:
     code: str
     detail: str
     errors: list[dict[str, str]] = field(default_factory=list)
+    members: dict[str, Any] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -146,6 +147,7 @@ class Problem:
         }
         if self.errors:
             out["errors"] = self.errors
+        out.update(self.members)
         return out
 
 
@@ -203,7 +205,7 @@ def to_problem(exc: Exception, request: Request[Any, Any, Any] | None = None) ->
         if exc.status == 401:
             headers["WWW-Authenticate"] = "Bearer"
         issues = [{"path": i.path, "code": i.code, "message": i.message} for i in exc.issues]
-        return Problem(exc.status, exc.code, exc.detail, issues), headers
+        return Problem(exc.status, exc.code, exc.detail, issues, dict(exc.members)), headers
     if isinstance(exc, RecursionError):
         return Problem(
             422,

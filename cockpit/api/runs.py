@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
@@ -16,6 +16,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.runs import approvals, views
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
+from engine.runs.models import WorkflowRun
 
 
 class StartRun(Body):
@@ -75,6 +76,13 @@ class ManualRunsController(Controller):
         return typed(schemas.RunWithAttempts, views.run_view(run, []))
 
 
+async def run_document(session: DbSession, run: WorkflowRun) -> dict[str, Any]:
+    """A run with its attempts, what was undone and its approvals (the ``Approval`` shape, as everywhere)."""
+    out = views.run_view(run, await runs.run_attempts(session, run.id))
+    out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(session, run.id)]
+    return out
+
+
 class RunsController(Controller):
     path = REALM_BASE + "/workflow-runs"
     tags = ["runs"]
@@ -127,10 +135,9 @@ class RunsController(Controller):
     ) -> schemas.RunTimeline:
         """The run's timeline: every attempt, what was undone, its approvals and re-runs."""
         run = await runs.get_run(db_session, principal.realm.id, run_id)
-        out = views.run_view(run, await runs.run_attempts(db_session, run.id))
+        out = await run_document(db_session, run)
         out["next_attempt_at"] = runs.next_attempt_at(run)
         out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
-        out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(db_session, run.id)]
         return typed(schemas.RunTimeline, out)
 
     @post(
@@ -151,7 +158,7 @@ class RunsController(Controller):
         run = await runs.cancel_run(
             db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
         )
-        return typed(schemas.RunWithAttempts, views.run_view(run, await runs.run_attempts(db_session, run.id)))
+        return typed(schemas.RunWithAttempts, await run_document(db_session, run))
 
     @post(
         "/{run_id:str}/rerun",
@@ -177,7 +184,7 @@ class RunsController(Controller):
     ) -> schemas.RunWithAttempts:
         """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
         run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
-        out = views.run_view(run, await runs.run_attempts(db_session, run.id))
+        out = await run_document(db_session, run)
         out["next_attempt_at"] = runs.next_attempt_at(run)
         return typed(schemas.RunWithAttempts, out)
 

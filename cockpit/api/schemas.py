@@ -514,17 +514,6 @@ class Compensation(Shape):
     compensated_at: datetime | None
 
 
-class ApprovalDecision(Shape):
-    """An approval step's decision as the run recorded it."""
-
-    approval_id: str
-    step_id: str | None
-    status: str
-    decided_by: str | None
-    decided_at: str | None
-    comment: str | None
-
-
 class WorkflowRun(Shape):
     """``input`` is free-form: the run's input (its subject and trigger data)."""
 
@@ -561,14 +550,14 @@ class WorkflowRunPage(Shape):
 
 
 class RunWithAttempts(WorkflowRun):
-    """A run with its attempts, what was undone, and its approval decisions.
+    """A run with its attempts, what was undone, and its approvals.
 
     ``next_attempt_at`` is in the answer to retry-now only.
     """
 
     attempts: list[StepAttempt]
     compensations: list[Compensation]
-    approvals: list[ApprovalDecision]
+    approvals: list[Approval]
     next_attempt_at: datetime | UnsetType | None = UNSET
 
 

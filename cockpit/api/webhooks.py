@@ -97,7 +97,7 @@ class WebhooksController(Controller):
         principal: CurrentPrincipal,
     ) -> schemas.Webhook:
         """Change the state (active, paused, disabled), destination, flag or event types
-        (``event_types: null`` means every event type)."""
+        (``event_types: null`` means every directory event type)."""
         changes: dict[str, Any] = {}
         if data.event_types is not msgspec.UNSET:
             changes["event_types"] = data.event_types

@@ -18,7 +18,7 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
-from engine.directory.audit import TRIGGER_EVENT_TYPES
+from engine.directory.audit import DELIVERABLE_EVENT_TYPES
 from engine.endpoints import deliveries
 from engine.platform.errors import EngineError
 from engine.workflows.service import refuse_if_referenced
@@ -73,7 +73,7 @@ class WebhooksPages(Controller):
             state=state or "",
             states=webhooks.STATES,
             list_error=list_error,
-            event_types=TRIGGER_EVENT_TYPES,
+            event_types=DELIVERABLE_EVENT_TYPES,
             operator_allows_private=allows,
             can_write=may(principal, "realm.webhooks.write"),
             form=form or {"destination": "", "allow_private_network": False, "event_types": []},

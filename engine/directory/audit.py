@@ -24,6 +24,24 @@ TRIGGER_EVENT_TYPES = (
     "role.assignment.expired",
 )
 
+# Events for automation: how a run ended, and an approval step asked and decided. They are
+# delivered to webhook subscriptions like the directory's events, and never start a run.
+RUN_OUTCOME_EVENT_TYPES = (
+    "workflow.run.succeeded",
+    "workflow.run.failed",
+    "workflow.run.compensated",
+    "workflow.run.compensation_failed",
+    "workflow.run.cancelled",
+)
+APPROVAL_EVENT_TYPES = (
+    "workflow.approval.requested",
+    "workflow.approval.approved",
+    "workflow.approval.rejected",
+    "workflow.approval.expired",
+)
+# Everything a webhook subscription can select in ``event_types``.
+DELIVERABLE_EVENT_TYPES = TRIGGER_EVENT_TYPES + RUN_OUTCOME_EVENT_TYPES + APPROVAL_EVENT_TYPES
+
 
 @dataclass(frozen=True)
 class Actor:

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid
+from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid, missing_permissions
 
 NORMAL, HIGH, PRIVILEGED = "normal", "high", "privileged"
 
@@ -197,7 +197,8 @@ def check_authority_over(
     if missing:
         label = "user" if target_type == "user" else "service principal"
         raise TargetOutranksActor(
-            f"This {label} holds permissions you do not hold ({', '.join(missing)}); you cannot {what}."
+            f"This {label} holds permissions you do not hold ({', '.join(missing)}); you cannot {what}.",
+            members=missing_permissions(missing),
         )
 
 
@@ -208,7 +209,9 @@ def require_grant_ceiling(
     missing = authority_gaps(actor, role_authority(permissions, organization_id))
     if missing:
         raise GrantCeilingExceeded(
-            f"To {verb} {role_name} you need every permission of the role in that scope; missing: " + ", ".join(missing)
+            f"To {verb} {role_name} you need every permission of the role in that scope; missing: "
+            + ", ".join(missing),
+            members=missing_permissions(missing),
         )
 
 

@@ -36,7 +36,15 @@ from engine.directory.authz import (
 from engine.directory.independence import require_independent
 from engine.directory.models import GroupRole, Organization, Role, RoleAssignment, ServicePrincipal, User
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
+from engine.platform.errors import (
+    Conflict,
+    Forbidden,
+    GrantCeilingExceeded,
+    Issue,
+    NotFound,
+    ValidationFailed,
+    missing_permissions,
+)
 from engine.platform.ids import new_id
 from engine.platform.names import fold, hidden_character_issues, mixed_script_issues, normalize
 from engine.platform.pagination import Page, keyset_page
@@ -136,7 +144,8 @@ def _require_role_ceiling(authority: Authority, permissions: Iterable[str], verb
     missing = authority_gaps(authority, role_authority(permissions, None))
     if missing:
         raise GrantCeilingExceeded(
-            f"You cannot {verb} a role holding permissions you do not hold realm-wide: " + ", ".join(missing)
+            f"You cannot {verb} a role holding permissions you do not hold realm-wide: " + ", ".join(missing),
+            members=missing_permissions(missing),
         )
 
 

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
+from engine.directory.audit import DELIVERABLE_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
@@ -252,9 +252,9 @@ def event_types_issues(path: str, event_types: list[str] | None) -> list[Issue]:
         issues.append(Issue(path, "too_short", "name at least one event type, or leave it out for all of them"))
     seen: set[str] = set()
     for index, event_type in enumerate(event_types):
-        if event_type not in TRIGGER_EVENT_TYPES:
+        if event_type not in DELIVERABLE_EVENT_TYPES:
             issues.append(
-                Issue(f"{path}/{index}", "unknown_event_type", "must be one of " + ", ".join(TRIGGER_EVENT_TYPES))
+                Issue(f"{path}/{index}", "unknown_event_type", "must be one of " + ", ".join(DELIVERABLE_EVENT_TYPES))
             )
         elif event_type in seen:
             issues.append(Issue(f"{path}/{index}", "duplicate", "is listed twice"))

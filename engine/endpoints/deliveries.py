@@ -37,7 +37,7 @@ import httpx
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory.audit import Actor, record_audit
+from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import OutboxEvent, WebhookDelivery, WebhookSubscription
 from engine.directory.webhooks import signing_secrets
 from engine.endpoints import transport
@@ -116,7 +116,10 @@ async def fan_out(session: AsyncSession, events: Sequence[OutboxEvent]) -> int:
         for subscription in subscriptions:
             if subscription.realm_id != event.realm_id:
                 continue
-            if subscription.event_types is not None and event.type not in subscription.event_types:
+            if subscription.event_types is None:
+                if event.type not in TRIGGER_EVENT_TYPES:
+                    continue  # run and approval events go only where they are named
+            elif event.type not in subscription.event_types:
                 continue
             rows.append(
                 WebhookDelivery(

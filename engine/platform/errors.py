@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,10 +19,20 @@ class EngineError(Exception):
     code = "error"
     status = 400
 
-    def __init__(self, detail: str, *, issues: list[Issue] | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        issues: list[Issue] | None = None,
+        code: str | None = None,
+        members: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.issues = issues or []
+        # Typed members of the problem document beside ``detail`` (``missing_permissions``,
+        # ``referenced_by``): what a program needs, never only in the prose.
+        self.members = members or {}
         if code:
             self.code = code
 
@@ -48,6 +59,16 @@ class Forbidden(EngineError):
 
 class GrantCeilingExceeded(Forbidden):
     code = "grant_ceiling_exceeded"
+
+
+def missing_permissions(gaps: list[str]) -> dict[str, Any]:
+    """The problem member naming what the caller lacks: each ``permission`` with the
+    ``organization_id`` it is lacked in (``None``: realm-wide), from gaps written ``p`` or ``p in org``."""
+    out = []
+    for gap in gaps:
+        permission, _, scope = gap.partition(" in ")
+        out.append({"permission": permission, "organization_id": scope or None})
+    return {"missing_permissions": out}
 
 
 class Conflict(EngineError):

@@ -36,6 +36,7 @@ from engine.runs import runstore
 from engine.runs.approval_models import ApprovalLink, WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.runs.notices import LINK_PLACEHOLDER, record_notice
+from engine.runs.outcome_events import emit_approval_event
 from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow
 
@@ -124,6 +125,7 @@ async def request_approval(
             "expires_at": approval.expires_at.isoformat(),
         },
     )
+    await emit_approval_event(session, approval, run)
     await notify_approvers(session, approval, approvers, now=now, mail_configured=mail_configured)
     return approval
 
@@ -251,6 +253,8 @@ async def expire(session: AsyncSession, approval: WorkflowApproval, *, now: date
         subject_id=approval.id,
         details={"run_id": approval.run_id, "step_id": approval.step_id},
     )
+    run = await session.get(WorkflowRun, approval.run_id) if approval.run_id else None
+    await emit_approval_event(session, approval, run)
     return True
 
 
@@ -440,6 +444,7 @@ async def _decide(
         subject_id=approval.id,
         details={"run_id": approval.run_id, "step_id": approval.step_id, "comment": comment or None},
     )
+    await emit_approval_event(session, approval, run)
     if run is None:
         if status == APPROVED:
             await _assign_requested_role(session, actor, approval)

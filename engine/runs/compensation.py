@@ -21,6 +21,7 @@ from engine.platform.errors import error_summary
 from engine.runs import runstore
 from engine.runs.holder import CATEGORY, Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import COMPENSATION_BACKOFF_MS, COMPENSATION_MAX_ATTEMPTS, delay_ms
 from engine.runs.states import (
     CANCELLED,
@@ -154,6 +155,7 @@ async def finish_compensation(h: Holder, session: AsyncSession, run: WorkflowRun
     else:
         final, event = FAILED, "workflow.run.failed"
     await runstore.move_run(session, run, final, worker_id=h.worker_id, due_at=None, now=now)
+    await emit_run_outcome(session, run)
     details: dict[str, Any] = {"error_category": run.error_category}
     if final == FAILED:
         details["phase"] = "finished"

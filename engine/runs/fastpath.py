@@ -60,6 +60,7 @@ from engine.runs.decisions import (
     step_succeeded_entry,
 )
 from engine.runs.notices import NOT_CONFIGURED, NOT_CONFIGURED_TEXT, QUEUED
+from engine.runs.outcome_events import run_outcome_entry
 from engine.runs.retry import policy_for
 from engine.runs.states import (
     ATTEMPT_FAILED,
@@ -556,6 +557,8 @@ class FastPath:
         }
         events = [(new_id("aud"), e.category, e.type, e.subject_type, e.subject_id, _json(e.details)) for e in audit]
         outbox = [(new_id("obx"), o.type, o.subject_id, o.organization_id, _json(o.payload)) for o in effect.outbox]
+        if finished:
+            outbox += _outcome_event(run, revision.number, target)
         return Move(run["id"], finished, row, events, outbox)
 
     def _notice(
@@ -638,6 +641,22 @@ class _Wanted:
     workflow_id: str | None = None
     role: RoleFacts | None = None
     group: GroupFacts | None = None
+
+
+def _outcome_event(
+    run: Mapping[str, Any], revision: int, state: str
+) -> list[tuple[str, str, str | None, str | None, str]]:
+    """The run's outcome event (engine/runs/outcome_events.py), as a row of the outbox arrays."""
+    entry = run_outcome_entry(
+        run_id=run["id"],
+        workflow_id=run["workflow_id"],
+        revision=revision,
+        subject_id=run["subject_id"],
+        organization_id=run["organization_id"],
+        state=state,
+        error_category=None,
+    )
+    return [(new_id("obx"), entry.type, entry.subject_id, entry.organization_id, _json(entry.payload))]
 
 
 _AUDIT_COLUMNS = (

@@ -18,6 +18,7 @@ from engine.runs import approvals, runstore
 from engine.runs.decisions import run_compensating_entry, step_failed_entry
 from engine.runs.holder import CATEGORY, Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
+from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import delay_ms
 from engine.runs.states import (
     ATTEMPT_FAILED,
@@ -172,6 +173,7 @@ async def fail_run(h: Holder, session: AsyncSession, run: WorkflowRun, category:
 async def succeed_run(h: Holder, session: AsyncSession, run: WorkflowRun, **values: Any) -> None:
     now = h.clock.now()
     await runstore.move_run(session, run, SUCCEEDED, worker_id=h.worker_id, due_at=None, now=now, **values)
+    await emit_run_outcome(session, run)
     await record_audit(
         session,
         run_actor(run),

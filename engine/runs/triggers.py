@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.directory.audit import Actor, record_audit
+from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import OutboxEvent
 from engine.endpoints.deliveries import fan_out
 from engine.platform.clock import SYSTEM_CLOCK
@@ -63,6 +63,9 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
     ).all()
     moment = SYSTEM_CLOCK.now()
     for event in events:
+        event.dispatched_at = moment
+        if event.type not in TRIGGER_EVENT_TYPES:
+            continue  # a run's outcome or an approval: delivered to webhooks, never a trigger
         parent: WorkflowRun | None = None
         if event.correlation_id and event.correlation_id.startswith("wrn_"):
             # Correlation ids are made by the engine only (request ids are never the caller's), so a
@@ -117,7 +120,6 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
                     correlation_id=event.correlation_id or event.id,
                 ),
             )
-        event.dispatched_at = moment
     # Webhook fan-out shares the transaction: an error rolls it back with the rest of the batch.
     await fan_out(session, events)
     await session.flush()

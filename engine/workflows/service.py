@@ -416,6 +416,7 @@ async def refuse_if_referenced(session: AsyncSession, realm_id: str, object_id: 
             "Their runs would fail at that step. Change those workflows first, or delete anyway with force=true.",
             code="referenced_by_workflows",
             issues=[Issue("", "referenced_by", f"workflow {w.name} ({w.id})") for w in using],
+            members={"referenced_by": [{"workflow_id": w.id, "name": w.name} for w in using]},
         )
 
 

@@ -112,7 +112,7 @@ def served(pg_server: str, pg_template: str, tmp_path_factory: pytest.TempPathFa
         )
         process = start(["serve", "--port", str(port)], env, home / "serve.log")
         base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz", timeout=60)
+        wait_http(base + "/healthz", timeout=180)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(headers=headers, timeout=30) as client:
             ids = _seed(client, f"{base}/api/v1/realms/contract")

@@ -24,11 +24,10 @@ from tests.integration.test_runner import drain, runner
 
 Client = AsyncTestClient[Litestar]
 
-# Members whose value is free-form by nature: a definition, a step's input and result, an audit
+# Members whose value is free-form by nature: a step's input and result, an audit
 # event's details, what a role-assignment approval would grant.
 FREE_FORM = {
     ("AuditEvent", "details"),
-    ("WorkflowRevision", "definition"),
     ("WorkflowRun", "input"),
     ("RunWithAttempts", "input"),
     ("RunTimeline", "input"),
@@ -165,8 +164,22 @@ def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, 
     ]
     assert untyped == []
     problem = document["components"]["schemas"]["Problem"]
-    assert set(problem["properties"]) == {"type", "title", "status", "code", "detail", "errors"}
+    assert set(problem["properties"]) == {
+        "type",
+        "title",
+        "status",
+        "code",
+        "detail",
+        "errors",
+        "missing_permissions",
+        "referenced_by",
+    }
     assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/ProblemIssue"}
+    assert problem["properties"]["missing_permissions"]["items"] == {"$ref": "#/components/schemas/MissingPermission"}
+    assert problem["properties"]["referenced_by"]["items"] == {"$ref": "#/components/schemas/WorkflowReference"}
+    # A revision's definition is the contract's own schema, not any object.
+    revision = document["components"]["schemas"]["WorkflowRevision"]
+    assert revision["properties"]["definition"] == {"$ref": "#/components/schemas/WorkflowDefinition"}
 
 
 @pytest.fixture

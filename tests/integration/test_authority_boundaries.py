@@ -56,6 +56,8 @@ async def test_users_write_cannot_change_the_password_of_an_organization_admin(
     )
     assert refused.status_code == 403, refused.text
     assert refused.json()["code"] == "target_outranks_actor" and org_id in refused.json()["detail"]
+    # What is missing, as data: every permission of the target the caller lacks, in its organization.
+    assert refused.json()["missing_permissions"] == [{"permission": "org.*", "organization_id": org_id}]
     assert await scalar(realm, "SELECT password_hash FROM users WHERE id = :u", u=target.id) == before
     # Renaming them is changing them too.
     renamed = await client.patch(f"{realm.api}/users/{target.id}", json={"display_name": "Mallory"}, headers=headers)

@@ -223,6 +223,8 @@ async def test_deleting_a_role_or_subscription_a_published_workflow_names_answer
     body = refused.json()
     assert body["code"] == "referenced_by_workflows" and "Front desk onboarding" in body["detail"]
     assert [e["code"] for e in body["errors"]] == ["referenced_by"]
+    [workflow] = body["referenced_by"]
+    assert workflow["name"] == "Front desk onboarding" and workflow["workflow_id"].startswith("wfl_")
     assert (await client.get(f"{realm.api}/roles/{role.id}", headers=realm.headers)).status_code == 200
     assert (await client.delete(f"{realm.api}/roles/{unused.id}", headers=realm.headers)).status_code == 204
 

@@ -80,6 +80,7 @@ async def test_nobody_creates_a_role_more_powerful_than_themselves(
     )
     assert stronger.status_code == 403 and stronger.json()["code"] == "grant_ceiling_exceeded"
     assert "realm.users.write" in stronger.json()["detail"]
+    assert stronger.json()["missing_permissions"] == [{"permission": "realm.users.write", "organization_id": None}]
     wildcard = await client.post(
         realm.api + "/roles", json={"name": "all", "permissions": ["realm.*"], "boundary": "realm"}, headers=token
     )

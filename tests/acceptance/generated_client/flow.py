@@ -12,14 +12,18 @@ from cockpit_client import AuthenticatedClient
 from cockpit_client.api.directory import create_organization, get_organization, update_organization
 from cockpit_client.api.health import metrics
 from cockpit_client.api.runs import get_workflow_run, list_workflow_runs, start_workflow_run
+from cockpit_client.api.workflows import get_workflow_revision
 from cockpit_client.models import (
     CreateOrganization,
+    DefinitionStepEnd,
     Organization,
     Problem,
     RunTimeline,
     RunWithAttempts,
     StartRun,
     UpdateOrganization,
+    WorkflowDefinition,
+    WorkflowRevision,
     WorkflowRunPage,
 )
 
@@ -61,6 +65,14 @@ def main(base: str, realm: str, token: str, workflow_id: str, subject_id: str) -
     assert isinstance(shown.parsed, RunTimeline) and shown.parsed.id == run_id
     page = list_workflow_runs.sync_detailed(realm, client=client, workflow_id=workflow_id, subject_id=subject_id)
     assert isinstance(page.parsed, WorkflowRunPage) and run_id in [r.id for r in page.parsed.items]
+
+    # A revision's definition is typed by its contract: one class per step type.
+    revision = get_workflow_revision.sync_detailed(realm, workflow_id, 1, client=client)
+    assert isinstance(revision.parsed, WorkflowRevision), revision.content
+    assert isinstance(revision.parsed.definition, WorkflowDefinition)
+    assert isinstance(revision.parsed.definition.steps[0], DefinitionStepEnd)
+    # Its approvals have the one Approval shape here as in the timeline.
+    assert shown.parsed.approvals == [] and started.parsed.approvals == []
 
     # The metrics answer without a token here (none is configured).
     assert metrics.sync_detailed(client=client).status_code == 200
