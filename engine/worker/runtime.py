@@ -7,13 +7,15 @@ running, then the worker marks itself stopped (and hands back what it holds).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
-from procrastinate import PsycopgConnector
+from procrastinate import App, PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.endpoints import deliveries
@@ -30,6 +32,8 @@ from engine.worker.drain import drain
 from engine.worker.heartbeats import new_worker_id, record_heartbeat, record_stopped
 
 log = logging.getLogger("cockpit.worker")
+# How long the job queue waits before starting again after it stopped by itself (the database went away).
+QUEUE_RESTART_S = 2.0
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
@@ -146,6 +150,49 @@ async def _listen(
                 await conn.close()
 
 
+async def _run_queue(
+    app: App, worker_id: str, settings: Settings, runtime: queue.WorkerRuntime, stop: asyncio.Event
+) -> None:
+    """Run Procrastinate's worker until ``stop`` is set (a signal, or the parent gone).
+
+    Procrastinate stops its worker by itself when its listener loses the database (a restart of
+    PostgreSQL): that is not a reason for this process to end — it would end with status 0, which
+    a supervisor restarting on failure leaves stopped — so the job queue is started again once the
+    database answers. Asked to stop, the worker finishes its running jobs (up to 15 s) first.
+    """
+    while not stop.is_set():
+        worker_task = asyncio.create_task(
+            app.run_worker_async(
+                name=worker_id,
+                concurrency=settings.workers.concurrency,
+                wait=True,
+                install_signal_handlers=False,
+                delete_jobs="successful",
+                shutdown_graceful_timeout=15,
+                additional_context={"runtime": runtime},
+            )
+        )
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper not in done:
+            stopper.cancel()
+            failure = None if worker_task.cancelled() else worker_task.exception()
+            log.warning(
+                "the job queue stopped without being asked (its database went away?); starting it again",
+                exc_info=failure,
+                extra={"worker_id": worker_id},
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=QUEUE_RESTART_S)
+            continue
+        if not worker_task.done():
+            worker_task.cancel()  # Procrastinate's graceful stop: no new jobs, running ones finish
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker_task
+        elif not worker_task.cancelled() and worker_task.exception() is not None:
+            log.warning("the job queue ended with an error", exc_info=worker_task.exception())
+
+
 async def run_worker(settings: Settings, database_url: str, *, parent_pid: int | None = None) -> None:
     worker_id = new_worker_id()
     db = make_engine(database_url, pool_size=5)
@@ -191,17 +238,9 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
     try:
         with queue.app.replace_connector(connector) as app:
             async with app.open_async():
-                worker_task = asyncio.create_task(
-                    app.run_worker_async(
-                        name=worker_id,
-                        concurrency=settings.workers.concurrency,
-                        wait=True,
-                        install_signal_handlers=True,
-                        delete_jobs="successful",
-                        shutdown_graceful_timeout=15,
-                        additional_context={"runtime": runtime},
-                    )
-                )
+                loop = asyncio.get_running_loop()
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(signum, stop.set)
                 if parent_pid:
                     watchers.append(asyncio.create_task(_watch_parent(parent_pid, stop)))
                 watchers.append(
@@ -209,13 +248,7 @@ async def run_worker(settings: Settings, database_url: str, *, parent_pid: int |
                 )
                 watchers.append(asyncio.create_task(dispatcher.run(stop)))
                 watchers.append(asyncio.create_task(_beat(sessions, worker_id, settings.workers.heartbeat_interval_s)))
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({worker_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                if stopper in done and not worker_task.done():
-                    os.kill(os.getpid(), 15)  # the worker's own handler shuts it down gracefully
-                    await worker_task
-                stopper.cancel()
-                worker_task.result()
+                await _run_queue(app, worker_id, settings, runtime, stop)
     finally:
         for watcher in watchers:
             watcher.cancel()

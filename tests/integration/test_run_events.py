@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from engine.directory.audit import APPROVAL_EVENT_TYPES, RUN_OUTCOME_EVENT_TYPES
 from engine.endpoints.deliveries import DeliveryDispatcher
-from engine.runs.retry import FixedClock
+from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from testing.receiver import Receiver
 from tests.factories import RealmHandle, bearer
