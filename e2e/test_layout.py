@@ -330,7 +330,7 @@ def test_at_800_px_the_navigation_is_a_menu(live_server: LiveServer, browser: Br
         page.set_viewport_size({"width": 1400, "height": 900})
         expect(page.get_by_role("navigation", name="Main")).to_be_visible()
         expect(page.get_by_test_id("run-row").first.get_by_test_id("run-folded")).to_be_hidden()
-        for column in ("Run", *RUNS_ESSENTIAL, "Current step", "Error", "Finished", "Duration"):
+        for column in ("Run", *RUNS_ESSENTIAL, "Current step", "Outcome", "Finished", "Duration"):
             header = page.get_by_role("columnheader", name=column, exact=True)
             expect(header).to_be_in_viewport()
             assert header.evaluate(COLUMN_SHOWN), column
