@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True)
 class Issue:
-    """One thing wrong with the input: a JSON pointer into the request, a code and a message."""
+    """One thing wrong with the input: a JSON pointer into the request, a code and a message.
+
+    ``missing``: for an issue of authority, the permissions lacked, written ``p`` or ``p in org``
+    (see :func:`missing_permissions`); not part of the issue's own shape in a problem document.
+    """
 
     path: str
     code: str
     message: str
+    missing: tuple[str, ...] = field(default=(), compare=False)
 
 
 class EngineError(Exception):

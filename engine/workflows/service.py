@@ -34,7 +34,15 @@ from engine.directory.models import Group, Role, User
 from engine.directory.policy import publish_approval_required
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
-from engine.platform.errors import Conflict, Forbidden, GrantCeilingExceeded, Issue, NotFound, ValidationFailed
+from engine.platform.errors import (
+    Conflict,
+    Forbidden,
+    GrantCeilingExceeded,
+    Issue,
+    NotFound,
+    ValidationFailed,
+    missing_permissions,
+)
 from engine.platform.ids import new_id
 from engine.platform.names import hidden_character_issues, normalize
 from engine.platform.pagination import Page, keyset_page
@@ -374,9 +382,11 @@ def raise_delegation(issues: list[Issue]) -> None:
     detail = "The publisher lacks the authority some steps need: " + ", ".join(
         i.path.replace("/definition/steps/", "definition.steps[").replace("/", ".") + "]" for i in issues
     )
+    # What is lacked across the steps, each once, as the typed member a program reads.
+    members = missing_permissions(list(dict.fromkeys(gap for i in issues for gap in i.missing)))
     if any(i.code == "grant_ceiling_exceeded" for i in issues):
-        raise GrantCeilingExceeded(detail, issues=issues)
-    raise Forbidden(detail, issues=issues)
+        raise GrantCeilingExceeded(detail, issues=issues, members=members)
+    raise Forbidden(detail, issues=issues, members=members)
 
 
 # --- Workflows ------------------------------------------------------------------------------------

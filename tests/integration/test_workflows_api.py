@@ -180,6 +180,11 @@ class TestWorkflowDelegationCeiling:
         assert problem["code"] == "grant_ceiling_exceeded"
         assert [e["path"] for e in problem["errors"]] == ["/definition/steps/1"]
         assert "definition.steps[1]" in problem["detail"]
+        # What the publisher lacks, as a member a program reads: the role's permissions it does not hold.
+        assert problem["missing_permissions"] == [
+            {"permission": "realm.roles.write", "organization_id": None},
+            {"permission": "realm.users.write", "organization_id": None},
+        ]
         # Nothing changed.
         workflow = (await client.get(f"{realm.api}/workflows/{wid}", headers=realm.headers)).json()
         assert workflow["state"] == "draft" and workflow["published_revision"] is None

@@ -397,7 +397,12 @@ def requirement_problem(
         else:
             org = requirement.organization_id or run_org
         if not authority.holds(requirement.permission, org):
-            return Issue(path, "forbidden", f"Publishing this step needs {requirement.permission}.")
+            return Issue(
+                path,
+                "forbidden",
+                f"Publishing this step needs {requirement.permission}.",
+                missing=(_gap(requirement.permission, org),),
+            )
         return None
     if requirement.kind == "role_ceiling" and requirement.role_id:
         if role is None:
@@ -413,6 +418,7 @@ def requirement_problem(
                 path,
                 "grant_ceiling_exceeded",
                 f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+                missing=tuple(_gap(p, org) for p in missing),
             )
         return None
     if requirement.kind == "group_ceiling" and requirement.group_id:
@@ -424,8 +430,14 @@ def requirement_problem(
                     path,
                     "grant_ceiling_exceeded",
                     f"Publishing this step needs every permission of {name}: {', '.join(missing)}.",
+                    missing=tuple(_gap(p, scope) for p in missing),
                 )
     return None
+
+
+def _gap(permission: str, organization_id: str | None) -> str:
+    """A permission lacked, as :func:`engine.platform.errors.missing_permissions` reads it."""
+    return f"{permission} in {organization_id}" if organization_id else permission
 
 
 # ---------------------------------------------------------------------------- layer 1: size and JSON
