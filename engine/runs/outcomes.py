@@ -15,8 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.audit import record_audit
 from engine.platform.ids import new_id
 from engine.runs import approvals, runstore
-from engine.runs.decisions import run_compensating_entry, step_failed_entry
-from engine.runs.holder import CATEGORY, Holder, run_actor
+from engine.runs.decisions import (
+    AuditEntry,
+    run_compensating_entry,
+    run_succeeded_entry,
+    step_failed_entry,
+    step_succeeded_entry,
+)
+from engine.runs.holder import Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import delay_ms
@@ -54,6 +60,25 @@ def new_attempt(
     )
 
 
+async def write_entry(session: AsyncSession, run: WorkflowRun, entry: AuditEntry) -> None:
+    """Write an audit event built by one of the executors' shared builders (engine/runs/decisions.py)."""
+    await record_audit(
+        session,
+        run_actor(run),
+        entry.type,
+        category=entry.category,
+        subject_type=entry.subject_type,
+        subject_id=entry.subject_id,
+        details=entry.details,
+    )
+
+
+async def audit_step_succeeded(session: AsyncSession, run: WorkflowRun, attempt: StepAttempt) -> None:
+    """Audit a succeeded attempt, as every executor does."""
+    entry = step_succeeded_entry(run.id, attempt.step_id, attempt.number, attempt.idempotency_key)
+    await write_entry(session, run, entry)
+
+
 async def step_succeeded(
     h: Holder, session: AsyncSession, run: WorkflowRun, attempt: StepAttempt, outcome: Outcome, steps: int
 ) -> None:
@@ -65,15 +90,7 @@ async def step_succeeded(
     attempt.compensation_state = outcome.compensation_state
     attempt.finished_at = now
     await runstore.record_attempt(session, attempt)
-    await record_audit(
-        session,
-        run_actor(run),
-        "workflow.step.succeeded",
-        category=CATEGORY,
-        subject_type="workflow_run",
-        subject_id=run.id,
-        details={"step_id": attempt.step_id, "attempt": attempt.number, "idempotency_key": attempt.idempotency_key},
-    )
+    await audit_step_succeeded(session, run, attempt)
     if outcome.ends_run or run.step_index + 1 >= steps:
         await succeed_run(h, session, run, step_index=run.step_index + 1)
     else:
@@ -100,15 +117,7 @@ async def record_failure(
     attempt.finished_at = now
     await runstore.record_attempt(session, attempt)
     entry = step_failed_entry(run.id, attempt.step_id, attempt.number, failure.category)
-    await record_audit(
-        session,
-        run_actor(run),
-        entry.type,
-        category=entry.category,
-        subject_type=entry.subject_type,
-        subject_id=entry.subject_id,
-        details=entry.details,
-    )
+    await write_entry(session, run, entry)
     if failure.permanent:
         await start_compensating(h, session, run, failure.category, failure.message, context=context)
     elif attempt.number >= attempt.max_attempts:
@@ -155,15 +164,7 @@ async def start_compensating(
         **more,
     )
     entry = run_compensating_entry(run.id, category, reason)
-    await record_audit(
-        session,
-        run_actor(run),
-        entry.type,
-        category=entry.category,
-        subject_type=entry.subject_type,
-        subject_id=entry.subject_id,
-        details=entry.details,
-    )
+    await write_entry(session, run, entry)
 
 
 async def fail_run(h: Holder, session: AsyncSession, run: WorkflowRun, category: str, message: str) -> None:
@@ -174,11 +175,4 @@ async def succeed_run(h: Holder, session: AsyncSession, run: WorkflowRun, **valu
     now = h.clock.now()
     await runstore.move_run(session, run, SUCCEEDED, worker_id=h.worker_id, due_at=None, now=now, **values)
     await emit_run_outcome(session, run)
-    await record_audit(
-        session,
-        run_actor(run),
-        "workflow.run.succeeded",
-        category=CATEGORY,
-        subject_type="workflow_run",
-        subject_id=run.id,
-    )
+    await write_entry(session, run, run_succeeded_entry(run.id))

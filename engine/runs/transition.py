@@ -17,7 +17,6 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.directory.audit import record_audit
 from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
 from engine.platform.errors import error_summary
@@ -26,9 +25,17 @@ from engine.runs import approvals, metrics, runstore
 from engine.runs.compensation import compensate
 from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
 from engine.runs.endpoint_calls import complete_call, start_call
-from engine.runs.holder import CATEGORY, Holder, run_actor
+from engine.runs.holder import Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.outcomes import fail_run, new_attempt, record_failure, start_compensating, step_succeeded, succeed_run
+from engine.runs.outcomes import (
+    audit_step_succeeded,
+    fail_run,
+    new_attempt,
+    record_failure,
+    start_compensating,
+    step_succeeded,
+    succeed_run,
+)
 from engine.runs.retry import policy_for
 from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import (
@@ -278,15 +285,7 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         attempt.result = {"approval_id": approval.id, "decided_by": approval.decided_by}
         attempt.finished_at = now
         await runstore.record_attempt(session, attempt)
-        await record_audit(
-            session,
-            run_actor(run),
-            "workflow.step.succeeded",
-            category=CATEGORY,
-            subject_type="workflow_run",
-            subject_id=run.id,
-            details={"step_id": step["id"], "attempt": 1, "idempotency_key": attempt.idempotency_key},
-        )
+        await audit_step_succeeded(session, run, attempt)
         await runstore.move_run(
             session,
             run,
@@ -324,15 +323,7 @@ async def end_wait(h: Holder, session: AsyncSession, run: WorkflowRun, revision:
     attempt.result = {"waited": step.get("duration")}
     attempt.finished_at = now
     await runstore.record_attempt(session, attempt)
-    await record_audit(
-        session,
-        run_actor(run),
-        "workflow.step.succeeded",
-        category=CATEGORY,
-        subject_type="workflow_run",
-        subject_id=run.id,
-        details={"step_id": step["id"], "attempt": 1, "idempotency_key": attempt.idempotency_key},
-    )
+    await audit_step_succeeded(session, run, attempt)
     context = {k: v for k, v in run.context.items() if k != "wait"}
     await runstore.move_run(
         session,
