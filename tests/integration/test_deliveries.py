@@ -280,3 +280,43 @@ async def test_delivery_log_page_shows_the_log_and_redelivers(
     assert 'hx-trigger="every 3s"' in posted.text  # a pending delivery: the log refreshes itself
     refused = await client.post(f"{base}/{row.id}/redeliver", data={}, headers=HTML)
     assert refused.status_code == 403  # no CSRF token
+
+
+async def test_a_delivery_egress_denies_says_why_and_fails_once_its_tries_are_spent(
+    realm: RealmHandle, receivers: list[Receiver]
+) -> None:
+    """The operator's ceiling turned off after the subscription was made: every try is refused before
+    any byte leaves, the delivery says why, and it fails like any other after ``max_attempts``
+    tries — the last allowed try keeps it pending, the next ends it — so the next event goes."""
+    receiver = receivers[0]
+    hook = await subscribe(realm, receiver, ["user.created"])
+    await realm.user()
+    await realm.user()
+    await dispatch(realm)
+    dispatcher = DeliveryDispatcher(realm.sessions, policy(allow_private_egress=False, max_attempts=3))
+
+    async def head() -> WebhookDelivery:
+        return (await deliveries_of(realm, hook))[0]
+
+    for tries in (1, 2):
+        await dispatcher.run_once()
+        first = await head()
+        assert (first.state, first.attempts) == ("pending", tries)
+        assert first.last_error is not None and first.last_error.startswith("egress_denied"), first.last_error
+        async with realm.sessions() as session, session.begin():  # due again at once
+            await session.execute(
+                WebhookDelivery.__table__.update()  # type: ignore[attr-defined]
+                .where(WebhookDelivery.__table__.c.id == first.id)  # type: ignore[attr-defined]
+                .values(next_attempt_at=first.created_at)
+            )
+    await dispatcher.run_once()
+    first = await head()
+    assert (first.state, first.attempts) == ("failed", 3) and first.finished_at is not None
+    assert first.last_error is not None and first.last_error.startswith("egress_denied")
+    assert receiver.requests() == []  # nothing left the machine
+    # The subscription's next event is the head now, and is tried in its turn.
+    second = (await deliveries_of(realm, hook))[1]
+    assert second.state == "pending"
+    await dispatcher.run_once()
+    second = (await deliveries_of(realm, hook))[1]
+    assert second.attempts == 1 and second.last_error is not None and second.last_error.startswith("egress_denied")
