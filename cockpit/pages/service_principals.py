@@ -11,20 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Controller, Response, get, post
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath, FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
+from engine.directory import overview, roles, tokens
 from engine.directory import principals as directory
-from engine.directory import tokens
 from engine.directory.models import ServicePrincipal
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 
 READ = {"permission": "realm.users.read"}
 WRITE = {"permission": "realm.users.write"}
 TOKENS = {"permission": "realm.tokens.write"}
+ROLES = {"permission": "realm.roles.write"}
 
 
 class ServicePrincipalsPages(Controller):
@@ -106,6 +107,22 @@ class ServicePrincipalsPages(Controller):
             else None
         )
         context.setdefault("form", {"name": "", "expires_in_days": str(tokens.DEFAULT_LIFETIME_DAYS)})
+        realm_id = principal.realm.id
+        assignments = await overview.principal_assignments(db_session, realm_id, sp.id)
+        names = await overview.principal_names(
+            db_session, realm_id, {a.granted_by or "" for a in assignments} | {a.approver_id or "" for a in assignments}
+        )
+        authority = principal.authority
+        # What the form offers: realm-wide roles this caller could hand out at all (the engine decides).
+        role_choices = (
+            [
+                role
+                for role in (await roles.list_roles(db_session, realm_id, cursor=None, limit=100)).items
+                if role.boundary != "organization" and authority.can_assign(role.permissions, None)
+            ]
+            if authority and authority.holds("realm.roles.write")
+            else []
+        )
         return page(
             request,
             "pages/service_principals/detail.html",
@@ -117,6 +134,11 @@ class ServicePrincipalsPages(Controller):
             max_days=tokens.MAX_LIFETIME_DAYS,
             created=request.query_params.get("created") == "1",
             revoked=request.query_params.get("revoked") == "1",
+            assigned=request.query_params.get("assigned") == "1",
+            assignments=assignments,
+            names=names,
+            role_choices=role_choices,
+            can_assign=may(principal, "realm.roles.write"),
             **context,
         )
 
@@ -126,6 +148,31 @@ class ServicePrincipalsPages(Controller):
     ) -> Template:
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
         return await self._detail(request, db_session, principal, sp)
+
+    @post("/{sp_id:str}/role-assignments", operation_id="servicePrincipalPageAssignRole", opt=ROLES)
+    async def assign_role(
+        self,
+        request: AnyRequest,
+        sp_id: FromPath[str],
+        db_session: DbSession,
+        principal: CurrentPrincipal,
+        data: URLEncodedBody[dict[str, str]],
+    ) -> Response[Any]:
+        """Assign a realm-wide role to this service principal: the grant ceiling applies (in the engine)."""
+        sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
+        assert principal.authority is not None  # loaded by the guard (the route has a permission)
+        try:
+            async with db_session.begin_nested():
+                await roles.create_assignment(
+                    db_session,
+                    principal.actor(request_id_of(request)),
+                    principal.authority,
+                    role_id=(data.get("role_id") or "").strip(),
+                    service_principal_id=sp.id,
+                )
+        except EngineError as exc:
+            return await self._detail(request, db_session, principal, sp, status_code=exc.status, role_error=exc.detail)
+        return Redirect(f"/realms/{principal.realm.slug}/service-principals/{sp.id}?assigned=1", status_code=303)
 
     @post("/{sp_id:str}/tokens", operation_id="servicePrincipalPageMintToken", opt=TOKENS, status_code=200)
     async def mint(

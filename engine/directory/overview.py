@@ -223,11 +223,17 @@ async def user_memberships(session: AsyncSession, realm_id: str, user_id: str) -
 
 
 async def user_assignments(session: AsyncSession, realm_id: str, user_id: str) -> list[AssignmentLine]:
+    return await principal_assignments(session, realm_id, user_id)
+
+
+async def principal_assignments(session: AsyncSession, realm_id: str, principal_id: str) -> list[AssignmentLine]:
+    """The roles assigned directly to a user (``usr_``) or a service principal (``spn_``)."""
+    holder = RoleAssignment.service_principal_id if principal_id.startswith("spn_") else RoleAssignment.user_id
     rows = await session.execute(
         select(RoleAssignment, Role, Organization)
         .join(Role, Role.id == RoleAssignment.role_id)
         .outerjoin(Organization, Organization.id == RoleAssignment.organization_id)
-        .where(RoleAssignment.realm_id == realm_id, RoleAssignment.user_id == user_id)
+        .where(RoleAssignment.realm_id == realm_id, holder == principal_id)
         .order_by(RoleAssignment.id)
     )
     return [

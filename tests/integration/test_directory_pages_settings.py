@@ -249,3 +249,54 @@ async def test_pages_follow_the_permissions_of_the_api(client: AsyncTestClient[L
     assert change.status_code == 403
     template = await client.get(f"/realms/{realm.slug}/templates", headers=HTML)
     assert template.status_code == 200 and "readonly" in template.text and "Save template" not in template.text
+
+
+async def test_a_service_principal_gets_roles_on_its_page_within_the_callers_ceiling(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """Roles for a service principal from its page, by the engine's rules: a role the caller holds
+    is assigned; a role beyond the caller's permissions is refused and nothing is assigned; a caller
+    without ``realm.roles.write`` sees no form and is refused."""
+    made = await client.post(realm.api + "/service-principals", json={"name": "nightly-sync"}, headers=realm.headers)
+    assert made.status_code == 201, made.text
+    sp_id = made.json()["id"]
+    reader = await realm.role("reader", ["realm.users.read"])
+    strong = await realm.role("strong", ["realm.users.read", "realm.users.write"])
+    assigner = await realm.user("assigner@example.com")
+    await realm.assign(assigner, await realm.role("assigner", ["realm.users.read", "realm.roles.write"]))
+    page_of = f"/realms/{realm.slug}/service-principals/{sp_id}"
+
+    async def held() -> list[str]:
+        async with realm.sessions() as session:
+            rows = await session.execute(
+                text("SELECT role_id FROM role_assignments WHERE service_principal_id = :s ORDER BY role_id"),
+                {"s": sp_id},
+            )
+            return [r[0] for r in rows]
+
+    login = await _sign_in(client, realm, assigner)
+    shown = await client.get(page_of, headers=HTML)
+    assert shown.status_code == 200 and "No roles yet" in shown.text
+    assert f'<option value="{reader.id}">' in shown.text and f'value="{strong.id}"' not in shown.text
+    refused = await client.post(
+        f"{page_of}/role-assignments", data={"_csrf": login.csrf, "role_id": strong.id}, headers=HTML
+    )
+    assert refused.status_code == 403 and "realm.users.write" in refused.text
+    assert await held() == []
+    assigned = await client.post(
+        f"{page_of}/role-assignments", data={"_csrf": login.csrf, "role_id": reader.id}, headers=HTML
+    )
+    assert assigned.status_code == 200 and "Role assigned." in assigned.text and "reader" in assigned.text
+    assert await held() == [reader.id]
+
+    plain = await realm.user("plain@example.com")
+    await realm.assign(plain, await realm.role("plain", ["realm.users.read"]))
+    client.cookies.clear()
+    login = await _sign_in(client, realm, plain)
+    shown = await client.get(page_of, headers=HTML)
+    assert "Assigning roles needs the permission" in shown.text and "sp-assign-role" not in shown.text
+    denied = await client.post(
+        f"{page_of}/role-assignments", data={"_csrf": login.csrf, "role_id": reader.id}, headers=HTML
+    )
+    assert denied.status_code == 403
+    assert await held() == [reader.id]

@@ -420,6 +420,18 @@ PAGE_ESCALATIONS: dict[tuple[str, str], list[PageAttack] | Unrelated] = {
     ("POST", "/service-principals/{sp_id}/tokens"): [
         lambda w, kind, _r: (f"/service-principals/{w.sp}/tokens", {"name": "climb"}) if kind == "sp_admin" else None
     ],
+    ("POST", "/service-principals/{sp_id}/role-assignments"): [
+        # Even a role the actor may hand out is not theirs to give to a service principal above them,
+        # and a role above the actor is not theirs to give to any.
+        lambda w, kind, _r: (
+            (f"/service-principals/{w.sp}/role-assignments", {"role_id": w.actor_role}) if kind == "sp_admin" else None
+        ),
+        lambda w, kind, _r: (
+            (f"/service-principals/{w.sp}/role-assignments", {"role_id": w.roles[kind]})
+            if kind in w.roles and kind != "org_admin"
+            else None
+        ),
+    ],
     ("POST", "/service-principals/{sp_id}/tokens/{token_id}/revoke"): [
         lambda w, kind, _r: (
             (f"/service-principals/{w.sp}/tokens/{w.tokens[kind]}/revoke", {}) if kind == "sp_admin" else None
