@@ -104,3 +104,13 @@ async def test_audit_events_by_correlation_id(client: Client, realm: RealmHandle
     assert "workflow.run.succeeded" in {e["type"] for e in events}
     everything = (await client.get(f"{realm.api}/audit-events", headers=realm.headers)).json()["items"]
     assert len(everything) > len(events)
+
+
+async def test_an_unknown_approval_status_is_refused_at_its_query_parameter(client: Client, realm: RealmHandle) -> None:
+    token = await realm.token(realm.admin, audience="account")
+    for known in ("pending", "approved"):
+        ok = await client.get(f"{realm.api}/approvals?status={known}", headers=bearer(token))
+        assert ok.status_code == 200, ok.text
+    refused = await client.get(f"{realm.api}/approvals?status=bogus", headers=bearer(token))
+    assert refused.status_code == 422
+    assert [(e["path"], e["code"]) for e in refused.json()["errors"]] == [("query:status", "invalid")]
