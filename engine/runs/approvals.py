@@ -318,7 +318,8 @@ async def list_for_user(
 ) -> Page[WorkflowApproval]:
     if status is not None and status not in STATUSES:
         raise ValidationFailed(
-            "The filter is not valid.", issues=[Issue("query:status", "invalid", f"must be one of {', '.join(STATUSES)}")]
+            "The filter is not valid.",
+            issues=[Issue("query:status", "invalid", f"must be one of {', '.join(STATUSES)}")],
         )
     query: Select[Any] = select(WorkflowApproval).where(
         WorkflowApproval.realm_id == realm_id, WorkflowApproval.subject_id != user_id
