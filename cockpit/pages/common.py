@@ -16,9 +16,9 @@ from typing import Any
 from litestar import Request
 from litestar.response import Template
 
-from cockpit.auth import Principal, may_request, principal_of
+from cockpit.auth import Principal, may_request, principal_of, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity
+from engine.directory import identity, roles
 from engine.directory.authz import Authority
 from engine.platform.errors import EngineError, invalid
 
@@ -155,3 +155,28 @@ async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: 
     if user is None:
         raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
     return user.id
+
+
+async def assign_role_from_form(
+    request: AnyRequest,
+    db_session: DbSession,
+    principal: Principal,
+    form: dict[str, str],
+    *,
+    user_id: str | None = None,
+    service_principal_id: str | None = None,
+) -> None:
+    """A role assignment posted from a page (a user's or a service principal's): the engine's
+    rules (grant ceiling, the holder not above the caller), in a savepoint so a refusal changes
+    nothing; an ``EngineError`` is the page's to show."""
+    assert principal.authority is not None  # loaded by the guard (the route has a permission)
+    async with db_session.begin_nested():
+        await roles.create_assignment(
+            db_session,
+            principal.actor(request_id_of(request)),
+            principal.authority,
+            role_id=(form.get("role_id") or "").strip(),
+            user_id=user_id,
+            service_principal_id=service_principal_id,
+            organization_id=(form.get("organization_id") or "").strip() or None,
+        )

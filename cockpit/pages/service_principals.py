@@ -15,7 +15,7 @@ from litestar.params import FromPath, FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, may, page
+from cockpit.pages.common import assign_role_from_form, form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import overview, roles, tokens
 from engine.directory import principals as directory
@@ -160,16 +160,10 @@ class ServicePrincipalsPages(Controller):
     ) -> Response[Any]:
         """Assign a realm-wide role to this service principal: the grant ceiling applies (in the engine)."""
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
-        assert principal.authority is not None  # loaded by the guard (the route has a permission)
+        # Realm-wide only: the form has no scope (a service principal belongs to no organization).
+        realm_wide = {"role_id": data.get("role_id") or ""}
         try:
-            async with db_session.begin_nested():
-                await roles.create_assignment(
-                    db_session,
-                    principal.actor(request_id_of(request)),
-                    principal.authority,
-                    role_id=(data.get("role_id") or "").strip(),
-                    service_principal_id=sp.id,
-                )
+            await assign_role_from_form(request, db_session, principal, realm_wide, service_principal_id=sp.id)
         except EngineError as exc:
             return await self._detail(request, db_session, principal, sp, status_code=exc.status, role_error=exc.detail)
         return Redirect(f"/realms/{principal.realm.slug}/service-principals/{sp.id}?assigned=1", status_code=303)

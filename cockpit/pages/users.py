@@ -16,7 +16,7 @@ from litestar.response import Redirect, Template
 
 from cockpit.api.common import check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, may, page, targets
+from cockpit.pages.common import assign_role_from_form, form_errors, may, page, targets
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
@@ -296,17 +296,8 @@ class UsersPages(Controller):
     ) -> Response[Any]:
         """Assign a role to this user, realm-wide or in one organization: the grant ceiling applies."""
         user = await directory.get_user(db_session, principal.realm.id, user_id)
-        assert principal.authority is not None  # loaded by the guard (the route has a permission)
         try:
-            async with db_session.begin_nested():
-                await roles.create_assignment(
-                    db_session,
-                    principal.actor(request_id_of(request)),
-                    principal.authority,
-                    role_id=(data.get("role_id") or "").strip(),
-                    user_id=user.id,
-                    organization_id=(data.get("organization_id") or "").strip() or None,
-                )
+            await assign_role_from_form(request, db_session, principal, data, user_id=user.id)
         except EngineError as exc:
             return await self._detail(
                 request, db_session, principal, user, status_code=exc.status, action_error=("role", exc.detail)
