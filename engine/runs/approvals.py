@@ -32,11 +32,11 @@ from engine.platform.config import get_settings
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
-from engine.runs import runstore
 from engine.runs.approval_models import ApprovalLink, WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.runs.notices import LINK_PLACEHOLDER, record_notice
 from engine.runs.outcome_events import emit_approval_event
+from engine.runs.runstore import scheduling
 from engine.workflows.definitions.durations import parse_duration
 from engine.workflows.models import Workflow
 
@@ -451,7 +451,7 @@ async def _decide(
             await _assign_requested_role(session, actor, approval)
         return approval
     # Due now; a run paused by its disabled workflow keeps its place and continues when enabled.
-    await runstore.make_decided_due(session, run.id, now=now)
+    await scheduling.make_decided_due(session, run.id, now=now)
     return approval
 
 

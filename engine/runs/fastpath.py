@@ -3,10 +3,10 @@
 The single-run executor (engine/runs/runner.py) reads the run, its revision, its attempts and its
 publisher's authority through the ORM and makes the effect through the directory's writers: some
 twenty round trips. This module does the same work for a group of runs in three statements on the
-raw asyncpg connection — the lock of every run of the group (``runstore.LOCK_FOR_TRANSITION``, a
+raw asyncpg connection — the lock of every run of the group (``batched.LOCK_FOR_TRANSITION``, a
 row lock under the lease), what the group's decisions read of the directory
-(``runstore.STEP_FACTS``), and one data-modifying statement for all of them
-(``runstore.FAST_TRANSITIONS``: each run's effect or refusal, its attempt, audit and outbox
+(``batched.STEP_FACTS``), and one data-modifying statement for all of them
+(``batched.FAST_TRANSITIONS``: each run's effect or refusal, its attempt, audit and outbox
 events, and its advance, which renews the lease) — with what never changes, or changes rarely,
 kept in memory:
 
@@ -45,7 +45,6 @@ from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
 from engine.directory.notice_templates import NOTICE_TEXTS, WORKFLOW_NOTICE, render_workflow_notice
 from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.ids import new_id
-from engine.runs import runstore
 from engine.runs.decisions import (
     Effect,
     GroupFacts,
@@ -62,6 +61,7 @@ from engine.runs.decisions import (
 from engine.runs.notices import NOT_CONFIGURED, NOT_CONFIGURED_TEXT, QUEUED
 from engine.runs.outcome_events import run_outcome_entry
 from engine.runs.retry import policy_for
+from engine.runs.runstore import batched
 from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_SUCCEEDED,
@@ -94,7 +94,7 @@ MIRRORED: dict[str, Any] = {
 }
 FAST_STEP_TYPES = frozenset(MIRRORED)
 CACHE_LIMIT = 10_000  # entries per cache; a full cache starts again empty
-_AUTHORITY = runstore.positional(AUTHORITY_SQL)
+_AUTHORITY = batched.positional(AUTHORITY_SQL)
 
 
 @dataclass(frozen=True)
@@ -182,13 +182,13 @@ class FastPath:
     async def lock(self, conn: Any, run_ids: list[str], *, now: datetime) -> dict[str, Any]:
         """Lock the runs this worker still holds; what each transition needs, by run id."""
         values = {"run_ids": run_ids, "worker_id": self.worker_id, "now": now}
-        rows = await conn.fetch(runstore.LOCK_FOR_TRANSITION.sql, *runstore.LOCK_FOR_TRANSITION.args(values))
+        rows = await conn.fetch(batched.LOCK_FOR_TRANSITION.sql, *batched.LOCK_FOR_TRANSITION.args(values))
         return {row["id"]: row for row in rows}
 
     async def _revision(self, conn: Any, revision_id: str) -> Revision | None:
         revision = self.revisions.get(revision_id)
         if revision is None:
-            q = runstore.REVISION_BY_ID
+            q = batched.REVISION_BY_ID
             row = await conn.fetchrow(q.sql, *q.args({"revision_id": revision_id}))
             if row is None:
                 return None
@@ -238,7 +238,7 @@ class FastPath:
         cached: CachedRole | None = staged.recall(self.roles, role_id)
         if cached is not None and cached.epoch == epoch:
             return cached
-        q = runstore.ROLE_BY_ID
+        q = batched.ROLE_BY_ID
         row = await conn.fetchrow(q.sql, *q.args({"role_id": role_id}))
         if row is None:
             return None
@@ -253,7 +253,7 @@ class FastPath:
         cached: CachedGroup | None = staged.recall(self.groups, group_id)
         if cached is not None and cached.epoch == epoch:
             return cached
-        q = runstore.GROUP_WITH_ROLES
+        q = batched.GROUP_WITH_ROLES
         row = await conn.fetchrow(q.sql, *q.args({"group_id": group_id}))
         if row is None:
             return None
@@ -273,7 +273,7 @@ class FastPath:
         ``publishers`` are the accountable publishers of every run in this transaction, and every
         subject of more than one of its runs: a run whose subject is one of them changes an authority
         another run of the transaction reads, and goes the ordinary way. What the decisions read of
-        the directory is read for the whole group in one statement (``runstore.STEP_FACTS``).
+        the directory is read for the whole group in one statement (``batched.STEP_FACTS``).
         """
         ready: list[tuple[Mapping[str, Any], Revision, dict[str, Any], int, _Wanted]] = []
         for run in runs:
@@ -325,7 +325,7 @@ class FastPath:
         return revision, step, index, await self._wanted(conn, staged, run, step)
 
     async def _wanted(self, conn: Any, staged: Staged, run: Mapping[str, Any], step: dict[str, Any]) -> _Wanted:
-        """What the step's decision reads beyond the caches (``runstore.STEP_FACTS``)."""
+        """What the step's decision reads beyond the caches (``batched.STEP_FACTS``)."""
         kind = step["type"]
         organization_id = step.get("organization_id") or run["organization_id"]
         wanted = _Wanted(facts=kind != "end")
@@ -355,7 +355,7 @@ class FastPath:
         return wanted
 
     async def _facts(self, conn: Any, runs: list[tuple[Mapping[str, Any], _Wanted]]) -> dict[str, Any]:
-        """``runstore.STEP_FACTS`` for the runs that read the directory, in one statement: by run id."""
+        """``batched.STEP_FACTS`` for the runs that read the directory, in one statement: by run id."""
         if not runs:
             return {}
         values: dict[str, Any] = {
@@ -376,7 +376,7 @@ class FastPath:
             "wall_now": SYSTEM_CLOCK.now(),
             "admin_role": ADMIN_ROLE,
         }
-        q = runstore.STEP_FACTS
+        q = batched.STEP_FACTS
         return {row["run_id"]: row for row in await conn.fetch(q.sql, *q.args(values))}
 
     async def _snapshot(
@@ -604,16 +604,16 @@ class FastPath:
         for position, name in enumerate(_OUTBOX_COLUMNS):
             values[name] = [event[position] for event in outbox]
         values["worker_id"] = self.worker_id
-        q = runstore.FAST_TRANSITIONS
+        q = batched.FAST_TRANSITIONS
         moved = {row[0] for row in await conn.fetch(q.sql, *q.args(values))}
         if any(move.outbox and move.run_id in moved for move in moves):
-            await conn.execute(runstore.OUTBOX_WAKE)  # the dispatcher wakes when this transaction commits
+            await conn.execute(batched.OUTBOX_WAKE)  # the dispatcher wakes when this transaction commits
         return moved
 
 
 @dataclass(frozen=True)
 class Move:
-    """One run's transition, ready for ``FastPath.apply``: a row of ``runstore.FAST_TRANSITIONS``."""
+    """One run's transition, ready for ``FastPath.apply``: a row of ``batched.FAST_TRANSITIONS``."""
 
     run_id: str
     finished: bool
@@ -626,7 +626,7 @@ class Move:
 
 @dataclass
 class _Wanted:
-    """What one run's step reads of the directory (a row of ``runstore.STEP_FACTS``), and its cached role or group."""
+    """What one run's step reads of the directory (a row of ``batched.STEP_FACTS``), and its cached role or group."""
 
     facts: bool
     org: str | None = None  # the organization whose existence is checked
@@ -688,7 +688,7 @@ _OUTBOX_COLUMNS = (
 )
 _MOVE_COLUMNS = tuple(
     name
-    for name in runstore.FAST_TRANSITIONS.names
+    for name in batched.FAST_TRANSITIONS.names
     if name not in _AUDIT_COLUMNS and name not in _OUTBOX_COLUMNS and name != "worker_id"
 )
 

@@ -24,9 +24,9 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import id_floor, new_id
 from engine.platform.pagination import Page, keyset_page
-from engine.runs import runstore
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcome import DECISION_CATEGORIES
+from engine.runs.runstore import scheduling
 from engine.runs.states import FINISHED, PENDING, RUN_STATES
 from engine.workflows.models import Workflow, WorkflowRevision
 from engine.workflows.service import delegation_issues, get_workflow
@@ -64,7 +64,7 @@ async def start_run(session: AsyncSession, request: StartRequest, *, notify: boo
     moment = SYSTEM_CLOCK.now()
     run_id = new_id("wrn")
     values = _run_row(run_id, request, moment)
-    if not await runstore.insert_runs(session, [values]):
+    if not await scheduling.insert_runs(session, [values]):
         return None
     run = await session.get(WorkflowRun, run_id)
     assert run is not None
@@ -88,7 +88,7 @@ async def start_run(session: AsyncSession, request: StartRequest, *, notify: boo
         },
     )
     if notify:
-        await runstore.notify_due(session)
+        await scheduling.notify_due(session)
     return run
 
 
@@ -102,7 +102,7 @@ async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> lis
     values = []
     for request in requests:
         values.append(_run_row(new_id("wrn"), request, moment))
-    started = await runstore.insert_runs(session, values)
+    started = await scheduling.insert_runs(session, values)
     events = [
         AuditEvent(
             id=new_id("aud"),
@@ -130,7 +130,7 @@ async def start_runs(session: AsyncSession, requests: list[StartRequest]) -> lis
     ]
     if events:
         await session.execute(insert(AuditEvent).values([_audit_row(e) for e in events]))
-        await runstore.notify_due(session)
+        await scheduling.notify_due(session)
     return [str(row["id"]) for row in values if row["id"] in started]
 
 
@@ -371,7 +371,7 @@ async def cancel_run(session: AsyncSession, actor: Actor, run_id: str, *, reason
         raise Conflict("The run is compensating already.")
     if run.cancel_requested_at is not None:
         raise Conflict("A cancellation was requested already.")
-    updated = await runstore.request_cancel(
+    updated = await scheduling.request_cancel(
         session, run.id, actor.realm_id, by=actor.id or "", reason=reason, now=SYSTEM_CLOCK.now()
     )
     if updated is None:
@@ -385,7 +385,7 @@ async def cancel_run(session: AsyncSession, actor: Actor, run_id: str, *, reason
         subject_id=run.id,
         details={"reason": reason},
     )
-    await runstore.notify_due(session)
+    await scheduling.notify_due(session)
     return updated
 
 
