@@ -21,7 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from engine.endpoints.calls import PreparedCall
 from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.runs.endpoint_calls import complete_call
-from engine.runs.fastpath import FastPath, Move, Staged
+from engine.runs.fastpath import FastPath
+from engine.runs.fastpath_caches import Staged
+from engine.runs.fastpath_forms import Move
 from engine.runs.holder import RunnerSettings, run_actor
 from engine.runs.runstore import leases
 from engine.runs.runstore.leases import LeaseLost

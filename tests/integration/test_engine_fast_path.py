@@ -20,7 +20,7 @@ from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Role, User
 from engine.platform.clock import FixedClock
-from engine.runs.fastpath import _AUTHORITY
+from engine.runs.fastpath_caches import _AUTHORITY
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import batched
 from testing.statements import recording
