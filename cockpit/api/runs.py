@@ -13,7 +13,7 @@ from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.runs import approvals, views
+from engine.runs import approval_views, approvals, views
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.models import WorkflowRun
@@ -79,7 +79,7 @@ class ManualRunsController(Controller):
 async def run_document(session: DbSession, run: WorkflowRun) -> dict[str, Any]:
     """A run with its attempts, what was undone and its approvals (the ``Approval`` shape, as everywhere)."""
     out = views.run_view(run, await runs.run_attempts(session, run.id))
-    out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(session, run.id)]
+    out["approvals"] = [approval_views.approval_view(a) for a in await approvals.for_run(session, run.id)]
     return out
 
 

@@ -41,7 +41,7 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
 from engine.runs import states as st
-from engine.runs.approvals import count_pending_approvals
+from engine.runs.approval_views import count_pending_approvals
 from engine.runs.models import RunResolution, WorkflowRun
 from engine.runs.outcome import DECISION_CATEGORIES, is_decision
 
@@ -272,7 +272,7 @@ def attempt_view(a: AttemptRow) -> dict[str, Any]:
 
 
 # The workflow of the realm, with its approvals waiting for a decision (the rule of
-# ``approvals.count_pending_approvals``: status pending, by realm and workflow).
+# ``approval_views.count_pending_approvals``: status pending, by realm and workflow).
 _WORKFLOW_SQL = positional(
     """
     SELECT w.id, w.name,

@@ -21,7 +21,7 @@ from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
-from engine.runs import approvals, metrics
+from engine.runs import approval_models, approvals, metrics
 from engine.runs.compensation import compensate
 from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
 from engine.runs.endpoint_calls import complete_call, start_call
@@ -259,7 +259,7 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         failure = StepFailure("approval_missing", "The run's approval record is missing.", permanent=True)
         await record_failure(h, session, run, attempt, failure)
         return True
-    if approval.status == approvals.PENDING:
+    if approval.status == approval_models.PENDING:
         if approval.expires_at <= now:
             await approvals.expire(session, approval, now=now, correlation_id=run.id)
         elif approval.reminded_at is None and approval.remind_at is not None and approval.remind_at <= now:
@@ -281,7 +281,7 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         "comment": approval.comment,
     }
     context = {**run.context, "approvals": [*(run.context.get("approvals") or []), decision]}
-    if approval.status == approvals.APPROVED:
+    if approval.status == approval_models.APPROVED:
         attempt.state = ATTEMPT_SUCCEEDED
         attempt.result = {"approval_id": approval.id, "decided_by": approval.decided_by}
         attempt.finished_at = now
@@ -298,7 +298,7 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
             context=context,
         )
         return True
-    category = {approvals.REJECTED: "approval_rejected", approvals.EXPIRED: "approval_expired"}.get(
+    category = {approval_models.REJECTED: "approval_rejected", approval_models.EXPIRED: "approval_expired"}.get(
         approval.status, "cancelled"
     )
     words = {

@@ -91,7 +91,7 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
         "only a named approver decides; an approved role assignment is made by roles.create_assignment (checked)"
     ),
     "engine.runs.approvals.delegate": "only a named approver hands their decision on",
-    "engine.runs.approvals.request_role_assignment": "records what roles.create_assignment (checked) answered",
+    "engine.runs.role_requests.request_role_assignment": "records what roles.create_assignment (checked) answered",
     "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
     "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
     "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.service.set_enabled's rules",

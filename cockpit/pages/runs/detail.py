@@ -33,6 +33,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, NotFound
+from engine.runs import approval_views
 from engine.runs import approvals as approval_records
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
@@ -71,7 +72,7 @@ class RunPages(Controller):
         found = await runs.get_run_context(db_session, realm_id, run_id)
         run, workflow, steps = found.run, found.workflow, found.steps
         attempts = await runs.run_attempts(db_session, run.id)
-        approvals = [approval_records.approval_view(a) for a in await approval_records.for_run(db_session, run.id)]
+        approvals = [approval_views.approval_view(a) for a in await approval_records.for_run(db_session, run.id)]
         users = await people(
             db_session,
             realm_id,
