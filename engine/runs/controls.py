@@ -31,14 +31,12 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
 from engine.runs.models import WorkflowRun
+from engine.runs.run_reads import RunFilter, _runs_query, get_run
 from engine.runs.runstore import scheduling
 from engine.runs.service import (
     CATEGORY,
-    RunFilter,
     StartRequest,
-    _runs_query,
     cancel_run,
-    get_run,
     published_revision,
     require_starter,
     start_run,

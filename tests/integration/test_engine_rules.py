@@ -18,6 +18,7 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import CAP_MS
@@ -57,8 +58,8 @@ async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
 
 async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        return run, await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        return run, await run_reads.run_attempts(session, run_id)
 
 
 async def events(realm: RealmHandle, run_id: str, prefix: str = "workflow.") -> list[tuple[str, str | None, Any]]:

@@ -35,6 +35,7 @@ from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict
 from engine.runs import controls as run_controls
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import leases
@@ -208,7 +209,7 @@ class RunLifecycle(RuleBasedStateMachine):
 
         async def go() -> None:
             async with self.realm.sessions() as session:
-                before = await runs.get_run(session, self.realm.id, run_id)
+                before = await run_reads.get_run(session, self.realm.id, run_id)
                 refusable = before.state in FINISHED or before.state == "compensating" or before.cancel_requested_at
             try:
                 async with self.realm.sessions() as session, session.begin():
