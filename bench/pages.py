@@ -387,7 +387,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         realm_counts,
         workflow_kpis,
     )
-    from engine.runs import diagnostics, run_reads
+    from engine.runs import attention, diagnostics, run_reads
     from engine.runs.metrics import database_gauges
 
     engine = make_engine(url, pool_size=1)
@@ -431,7 +431,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         label["now"] = "diagnostics: workflow"
         await diagnostics.workflow_diagnostics(session, realm_id, targets["workflows"][0])
         label["now"] = "needs attention: first page"
-        await diagnostics.needs_attention(session, realm_id)
+        await attention.needs_attention(session, realm_id)
         label["now"] = "/metrics: gauges"
         await database_gauges(session)
     event.remove(engine.sync_engine, "before_cursor_execute", on_execute)

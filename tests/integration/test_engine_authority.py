@@ -97,7 +97,7 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.service.set_enabled's rules",
     "engine.runs.controls.retry_now": "changes only when a waiting attempt happens",
     "engine.runs.controls.bulk_action": "each run goes through its own cancel or re-run",
-    "engine.runs.diagnostics.resolve_run": "records a note on a finished run",
+    "engine.runs.attention.resolve_run": "records a note on a finished run",
     "engine.runs.service.start_manual_run": (
         "starts a run: the starter's authority over the subject and every step is checked there; the run's"
         " steps change principals through the functions registered here, with the publisher's authority"
