@@ -1102,6 +1102,7 @@ def on_scratch_database(maintenance: str, options: Options, prefix: str, started
         print()
         print(report(results, options, url, started, time.monotonic() - clock))
         if options.sizes:
+            forget_pgbench_rows(url)  # the last baseline's rows: not the product's
             print()
             print(table_sizes(url))
         return 0

@@ -168,8 +168,7 @@ def measure(
     cpu = server_cpu(*pids)
     elapsed, latencies, failures = asyncio.run(load(base, token, requests, args.concurrency, verify))
     cpu = server_cpu(*pids) - cpu
-    print(f"{setup}: done", flush=True)
-    return (
+    row = (
         setup,
         len(latencies),
         failures,
@@ -181,6 +180,13 @@ def measure(
         statistics.mean(latencies) * 1000,
         cpu / max(1, len(latencies)) * 1000,
     )
+    print(f"{setup}: done; {format_row(row)}", flush=True)
+    return row
+
+
+def format_row(row: tuple[Any, ...]) -> str:
+    p, n, f, s, rps, p50, p95, p99, mean, cpu_ms = row
+    return f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} | {cpu_ms:.1f} |"
 
 
 def local_rows(args: argparse.Namespace) -> list[tuple[Any, ...]]:
@@ -252,14 +258,15 @@ def topology_rows(args: argparse.Namespace) -> list[tuple[Any, ...]]:
             for host in layout.web:
                 command = [*unit_command("cockpit-web.service"), "--processes", "1"]
                 servers[host.role] = host.start(command, envs[host.role], folder / host.role / "web.log")
-            for host in layout.web:
-                wait_http(f"http://{host.address}:8000/readyz", timeout=180)
+            for host in layout.web:  # /healthz: /readyz also waits for a worker's heartbeat, and none runs here
+                wait_http(f"http://{host.address}:8000/healthz", timeout=180)
             time.sleep(3)
             web1 = f"http://{layout.web[0].address}:8000"
             user_ids = seed_users(web1, token, args.users)
             rows.append(measure("1 web host, 1 process, http", web1, token, user_ids, [servers["web1"].pid], 11, args))
             certificates = throwaway_ca(folder / "tls", layout.proxy.address)
-            base = start_proxy(layout.proxy, folder / "nginx", [f"{h.address}:8000" for h in layout.web], certificates)
+            web = [f"{h.address}:8000" for h in layout.web]
+            base = start_proxy(layout.proxy, folder / "nginx", web, certificates, ready="/healthz")
             verify = ssl.create_default_context(cafile=certificates.ca)
             pids = [p.pid for p in servers.values()]
             setup = "2 web hosts × 1 process behind nginx, https"
@@ -298,10 +305,8 @@ def main() -> None:
     )
     print("| setup | requests | failed | seconds | requests/s | p50 ms | p95 ms | p99 ms | mean ms | CPU ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for p, n, f, s, rps, p50, p95, p99, mean, cpu_ms in rows:
-        print(
-            f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} | {cpu_ms:.1f} |"
-        )
+    for row in rows:
+        print(format_row(row))
     print(f"\nload average at the start: {load_start}; at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

@@ -68,4 +68,10 @@ def table_sizes(url: str, *, min_rows: int = 100) -> str:
             ).fetchone()
             if runs and found:
                 per_run.append(f"| {table} | {int(found[0]) / runs:.2f} |")
+        for state, count in conn.execute(
+            "SELECT a.state, count(*) FROM step_attempts a JOIN workflow_runs r ON r.id = a.run_id "
+            "WHERE r.finished_at IS NOT NULL GROUP BY 1 ORDER BY 1"
+        ):
+            if runs:
+                per_run.append(f"| step_attempts, {state} | {int(count) / runs:.2f} |")
     return "\n".join([*lines, "", *indexes, "", *per_run])

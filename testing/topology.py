@@ -480,9 +480,12 @@ def host_env(
     return env | read_env(rendered)
 
 
-def start_proxy(proxy: Host, folder: Path, web: list[str], certificates: Certificates, timeout: float = 60) -> str:
+def start_proxy(
+    proxy: Host, folder: Path, web: list[str], certificates: Certificates, timeout: float = 60, ready: str = "/readyz"
+) -> str:
     """nginx on ``proxy`` with ``deploy/nginx/cockpit.conf`` in front of ``web`` (``address:port`` each), its
-    files under ``folder``; waits until ``/readyz`` answers 200 through it. Its https base URL."""
+    files under ``folder``; waits until ``ready`` answers 200 through it (``/readyz`` also waits for a
+    worker's heartbeat). Its https base URL."""
     site = folder / "cockpit.conf"
     folder.mkdir(parents=True, exist_ok=True)
     site.write_text(
@@ -500,10 +503,10 @@ def start_proxy(proxy: Host, folder: Path, web: list[str], certificates: Certifi
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"{base}/readyz", verify=verify, timeout=5).status_code == 200:
+            if httpx.get(f"{base}{ready}", verify=verify, timeout=5).status_code == 200:
                 return base
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the proxy did not answer /readyz: {(folder / 'error.log').read_text()[-2000:]}")
+            raise RuntimeError(f"the proxy did not answer {ready}: {(folder / 'error.log').read_text()[-2000:]}")
         time.sleep(0.2)
