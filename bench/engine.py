@@ -60,7 +60,7 @@ from testing.chaos import (  # noqa: E402
     publish,
     start_manual_runs,
 )
-from testing.processes import cockpit_env, free_port, wait_http  # noqa: E402
+from testing.processes import cockpit_env, free_port, postmaster_pid, server_cpu, wait_http  # noqa: E402
 from testing.processes import start as start_process  # noqa: E402
 from testing.processes import stop as stop_process  # noqa: E402
 from testing.servers import server_folder  # noqa: E402
@@ -524,25 +524,8 @@ async def server_pid(sessions: async_sessionmaker[AsyncSession]) -> int | None:
     """The PostgreSQL postmaster's pid when the server runs on this machine and we may read its data directory."""
     with contextlib.suppress(Exception):
         async with sessions() as session:
-            directory = str(await session.scalar(text("SHOW data_directory")))
-        return int((Path(directory) / "postmaster.pid").read_text().split()[0])
+            return postmaster_pid(str(await session.scalar(text("SHOW data_directory"))))
     return None
-
-
-def server_cpu(postmaster: int | None) -> float | None:
-    """User + system CPU of the server: the postmaster, its live children, and the children it reaped."""
-    if postmaster is None:
-        return None
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            pid = int(stat.parent.name)
-            if pid == postmaster:
-                ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-            elif int(fields[1]) == postmaster:  # ppid
-                ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> str:

@@ -15,7 +15,8 @@ automation's. The client runs on the same machine as the server, so on two cores
 with the web processes for them; every request must answer 2xx (a failure or a dropped
 connection is counted and named on stderr). Server CPU per request is the user + system time of
 the server's processes over the timed part, divided by the requests (column `CPU ms`): the figure that moves
-least with whatever else the machine is doing.
+least with whatever else the machine is doing. Database CPU per request (column `database CPU ms`) is the
+same for the PostgreSQL server's processes, when it runs on this machine.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.platform.config import PROJECT_ROOT
+from engine.platform.database import libpq_conninfo
 from testing.databases import clone_database, drop_database, ensure_template, server_maintenance_url
-from testing.processes import cockpit_env, free_port, start, stop, wait_http
+from testing.processes import cockpit_env, free_port, postmaster_pid, server_cpu, start, stop, wait_http
 from testing.servers import server_folder
 from testing.topology import (
     Network,
@@ -119,7 +122,7 @@ async def load(
     return elapsed, latencies, failures
 
 
-def server_cpu(*pids: int) -> float:
+def web_cpu(*pids: int) -> float:
     """CPU seconds (user + system) of the servers and their web processes so far."""
     import psutil
 
@@ -137,6 +140,13 @@ def server_cpu(*pids: int) -> float:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def data_directory_postmaster(url: str) -> int | None:
+    """The postmaster's pid of the server at ``url`` when it runs on this machine."""
+    with psycopg.connect(libpq_conninfo(url)) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
+    return postmaster_pid(row[0]) if row else None
 
 
 def seed_users(base: str, token: str, count: int, verify: ssl.SSLContext | bool = True) -> list[str]:
@@ -160,14 +170,16 @@ def measure(
     seed: int,
     args: argparse.Namespace,
     verify: ssl.SSLContext | bool = True,
+    postmaster: int | None = None,
 ) -> tuple[Any, ...]:
     """200 warm-up requests, then ``--requests`` of the mix; one row of the table."""
     warm = plan(200, user_ids, seed=args.seed + 1000 + seed)
     asyncio.run(load(base, token, warm, args.concurrency, verify))
     requests = plan(args.requests, user_ids, seed=args.seed + seed)
-    cpu = server_cpu(*pids)
+    cpu, db_cpu = web_cpu(*pids), server_cpu(postmaster)
     elapsed, latencies, failures = asyncio.run(load(base, token, requests, args.concurrency, verify))
-    cpu = server_cpu(*pids) - cpu
+    cpu, db_after = web_cpu(*pids) - cpu, server_cpu(postmaster)
+    db_ms = None if db_cpu is None or db_after is None else (db_after - db_cpu) / max(1, len(latencies)) * 1000
     row = (
         setup,
         len(latencies),
@@ -179,20 +191,26 @@ def measure(
         pct(latencies, 0.99),
         statistics.mean(latencies) * 1000,
         cpu / max(1, len(latencies)) * 1000,
+        db_ms,
     )
     print(f"{setup}: done; {format_row(row)}", flush=True)
     return row
 
 
 def format_row(row: tuple[Any, ...]) -> str:
-    p, n, f, s, rps, p50, p95, p99, mean, cpu_ms = row
-    return f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} | {cpu_ms:.1f} |"
+    p, n, f, s, rps, p50, p95, p99, mean, cpu_ms, db_ms = row
+    db = "" if db_ms is None else f"{db_ms:.1f}"
+    return (
+        f"| {p} | {n} | {f} | {s:.1f} | {rps:.0f} | {p50:.0f} | {p95:.0f} | {p99:.0f} | {mean:.0f} | {cpu_ms:.1f} "
+        f"| {db} |"
+    )
 
 
 def local_rows(args: argparse.Namespace) -> list[tuple[Any, ...]]:
     """``cockpit serve --processes N`` on this machine, on a clone of the embedded test server's template."""
     maintenance = server_maintenance_url()
     url = clone_database(maintenance, ensure_template(maintenance))
+    postmaster = data_directory_postmaster(maintenance)
     home = Path(tempfile.mkdtemp(prefix="cockpit-bench-web-"))
     env = cockpit_env(url, home, COCKPIT_LOG_LEVEL="INFO")
     rows = []
@@ -213,7 +231,7 @@ def local_rows(args: argparse.Namespace) -> list[tuple[Any, ...]]:
                 time.sleep(3 * processes)  # every process up and its pools warm
                 user_ids = user_ids or seed_users(base, token, args.users)
                 setup = f"{processes} process{'es' if processes > 1 else ''}, this machine, http"
-                rows.append(measure(setup, base, token, user_ids, [server.pid], processes, args))
+                rows.append(measure(setup, base, token, user_ids, [server.pid], processes, args, postmaster=postmaster))
             finally:
                 stop(server, timeout=60)
     finally:
@@ -263,14 +281,16 @@ def topology_rows(args: argparse.Namespace) -> list[tuple[Any, ...]]:
             time.sleep(3)
             web1 = f"http://{layout.web[0].address}:8000"
             user_ids = seed_users(web1, token, args.users)
-            rows.append(measure("1 web host, 1 process, http", web1, token, user_ids, [servers["web1"].pid], 11, args))
+            postmaster = postmaster_pid(layout.postgres.data)
+            setup = "1 web host, 1 process, http"
+            rows.append(measure(setup, web1, token, user_ids, [servers["web1"].pid], 11, args, postmaster=postmaster))
             certificates = throwaway_ca(folder / "tls", layout.proxy.address)
             web = [f"{h.address}:8000" for h in layout.web]
             base = start_proxy(layout.proxy, folder / "nginx", web, certificates, ready="/healthz")
             verify = ssl.create_default_context(cafile=certificates.ca)
             pids = [p.pid for p in servers.values()]
             setup = "2 web hosts × 1 process behind nginx, https"
-            rows.append(measure(setup, base, token, user_ids, pids, 12, args, verify))
+            rows.append(measure(setup, base, token, user_ids, pids, 12, args, verify, postmaster))
         finally:
             if layout is not None:
                 layout.postgres.stop()
@@ -303,8 +323,11 @@ def main() -> None:
         f"\n{args.requests} requests (40 % list, 20 % one user, 10 % audit, 15 % create, 15 % rename), "
         f"concurrency {args.concurrency}\n"
     )
-    print("| setup | requests | failed | seconds | requests/s | p50 ms | p95 ms | p99 ms | mean ms | CPU ms |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| setup | requests | failed | seconds | requests/s | p50 ms | p95 ms | p99 ms | mean ms | CPU ms "
+        "| database CPU ms |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(format_row(row))
     print(f"\nload average at the start: {load_start}; at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
