@@ -997,8 +997,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--topology",
         action="store_true",
-        help="run PostgreSQL (Debian's 15) and each worker process in a host of their own, Linux network "
-        "namespaces on a bridge (testing/topology.py; needs root): three worker hosts",
+        help="run PostgreSQL (Debian's 15, fsync on) and each worker process in a host of their own, Linux "
+        "network namespaces on a bridge (testing/topology.py; needs root): three worker hosts",
     )
     parser.add_argument(
         "--workload",
