@@ -53,6 +53,7 @@ from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
 from engine.platform.ids import new_id  # noqa: E402
 from engine.platform.migrate import upgrade  # noqa: E402
 from testing.receiver import Receiver  # noqa: E402
+from testing.sizes import table_sizes  # noqa: E402
 
 OPERATOR_KEY = "bench-operator-key-0123456789abcdef0123456789"
 
@@ -134,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscriptions", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--sizes", action="store_true", help="at the end, print each table's rows and bytes per row (testing/sizes.py)"
+    )
     args = parser.parse_args(argv)
     maintenance = server_url(load_settings())
     name = f"deliveries_bench_{secrets.token_hex(4)}"
@@ -169,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             f"median: bare {statistics.median(b for b, _ in rows):.0f}/s, "
             f"deliveries {statistics.median(p for _, p in rows):.0f}/s, ratio {statistics.median(ratios):.2f}"
         )
+        if args.sizes:
+            print()
+            print(table_sizes(url))
         return 0
     finally:
         receiver.stop()

@@ -32,6 +32,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime, timedelta  # noqa: E402
 from typing import Any  # noqa: E402
@@ -59,9 +60,12 @@ from testing.chaos import (  # noqa: E402
     publish,
     start_manual_runs,
 )
-from testing.processes import cockpit_env, free_port, wait_http  # noqa: E402
+from testing.processes import cockpit_env, free_port, postmaster_pid, server_cpu, wait_http  # noqa: E402
 from testing.processes import start as start_process  # noqa: E402
 from testing.processes import stop as stop_process  # noqa: E402
+from testing.servers import server_folder  # noqa: E402
+from testing.sizes import table_sizes  # noqa: E402
+from testing.topology import Host, Layout, Network, add_hosts, why_no_namespaces  # noqa: E402
 
 PHASE_TIMEOUT_S = 60.0  # a throughput phase stops counting after this (the rate is still valid)
 WORKER_START_TIMEOUT_S = 180.0  # the first phase drains the setup's outbox (a user.created per user)
@@ -83,6 +87,8 @@ class Options:
     workload: str = "alternating"  # the manual workflow: alternating | mixed
     clients: int = 8  # burst: HTTP requests in flight while the runs are created
     explain_ms: int | None = None  # auto_explain every statement of the scratch database slower than this
+    sizes: bool = False  # print the tables' rows and bytes per row at the end
+    worker_hosts: tuple[Host, ...] = ()  # --topology: worker processes start in these namespace hosts, by turns
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,12 @@ PHASES = (
     Phase("2 workers, group commit", 2, 50),
 )
 MIXED_PHASES = (Phase("1 worker, group commit, every internal step type", 1, 50),)
+# The scale curve: one worker process per worker host (the local machine's, or --topology's namespaces).
+SCALE_PHASES = (
+    Phase("1 worker host", 1, 50),
+    Phase("2 worker hosts", 2, 50),
+    Phase("3 worker hosts", 3, 50),
+)
 BURST_PHASE = Phase("1 worker after an API burst", 1, 50)
 
 # The mixed workflow: every internal step type, in an order each step can succeed in. The types
@@ -512,25 +524,8 @@ async def server_pid(sessions: async_sessionmaker[AsyncSession]) -> int | None:
     """The PostgreSQL postmaster's pid when the server runs on this machine and we may read its data directory."""
     with contextlib.suppress(Exception):
         async with sessions() as session:
-            directory = str(await session.scalar(text("SHOW data_directory")))
-        return int((Path(directory) / "postmaster.pid").read_text().split()[0])
+            return postmaster_pid(str(await session.scalar(text("SHOW data_directory"))))
     return None
-
-
-def server_cpu(postmaster: int | None) -> float | None:
-    """User + system CPU of the server: the postmaster, its live children, and the children it reaped."""
-    if postmaster is None:
-        return None
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            pid = int(stat.parent.name)
-            if pid == postmaster:
-                ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-            elif int(fields[1]) == postmaster:  # ppid
-                ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> str:
@@ -556,7 +551,7 @@ def cpu_seconds(pids: list[int]) -> float:
 async def measure(url: str, options: Options, work: Path) -> Results:
     if options.scenario == "burst":
         return await measure_burst(url, options, work)
-    phases = MIXED_PHASES if options.scenario == "mixed" else PHASES
+    phases = {"mixed": MIXED_PHASES, "scale": SCALE_PHASES}.get(options.scenario, PHASES)
     results = Results(load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
     db = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(db)
@@ -566,7 +561,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         work / "home",
         **({"COCKPIT_LOG_LEVEL": "WARNING", "COCKPIT_WORKER_TENANT_SHARE": str(options.tenant_share)} | logging),
     )
-    pool = WorkerPool(base_env, work / "logs")
+    pool = WorkerPool(base_env, work / "logs", hosts=options.worker_hosts)
     try:
         async with sessions() as session:
             results.server_version = str(await session.scalar(text("SHOW server_version")))
@@ -576,7 +571,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         pgbench = find_pgbench()
         script = work / "transition.sql"
         script.write_text(PGBENCH_SCRIPT.format(realm=setup.directory.realm_id, admin=setup.directory.admin_id))
-        await prepare_pgbench(sessions, setup, clients=2)
+        await prepare_pgbench(sessions, setup, clients=max(phase.workers for phase in phases))
 
         postmaster = await server_pid(sessions)
 
@@ -597,7 +592,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
                 "COCKPIT_WORKER_GROUP_COMMIT": str(phase.group_commit),
                 "COCKPIT_WORKER_FAST_PATH": "true" if phase.fast_path else "false",
             }
-            pool = WorkerPool(env, work / f"logs-{number}")
+            pool = WorkerPool(env, work / f"logs-{number}", hosts=options.worker_hosts)
             for _ in range(phase.workers):
                 pool.spawn()
             await wait_for_workers(sessions, phase.workers)
@@ -628,7 +623,7 @@ async def measure(url: str, options: Options, work: Path) -> Results:
                 results.pgbench_tps[phase] = (before + baseline(phase.workers)) / 2
                 forget_pgbench_rows(url)
         last = phases[-1]
-        if last.workers == 2:
+        if options.scenario == "phases":
             print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
             results.latencies_ms = await event_latency(sessions, setup)
         pool.stop()
@@ -905,6 +900,11 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         rows.append(("event → first effect p50, ms", f"{percentile(results.latencies_ms, 50):.0f}"))
         rows.append(("event → first effect p95, ms", f"{percentile(results.latencies_ms, 95):.0f}"))
     width = max(len(name) for name, _ in rows)
+    where = (
+        f"{len(options.worker_hosts)} worker hosts (network namespaces) against the database host"
+        if options.worker_hosts
+        else "worker processes on this machine"
+    )
     lines = [
         f"date      {started:%Y-%m-%d %H:%M} UTC",
         f"machine   {machine()}, load average {results.load_average} (start), {results.load_average_end} (end)",
@@ -916,10 +916,30 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         f"{'measure'.ljust(width)}  value",
         f"{'-' * width}  ------",
         *(f"{name.ljust(width)}  {value}" for name, value in rows),
+        *(scale_table(results) if options.scenario == "scale" else []),
         "",
+        f"workers   {where}",
         f"finished in {elapsed:.0f} s",
     ]
     return "\n".join(lines)
+
+
+def scale_table(results: Results) -> list[str]:
+    """The scale curve: per count of worker hosts, transitions/s beside pgbench with as many clients."""
+    lines = [
+        "",
+        "| worker hosts = pgbench clients | transitions/s | pgbench tps | engine/pgbench "
+        "| worker CPU ms/transition | database CPU ms/transition |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for phase, measured in results.phases.items():
+        tps = results.pgbench_tps[phase]
+        db_cpu = "" if measured.db_cpu_ms is None else f"{measured.db_cpu_ms:.2f}"
+        lines.append(
+            f"| {phase.workers} | {measured.rate:.1f} | {tps:.1f} | {measured.rate / tps:.3f} "
+            f"| {measured.cpu_ms:.2f} | {db_cpu} |"
+        )
+    return lines
 
 
 def explain(maintenance: str, name: str, threshold_ms: int) -> None:
@@ -961,11 +981,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--scenario",
-        choices=["phases", "mixed", "burst"],
+        choices=["phases", "mixed", "burst", "scale"],
         default="phases",
         help="phases: the three throughput phases and the event latency (default); mixed: one worker over "
         "a workflow of every internal step type; burst: --runs runs made through the API on a fresh "
-        "database, then one worker started",
+        "database, then one worker started; scale: 1, 2 and 3 worker hosts (one worker process each), "
+        "each beside pgbench with as many clients",
+    )
+    parser.add_argument(
+        "--sizes",
+        action="store_true",
+        help="at the end, VACUUM (ANALYZE) the scratch database and print each table's rows, bytes per row "
+        "(pg_column_size, heap, TOAST, indexes) and each index's bytes per row",
+    )
+    parser.add_argument(
+        "--topology",
+        action="store_true",
+        help="run PostgreSQL (Debian's 15, fsync on) and each worker process in a host of their own, Linux "
+        "network namespaces on a bridge (testing/topology.py; needs root): three worker hosts",
     )
     parser.add_argument(
         "--workload",
@@ -995,12 +1028,50 @@ def main(argv: list[str] | None = None) -> int:
         args.workload or ("mixed" if args.scenario == "mixed" else "alternating"),
         max(1, args.clients),
         args.explain,
+        args.sizes,
     )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")
     started, clock = datetime.now(UTC), time.monotonic()
-    maintenance = server_url(load_settings())
-    name = f"{args.db_prefix}_{secrets.token_hex(4)}"
+    with contextlib.ExitStack() as hosts:
+        if args.topology:
+            layout = hosts.enter_context(namespace_hosts(workers=max(p.workers for p in SCALE_PHASES)))
+            options.worker_hosts = tuple(layout.workers)
+            print(
+                f"PostgreSQL host {layout.postgres.host.address}, worker hosts "
+                f"{', '.join(h.address for h in layout.workers)}",
+                flush=True,
+            )
+            maintenance = layout.postgres.url
+        else:
+            maintenance = server_url(load_settings())
+        return on_scratch_database(maintenance, options, args.db_prefix, started, clock)
+
+
+@contextlib.contextmanager
+def namespace_hosts(workers: int) -> Iterator[Layout]:
+    """A bridge, PostgreSQL on a host of its own (fsync and synchronous commit on, as the embedded server
+    has them) and ``workers`` worker hosts; all removed at the end."""
+    reason = why_no_namespaces()
+    if reason:
+        raise SystemExit(f"--topology: {reason}")
+    with server_folder("cockpit-bench-hosts-") as folder:
+        network = Network().open()
+        layout = None
+        try:
+            layout = add_hosts(network, folder, web=0, workers=workers, proxy=False, durable=True)
+            yield layout
+        finally:
+            if layout is not None:
+                layout.postgres.stop()
+            problems = network.close()
+            if problems:
+                print(f"could not remove every host: {problems}", file=sys.stderr)
+
+
+def on_scratch_database(maintenance: str, options: Options, prefix: str, started: datetime, clock: float) -> int:
+    """Migrate a scratch database on the server of ``maintenance``, measure, report, drop it."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
     url = with_database(maintenance, name)
     with psycopg.connect(libpq_conninfo(maintenance), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -1013,6 +1084,10 @@ def main(argv: list[str] | None = None) -> int:
             results = asyncio.run(measure(url, options, Path(work)))
         print()
         print(report(results, options, url, started, time.monotonic() - clock))
+        if options.sizes:
+            forget_pgbench_rows(url)  # the last baseline's rows: not the product's
+            print()
+            print(table_sizes(url))
         return 0
     finally:
         if not options.keep:

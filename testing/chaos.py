@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from engine.platform.ids import new_id
 from engine.runs import service as runs
 from engine.workflows import service as workflows
 from testing.processes import start as start_process
+from testing.topology import Host
 
 WORKER = ["worker", "--no-migrate"]
 
@@ -50,11 +52,13 @@ class WorkerPool:
     """``cockpit worker --no-migrate`` processes on one database.
 
     Each process logs to its own file under ``log_dir``; :meth:`stop` ends every process the
-    pool started (SIGTERM, then SIGKILL for one that does not stop in time).
+    pool started (SIGTERM, then SIGKILL for one that does not stop in time). With ``hosts``
+    (namespace hosts of :mod:`testing.topology`), the n-th process starts on the n-th host, by turns.
     """
 
     env: Mapping[str, str]
     log_dir: Path
+    hosts: Sequence[Host] = ()
     rng: random.Random = field(default_factory=random.Random)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
@@ -63,7 +67,11 @@ class WorkerPool:
     def spawn(self) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"worker-{len(self.processes) + 1}.log"
-        process = start_process(WORKER, self.env, log)
+        if self.hosts:
+            host = self.hosts[len(self.processes) % len(self.hosts)]
+            process = host.start([sys.executable, "-m", "cockpit.cli", *WORKER], self.env, log)
+        else:
+            process = start_process(WORKER, self.env, log)
         self.processes.append(process)
         return process
 

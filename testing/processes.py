@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -83,3 +84,27 @@ def descendants_alive(pid: int) -> list[int]:
         return [p.pid for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
     except psutil.NoSuchProcess:
         return []
+
+
+def server_cpu(postmaster: int | None) -> float | None:
+    """User + system CPU of a PostgreSQL server on this machine: the postmaster, its live children,
+    and the children it reaped (benchmarks' database CPU per transition or per request)."""
+    if postmaster is None:
+        return None
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            if pid == postmaster:
+                ticks += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+            elif int(fields[1]) == postmaster:  # ppid
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postmaster_pid(data_directory: str | Path) -> int | None:
+    """The postmaster's pid from its data directory (None when it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
+    return None

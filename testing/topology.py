@@ -21,12 +21,15 @@ import secrets
 import shlex
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from engine.platform.config import PROJECT_ROOT
 
@@ -368,6 +371,7 @@ class Postgres:
     folder: Path
     password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     user: str = "postgres"
+    durable: bool = False  # fsync and synchronous commit as PostgreSQL's defaults (a benchmark's); off for tests
 
     @property
     def data(self) -> Path:
@@ -399,8 +403,10 @@ class Postgres:
     def start(self) -> None:
         options = (
             f"-c listen_addresses={self.host.address} -c port=5432 -c unix_socket_directories={self.folder} "
-            "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            "-c max_connections=300"
         )
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._as_postgres(
             str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"), "-o", options, "-w",
             "start",
@@ -418,3 +424,89 @@ class Postgres:
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+# --- A layout of hosts, and what runs on them ------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    """The hosts of one deployment on a :class:`Network`: PostgreSQL, a proxy, web and worker hosts."""
+
+    network: Network
+    postgres: Postgres
+    proxy: Host | None
+    web: list[Host]
+    workers: list[Host]
+
+
+def add_hosts(network: Network, folder: Path, *, web: int, workers: int, proxy: bool, durable: bool = False) -> Layout:
+    """PostgreSQL on ``db`` (.10), the proxy (.5), ``web1``… (.21…) and ``worker1``… (.31…); the server
+    is made and started (its data under ``folder/postgres``; ``durable``: with fsync, as a benchmark needs)."""
+    proxy_host = network.add("proxy", 5) if proxy else None
+    db = network.add("db", 10)
+    web_hosts = [network.add(f"web{n}", 20 + n) for n in range(1, web + 1)]
+    worker_hosts = [network.add(f"worker{n}", 30 + n) for n in range(1, workers + 1)]
+    postgres = Postgres(db, folder / "postgres", durable=durable)
+    postgres.create()
+    return Layout(network, postgres, proxy_host, web_hosts, worker_hosts)
+
+
+def host_env(
+    folder: Path, host: Host, postgres: Postgres, proxy: Host, secret_key: str, **settings: str
+) -> dict[str, str]:
+    """``deploy/cockpit.env.example`` for ``host`` (behind ``proxy``), written where /etc/cockpit/cockpit.env
+    would be (``folder/<role>/cockpit.env``): the environment its units run with. ``settings`` are more
+    of the template's settings to fill in."""
+    home = folder / host.role / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    rendered = render_env(
+        {
+            "COCKPIT_DATABASE_URL": postgres.url,
+            "COCKPIT_HOME": str(home),
+            "COCKPIT_SECRET_KEY": secret_key,
+            "COCKPIT_HOST": host.address,
+            "COCKPIT_PORT": "8000",
+            "COCKPIT_TRUSTED_PROXIES": proxy.address,
+            "COCKPIT_SECURE_COOKIES": "true",
+            "COCKPIT_PUBLIC_URL": f"https://{proxy.address}",
+            "COCKPIT_LOG_FORMAT": "json",
+            "COCKPIT_METRICS_TOKEN": "metrics-" + secrets.token_hex(16),
+        }
+        | settings
+    )
+    (folder / host.role / "cockpit.env").write_text(rendered)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COCKPIT_")}
+    return env | read_env(rendered)
+
+
+def start_proxy(
+    proxy: Host, folder: Path, web: list[str], certificates: Certificates, timeout: float = 60, ready: str = "/readyz"
+) -> str:
+    """nginx on ``proxy`` with ``deploy/nginx/cockpit.conf`` in front of ``web`` (``address:port`` each), its
+    files under ``folder``; waits until ``ready`` answers 200 through it (``/readyz`` also waits for a
+    worker's heartbeat). Its https base URL."""
+    site = folder / "cockpit.conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    site.write_text(
+        render_site(web=web, server_name=proxy.address, certificate=certificates.certificate, key=certificates.key)
+    )
+    main_conf = folder / "nginx.conf"
+    main_conf.write_text(nginx_main_conf(folder, site))
+    error_log = str(folder / "error.log")
+    checked = proxy.run("nginx", "-t", "-c", str(main_conf), "-e", error_log, check=False)
+    if checked.returncode != 0:
+        raise RuntimeError(f"nginx -t: {checked.stderr}")
+    proxy.start(["nginx", "-c", str(main_conf), "-e", error_log, "-g", "daemon off;"], os.environ, folder / "nginx.log")
+    base = f"https://{proxy.address}"
+    verify = ssl.create_default_context(cafile=certificates.ca)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{base}{ready}", verify=verify, timeout=5).status_code == 200:
+                return base
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the proxy did not answer {ready}: {(folder / 'error.log').read_text()[-2000:]}")
+        time.sleep(0.2)

@@ -52,11 +52,11 @@ from testing.topology import (
     Host,
     Network,
     Postgres,
+    add_hosts,
     chromium_trusting,
-    nginx_main_conf,
+    host_env,
     read_env,
-    render_env,
-    render_site,
+    start_proxy,
     throwaway_ca,
     unit_command,
     why_no_namespaces,
@@ -189,50 +189,27 @@ class Deployment:
         return dict(os.environ) | read_env((self.folder / host.role / "cockpit.env").read_text()) | extra
 
 
-def host_env(deployment_folder: Path, host: Host, postgres: Postgres, proxy: Host, secret_key: str) -> dict[str, str]:
-    """``deploy/cockpit.env.example`` for ``host``, written where /etc/cockpit/cockpit.env would be."""
-    home = deployment_folder / host.role / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    rendered = render_env(
-        {
-            "COCKPIT_DATABASE_URL": postgres.url,
-            "COCKPIT_HOME": str(home),
-            "COCKPIT_SECRET_KEY": secret_key,
-            "COCKPIT_HOST": host.address,
-            "COCKPIT_PORT": "8000",
-            "COCKPIT_TRUSTED_PROXIES": proxy.address,
-            "COCKPIT_SECURE_COOKIES": "true",
-            "COCKPIT_PUBLIC_URL": f"https://{proxy.address}",
-            "COCKPIT_LOG_FORMAT": "json",
-            "COCKPIT_METRICS_TOKEN": "metrics-" + uuid.uuid4().hex,
-            "COCKPIT_WORKER_LEASE_SECONDS": str(LEASE_SECONDS),
-            # The endpoint is on the private bridge.
-            "COCKPIT_ALLOW_PRIVATE_EGRESS": "true",
-        }
-    )
-    (deployment_folder / host.role / "cockpit.env").write_text(rendered)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COCKPIT_")}
-    return env | read_env(rendered)
-
-
 @pytest.fixture(scope="module")
 def deployment(network: Network) -> Iterator[Deployment]:
     with server_folder("cockpit-topology-") as folder:
         started = time.monotonic()
-        proxy = network.add("proxy", 5)
-        db = network.add("db", 10)
-        web_hosts = [network.add(f"web{n}", 20 + n) for n in (1, 2)]
-        worker_hosts = [network.add(f"worker{n}", 30 + n) for n in (1, 2, 3)]
-        postgres = Postgres(db, folder / "postgres")
-        postgres.create()
+        layout = add_hosts(network, folder, web=2, workers=3, proxy=True)
+        proxy, postgres, web_hosts, worker_hosts = layout.proxy, layout.postgres, layout.web, layout.workers
+        assert proxy is not None
+        db = postgres.host
         certificates = throwaway_ca(folder / "tls", proxy.address)
         chromium = chromium_trusting(
             certificates, folder, os.environ.get("COCKPIT_CHROMIUM") or system_chromium() or ""
         )
         deployment = Deployment(network, folder, postgres, proxy, f"https://{proxy.address}", certificates.ca, chromium)
         secret_key = uuid.uuid4().hex + uuid.uuid4().hex
+        # The endpoint is on the private bridge.
+        settings = {"COCKPIT_WORKER_LEASE_SECONDS": str(LEASE_SECONDS), "COCKPIT_ALLOW_PRIVATE_EGRESS": "true"}
         try:
-            envs = {h.role: host_env(folder, h, postgres, proxy, secret_key) for h in [*web_hosts, *worker_hosts]}
+            envs = {
+                h.role: host_env(folder, h, postgres, proxy, secret_key, **settings)
+                for h in [*web_hosts, *worker_hosts]
+            }
             # cockpit-migrate on the first worker host (idempotent, under a lock: any host may).
             migrated = worker_hosts[0].run(*unit_command("cockpit-migrate.service"), env=envs["worker1"], timeout=300)
             assert migrated.returncode == 0, migrated.stdout + migrated.stderr
@@ -249,43 +226,7 @@ def deployment(network: Network) -> Iterator[Deployment]:
                 deployment.workers.append(service)
             for host in web_hosts:
                 wait_http(f"http://{host.address}:8000/readyz", timeout=READY_SECONDS)
-            site = folder / "nginx" / "cockpit.conf"
-            site.parent.mkdir(parents=True, exist_ok=True)
-            site.write_text(
-                render_site(
-                    web=[f"{h.address}:8000" for h in web_hosts],
-                    server_name=proxy.address,
-                    certificate=certificates.certificate,
-                    key=certificates.key,
-                )
-            )
-            main_conf = folder / "nginx" / "nginx.conf"
-            main_conf.write_text(nginx_main_conf(folder / "nginx", site))
-            checked = proxy.run(
-                "nginx", "-t", "-c", str(main_conf), "-e", str(folder / "nginx" / "error.log"), check=False
-            )
-            assert checked.returncode == 0, checked.stderr
-            proxy.start(
-                ["nginx", "-c", str(main_conf), "-e", str(folder / "nginx" / "error.log"), "-g", "daemon off;"],
-                os.environ,
-                folder / "nginx" / "nginx.log",
-            )
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if (
-                        httpx.get(
-                            f"{deployment.base_url}/readyz",
-                            verify=ssl.create_default_context(cafile=certificates.ca),
-                            timeout=5,
-                        ).status_code
-                        == 200
-                    ):
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, (folder / "nginx" / "error.log").read_text()
-                time.sleep(0.2)
+            start_proxy(proxy, folder / "nginx", [f"{h.address}:8000" for h in web_hosts], certificates)
             deployment.figure(
                 f"topology: proxy {proxy.address}, PostgreSQL {db.address}, web {[h.address for h in web_hosts]}, "
                 f"workers {[h.address for h in worker_hosts]}; up in {time.monotonic() - started:.1f} s"
