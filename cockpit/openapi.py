@@ -412,11 +412,12 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
     schema.components.security_schemes = {**(schema.components.security_schemes or {}), **SECURITY_SCHEMES}
     opts = {h.operation_id: dict(h.opt) for h in _handlers(app) if isinstance(h.operation_id, str)}
     for path, item in (schema.paths or {}).items():
-        if not path.startswith("/api/"):
-            continue
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
             if operation is None:
+                continue
+            if not path.startswith("/api/"):  # health and metrics: who may call them, and their name
+                describe_operation(path, operation, opts.get(operation.operation_id or "", {}))
                 continue
             responses = {k: v for k, v in (operation.responses or {}).items() if not _litestar_default_error(k, v)}
             for status in problem_statuses(path, method, operation, opts.get(operation.operation_id or "", {})):

@@ -182,6 +182,26 @@ def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, 
     assert revision["properties"]["definition"] == {"$ref": "#/components/schemas/WorkflowDefinition"}
 
 
+def test_every_operation_says_what_it_does_and_who_may_call_it(settings: Settings, database_url: str) -> None:
+    """A summary and a description (the handler's own words) and an explicit ``security`` on each operation."""
+    document = _document(settings, database_url)
+    schemes = set(document["components"]["securitySchemes"])
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            where = (method, path)
+            assert operation.get("summary") and operation.get("operationId"), where
+            said = operation.get("description") or ""
+            assert said and not said.startswith("Permission:"), where  # more than the permission line
+            assert "security" in operation, where  # [] for the public ones: said, not left out
+            assert all(set(each) <= schemes for each in operation["security"]), where
+    health = document["paths"]["/healthz"]["get"]
+    assert health["security"] == [] and document["paths"]["/readyz"]["get"]["security"] == []
+    token = document["paths"]["/api/v1/realms/{realm}/tokens"]["post"]
+    assert token["description"].startswith("Mint a token for yourself")
+
+
 @pytest.fixture
 def conversions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
     """Every (view, typed answer) the handlers make while the test runs."""
