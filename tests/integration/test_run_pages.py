@@ -78,7 +78,7 @@ def step_block(page: str, step_id: str) -> str:
 
 async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, realm: RealmHandle) -> None:
     await signed_in(client, realm)
-    grace = await realm.user("grace@example.com")
+    grace = await realm.user("grace@example.com", display_name="Grace Hopper")
     linus = await realm.user("linus@example.com")
     onboarding = await publish(realm, manual({"id": "done", "type": "end"}), "Onboarding")
     offboarding = await publish(realm, manual({"id": "bye", "type": "end"}), "Offboarding")
@@ -93,7 +93,13 @@ async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, re
     assert first in page.text and second in page.text
     assert page.text.index(second) < page.text.index(first)  # newest first
     row = page.text.split(f'href="{base}/{first}"', 1)[1].split("</tr>", 1)[0]
-    assert "Onboarding" in row and "grace@example.com" in row and 'class="badge tone-ok" data-state="succeeded"' in row
+    assert "Onboarding" in row and 'class="badge tone-ok" data-state="succeeded"' in row
+    # The subject by name, their email beside it and as the link's title.
+    subject = re.search(
+        r'<a href="/realms/[^"]+/users/(\w+)" title="([^"]+)">([^<]+)</a> <span class="muted small">([^<]+)</span>', row
+    )
+    assert subject is not None, row
+    assert subject.groups() == (grace.id, "grace@example.com", "Grace Hopper", "grace@example.com")
     pending = page.text.split(f'href="{base}/{second}"', 1)[1].split("</tr>", 1)[0]
     assert (
         "Offboarding" in pending
