@@ -10,6 +10,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.pages.runs.start import start_choices
 from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import ValidationFailed
@@ -601,3 +602,29 @@ async def test_the_start_page_for_several_people_previews_and_answers_per_person
     assert (await client.get(url, headers=HTML)).status_code == 403
     denied = await client.post(url, data={"people": grace.email, "_csrf": reader_login.csrf}, headers=HTML)
     assert denied.status_code == 403 and await count_runs(realm) == 12
+
+
+async def test_both_start_forms_offer_the_same_active_people_and_organizations(
+    client: Client, realm: RealmHandle
+) -> None:
+    await signed_in(client, realm)
+    zoe = await realm.user("zoe@example.com")
+    ada = await realm.user("ada@example.com")
+    gone = await realm.user("gone@example.com")
+    beta, alpha, closed = [await realm.organization(n) for n in ("beta", "Alpha", "Closed")]
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": gone.id})
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Choices")
+    async with realm.sessions() as session:
+        choices = await start_choices(session, realm.id, wid)
+    assert choices.workflow.id == wid
+    emails = [u.email for u in choices.users]
+    assert emails == sorted(emails) and {ada.email, zoe.email} <= set(emails) and gone.email not in emails
+    assert [o.id for o in choices.organizations] == [alpha.id, beta.id]  # by name, regardless of case
+    for path in ("runs/start", "runs/start-many"):
+        shown = (await client.get(f"/realms/{realm.slug}/workflows/{wid}/{path}", headers=HTML)).text
+        offered = re.findall(r'<option value="(org_\w+)"', shown)
+        assert offered == [alpha.id, beta.id], path
+        assert "gone@example.com" not in shown and gone.id not in shown, path
+        assert ("ada@example.com" if path == "runs/start" else ada.id) in shown, path
