@@ -43,8 +43,8 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import identity, organizations  # noqa: E402
-from engine.directory.audit import Actor  # noqa: E402
+from engine.directory import identity, organizations, webhooks  # noqa: E402
+from engine.directory.audit import RUN_OUTCOME_EVENT_TYPES, Actor  # noqa: E402
 from engine.directory.authz import load_authority  # noqa: E402
 from engine.directory.models import User  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
@@ -63,6 +63,7 @@ from testing.chaos import (  # noqa: E402
 from testing.processes import cockpit_env, free_port, postmaster_pid, server_cpu, wait_http  # noqa: E402
 from testing.processes import start as start_process  # noqa: E402
 from testing.processes import stop as stop_process  # noqa: E402
+from testing.receiver import Receiver  # noqa: E402
 from testing.servers import server_folder  # noqa: E402
 from testing.sizes import table_sizes  # noqa: E402
 from testing.topology import Host, Layout, Network, add_hosts, why_no_namespaces  # noqa: E402
@@ -88,6 +89,7 @@ class Options:
     clients: int = 8  # burst: HTTP requests in flight while the runs are created
     explain_ms: int | None = None  # auto_explain every statement of the scratch database slower than this
     sizes: bool = False  # print the tables' rows and bytes per row at the end
+    outcome_subscription: bool = False  # a webhook subscription names the workflow.run.* events
     worker_hosts: tuple[Host, ...] = ()  # --topology: worker processes start in these namespace hosts, by turns
 
 
@@ -190,6 +192,8 @@ class Results:
     maintenance: dict[str, tuple[int, int]] = field(default_factory=dict)  # burst: autovacuums, autoanalyzes
     autovacuum_seen: list[str] = field(default_factory=list)  # burst: what autovacuum did during the drain
     autovacuum_split: tuple[list[float], list[float]] | None = None  # burst: group statement ms, during / apart
+    outcome_deliveries: tuple[int, int, float | None] | None = None  # --outcome-subscription: at the phase's
+    # end, the outcome events delivered and the runs that finished; seconds until all were delivered
 
 
 @dataclass
@@ -562,11 +566,16 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         **({"COCKPIT_LOG_LEVEL": "WARNING", "COCKPIT_WORKER_TENANT_SHARE": str(options.tenant_share)} | logging),
     )
     pool = WorkerPool(base_env, work / "logs", hosts=options.worker_hosts)
+    receiver: Receiver | None = None
     try:
         async with sessions() as session:
             results.server_version = str(await session.scalar(text("SHOW server_version")))
         print("setting up the realm, its directory and workflows …", flush=True)
         setup = await prepare(sessions, options, phases)
+        if options.outcome_subscription:
+            receiver = Receiver(respond=lambda _r: 204).start()
+            await subscribe_to_outcomes(sessions, setup, base_env["COCKPIT_SECRET_KEY"], receiver.url)
+            base_env |= {"COCKPIT_ALLOW_PRIVATE_EGRESS": "true"}
         results.steps = setup.steps
         pgbench = find_pgbench()
         script = work / "transition.sql"
@@ -626,13 +635,43 @@ async def measure(url: str, options: Options, work: Path) -> Results:
         if options.scenario == "phases":
             print(f"event → first effect, {options.samples} samples with 2 workers …", flush=True)
             results.latencies_ms = await event_latency(sessions, setup)
+        if receiver is not None:
+            results.outcome_deliveries = await outcome_deliveries(receiver, len(setup.batches[-1]))
         pool.stop()
         results.pgbench_tps[last] = (before + baseline(last.workers)) / 2
         results.load_average_end = " ".join(f"{v:.2f}" for v in os.getloadavg())
         return results
     finally:
         pool.stop()
+        if receiver is not None:
+            receiver.stop()
         await db.dispose()
+
+
+async def outcome_deliveries(receiver: Receiver, runs: int) -> tuple[int, int, float | None]:
+    """Outcome events delivered when the last phase's runs had all ended, and how long the rest took (≤ 120 s)."""
+    at_end, ended = len(receiver.requests()), time.monotonic()
+    while len(receiver.requests()) < runs and time.monotonic() - ended < 120:
+        await asyncio.sleep(0.1)
+    return at_end, runs, (time.monotonic() - ended if len(receiver.requests()) >= runs else None)
+
+
+async def subscribe_to_outcomes(
+    sessions: async_sessionmaker[AsyncSession], setup: Setup, operator_key: str, destination: str
+) -> None:
+    """A webhook subscription naming every ``workflow.run.*`` event, delivered to a local receiver.
+
+    The workers' dispatch then fans each finished run's outcome event out to a delivery and sends it.
+    """
+    async with sessions() as session, session.begin():
+        await webhooks.create_subscription(
+            session,
+            setup.directory.actor,
+            operator_key,
+            destination=destination,
+            allow_private_network=True,
+            event_types=list(RUN_OUTCOME_EVENT_TYPES),
+        )
 
 
 # --- The burst: runs made through the API, then a worker ---------------------------------------
@@ -871,6 +910,10 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
                         ),
                     )
                 )
+    if results.outcome_deliveries is not None:
+        at_end, runs, rest_s = results.outcome_deliveries
+        rows.append(("outcome events delivered when the runs had ended", f"{at_end} of {runs}"))
+        rows.append(("the rest delivered within", f"{rest_s:.1f} s" if rest_s is not None else "not within 120 s"))
     if results.api_runs_per_s is not None:
         rows.append(("runs started through the API per second", f"{results.api_runs_per_s:.1f}"))
     if results.pgbench_around is not None:
@@ -911,7 +954,8 @@ def report(results: Results, options: Options, url: str, started: datetime, elap
         f"database  PostgreSQL {results.server_version}, {redact(url)}",
         f"workload  {options.scenario}: {options.runs} runs × {results.steps} internal steps per phase "
         f"({options.workload}, {results.steps} transitions per run), {len(results.latencies_ms)} latency samples, "
-        f"pgbench {options.pgbench_seconds} s before and after each phase, tenant share {options.tenant_share}",
+        f"pgbench {options.pgbench_seconds} s before and after each phase, tenant share {options.tenant_share}"
+        f"{', a subscription to the workflow.run.* events' if options.outcome_subscription else ''}",
         "",
         f"{'measure'.ljust(width)}  value",
         f"{'-' * width}  ------",
@@ -1008,6 +1052,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--clients", type=int, default=8, help="burst: requests in flight while runs are made")
     parser.add_argument(
+        "--outcome-subscription",
+        action="store_true",
+        help="a webhook subscription names the workflow.run.* events (delivered to a local receiver), so each "
+        "finished run's outcome event is fanned out and sent by the workers' dispatch",
+    )
+    parser.add_argument(
         "--explain",
         type=int,
         metavar="MS",
@@ -1029,6 +1079,7 @@ def main(argv: list[str] | None = None) -> int:
         max(1, args.clients),
         args.explain,
         args.sizes,
+        args.outcome_subscription,
     )
     if not 2 <= options.steps <= 20 or options.runs < 1 or options.samples < 2:
         parser.error("--steps must be 2–20, --runs at least 1, --samples at least 2")

@@ -202,6 +202,7 @@ def create_app(
             version="1",
             path="/schema",
             description="Durable lifecycle workflows for identity administration.",
+            use_handler_docstrings=True,
             render_plugins=render_plugins(),
         ),
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024),

@@ -64,11 +64,12 @@ class MetricsController(Controller):
     @get(
         "/metrics",
         operation_id="metrics",
-        summary="Prometheus metrics (text format); bearer token when COCKPIT_METRICS_TOKEN is set",
         opt={"public": True},
         media_type=CONTENT_TYPE_LATEST,
     )
     async def metrics(self, request: AnyRequest, state: State) -> Response[bytes]:
+        """Prometheus metrics (text format); a bearer token when the operator set ``COCKPIT_METRICS_TOKEN``
+        (401 without it)."""
         ctx = context_of(state)
         expected = ctx.settings.metrics_token
         if expected:

@@ -36,13 +36,22 @@ from cockpit.api.http_semantics import CONDITIONAL_METHODS, KEY_MAX_LENGTH, REAL
 from cockpit.auth import SESSION_COOKIE
 from cockpit.openapi_definition import definition_components
 from cockpit.problems import PROBLEM_CODES, PROBLEM_MEDIA_TYPE
+from engine.directory import webhooks
+from engine.directory.authz import LEVELS
+from engine.directory.organizations import ORGANIZATION_STATES
+from engine.directory.principals import USER_STATUSES
 from engine.directory.roles import ROLE_BOUNDARIES
 from engine.directory.tokens import AUDIENCES
+from engine.endpoints import deliveries
 from engine.platform.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from engine.runs.approval_models import NOTICE_STATES
 from engine.runs.approval_models import STATUSES as APPROVAL_STATUSES
+from engine.runs.attention import ATTENTION_FILTERS
 from engine.runs.controls import BULK_ACTIONS
+from engine.runs.diagnostics import HEALTH_STATES
 from engine.runs.run_reads import STATE_GROUPS, TRIGGER_TYPES
 from engine.runs.states import RUN_STATES
+from engine.workflows.models import REVISION_STATUSES, WORKFLOW_STATES
 
 ISSUE_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
@@ -204,6 +213,20 @@ MEMBER_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("MintedToken", "audience"): AUDIENCES,
     ("CreateToken", "audience"): AUDIENCES,
     ("Approval", "status"): APPROVAL_STATUSES,
+    **{(name, "status"): USER_STATUSES for name in ("User", "OrganizationMember", "GroupMember")},
+    ("Organization", "state"): ORGANIZATION_STATES,
+    ("UpdateOrganization", "state"): ORGANIZATION_STATES,
+    ("Permission", "level"): LEVELS,
+    ("Webhook", "state"): webhooks.STATES,
+    ("WebhookWithSecret", "state"): webhooks.STATES,
+    ("UpdateWebhook", "state"): webhooks.SETTABLE_STATES,
+    ("WebhookDelivery", "state"): deliveries.STATES,
+    ("Workflow", "state"): WORKFLOW_STATES,
+    ("CreatedWorkflow", "state"): WORKFLOW_STATES,
+    ("WorkflowRevision", "status"): REVISION_STATUSES,
+    ("RevisionSummary", "status"): REVISION_STATUSES,
+    ("Notice", "state"): NOTICE_STATES,
+    ("WorkflowDiagnostics", "health"): HEALTH_STATES,
 }
 # The same sets where a list takes them as query parameters: (operation, parameter).
 QUERY_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -211,6 +234,13 @@ QUERY_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("listWorkflowRuns", "state_group"): tuple(STATE_GROUPS),
     ("listWorkflowRuns", "trigger_type"): TRIGGER_TYPES,
     ("listApprovals", "status"): APPROVAL_STATUSES,
+    ("listUsers", "status"): USER_STATUSES,
+    ("listOrganizations", "state"): ORGANIZATION_STATES,
+    ("listRoles", "boundary"): ROLE_BOUNDARIES,
+    ("listWebhooks", "state"): webhooks.STATES,
+    ("listWebhookDeliveries", "state"): deliveries.STATES,
+    ("listWorkflows", "state"): WORKFLOW_STATES,
+    ("listRunsNeedingAttention", "show"): ATTENTION_FILTERS,
 }
 
 
@@ -412,11 +442,12 @@ def declare_problem_responses(app: Litestar) -> OpenAPI:
     schema.components.security_schemes = {**(schema.components.security_schemes or {}), **SECURITY_SCHEMES}
     opts = {h.operation_id: dict(h.opt) for h in _handlers(app) if isinstance(h.operation_id, str)}
     for path, item in (schema.paths or {}).items():
-        if not path.startswith("/api/"):
-            continue
         for method in ("get", "put", "post", "delete", "patch"):
             operation = getattr(item, method, None)
             if operation is None:
+                continue
+            if not path.startswith("/api/"):  # health and metrics: who may call them, and their name
+                describe_operation(path, operation, opts.get(operation.operation_id or "", {}))
                 continue
             responses = {k: v for k, v in (operation.responses or {}).items() if not _litestar_default_error(k, v)}
             for status in problem_statuses(path, method, operation, opts.get(operation.operation_id or "", {})):

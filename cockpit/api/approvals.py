@@ -63,6 +63,7 @@ class ApprovalsController(Controller):
     async def show(
         self, approval_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Approval:
+        """One approval that involves me (waiting for my decision, or decided by me)."""
         row = await approval_views.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
         return typed(schemas.Approval, approval_views.approval_view(row))
 

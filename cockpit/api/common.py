@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from engine.platform.errors import Issue, ValidationFailed
+from engine.platform.ids import is_id
 from engine.platform.pagination import Page
 
 REALM_BASE = "/api/v1/realms/{realm:str}"
@@ -87,6 +88,6 @@ def password_issue(path: str, value: str | None) -> list[Issue]:
 def id_issue(path: str, value: str | None, prefix: str) -> list[Issue]:
     if value is None:
         return []
-    if not re.fullmatch(rf"{prefix}_[0-9a-z]{{26}}", value):
+    if not is_id(value, prefix):
         return [Issue(path, "invalid_id", f"must be an id starting with {prefix}_")]
     return []

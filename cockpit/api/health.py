@@ -20,12 +20,15 @@ from engine.worker.heartbeats import READY_HEARTBEAT_SECONDS, newest_heartbeat
 class HealthController(Controller):
     tags = ["health"]
 
-    @get("/healthz", operation_id="healthz", summary="The process is up")
+    @get("/healthz", operation_id="healthz", opt={"public": True})
     async def healthz(self) -> schemas.Liveness:
+        """The process is up and answers; it checks nothing else (for a liveness probe). No credential."""
         return schemas.Liveness(status="ok", version=VERSION)
 
-    @get("/readyz", operation_id="readyz", summary="Database reachable, migrations at head, a worker alive")
+    @get("/readyz", operation_id="readyz", opt={"public": True})
     async def readyz(self, state: State) -> Response[schemas.Readiness]:
+        """Ready to serve: the database reachable, its migrations at head and a worker alive (each check
+        with its verdict); 503 with the same document when one fails. No credential."""
         ready, checks = await readiness(state)
         answer = typed(schemas.Readiness, {"status": "ready" if ready else "not_ready", "checks": checks})
         return Response(answer, status_code=200 if ready else 503)

@@ -70,6 +70,7 @@ class OrganizationsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Organization:
+        """Create an organization (its name unique in the realm, regardless of case)."""
         org = await orgs.create_organization(db_session, principal.actor(request_id_of(request)), name=data.name)
         return typed(schemas.Organization, orgs.organization_view(org))
 
@@ -83,6 +84,7 @@ class OrganizationsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.OrganizationPage:
+        """The realm's organizations."""
         page = await orgs.list_organizations(
             db_session, principal.realm.id, q=q, state=org_state, cursor=cursor, limit=limit
         )
@@ -92,6 +94,7 @@ class OrganizationsController(Controller):
     async def retrieve(
         self, org_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Organization:
+        """One organization of the realm."""
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
         return typed(schemas.Organization, orgs.organization_view(org))
 
@@ -104,6 +107,7 @@ class OrganizationsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Organization:
+        """Change an organization's name or state."""
         org = await orgs.update_organization(
             db_session, principal.actor(request_id_of(request)), org_id, name=data.name, state=data.state
         )
@@ -122,6 +126,7 @@ class OrganizationsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.OrganizationMembership:
+        """Add a user to the organization (409 ``already_a_member``); may start workflows."""
         check(id_issue("/user_id", data.user_id, "usr"))
         membership = await orgs.add_member(
             db_session,
@@ -141,6 +146,7 @@ class OrganizationsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.OrganizationMemberPage:
+        """The members of an organization, with when they joined."""
         page = await orgs.list_members(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
         return typed(schemas.OrganizationMemberPage, page_view(page, lambda row: orgs.membership_view(row[0], row[1])))
 
@@ -153,6 +159,7 @@ class OrganizationsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> None:
+        """Remove a user from the organization and from its groups; may start workflows."""
         await orgs.remove_member(
             db_session, principal.actor(request_id_of(request)), org_id, user_id, authority=principal.authority
         )
@@ -171,6 +178,7 @@ class GroupsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Group:
+        """Create a group in the organization, optionally under a parent group and with roles."""
         check(id_issue("/parent_id", data.parent_id, "grp") + _role_id_issues(data.role_ids))
         group, role_ids = await orgs.create_group(
             db_session,
@@ -192,6 +200,7 @@ class GroupsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.GroupPage:
+        """The groups of an organization, with their parent and roles."""
         page = await orgs.list_groups(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
         role_ids = await orgs.group_role_ids(db_session, [g.id for g in page.items])
         return typed(schemas.GroupPage, page_view(page, lambda g: orgs.group_view(g, role_ids[g.id])))
@@ -200,6 +209,7 @@ class GroupsController(Controller):
     async def retrieve(
         self, org_id: FromPath[str], group_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Group:
+        """One group of the organization."""
         group = await orgs.get_group(db_session, principal.realm.id, org_id, group_id)
         role_ids = (await orgs.group_role_ids(db_session, [group.id]))[group.id]
         return typed(schemas.Group, orgs.group_view(group, role_ids))
@@ -214,6 +224,7 @@ class GroupsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Group:
+        """Rename a group, move it under another parent, or change its roles."""
         parent_id = orgs.UNCHANGED if isinstance(data.parent_id, msgspec.UnsetType) else data.parent_id
         check(
             (id_issue("/parent_id", parent_id, "grp") if isinstance(parent_id, str) else [])
@@ -245,6 +256,7 @@ class GroupsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.GroupMembership:
+        """Add a member of the organization to the group; they hold the group's roles through it."""
         check(id_issue("/user_id", data.user_id, "usr"))
         member = await orgs.add_group_member(
             db_session,
@@ -266,6 +278,7 @@ class GroupsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.GroupMemberPage:
+        """The members of a group."""
         page = await orgs.list_group_members(
             db_session, principal.realm.id, org_id, group_id, cursor=cursor, limit=limit
         )
@@ -281,6 +294,7 @@ class GroupsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> None:
+        """Take a user out of the group (and so out of the roles it gives)."""
         await orgs.remove_group_member(
             db_session,
             principal.actor(request_id_of(request)),

@@ -57,6 +57,7 @@ class PermissionsController(Controller):
 
     @get("/", operation_id="listPermissions", opt={"permission": "realm.roles.read"})
     async def list(self) -> schemas.PermissionCatalog:
+        """The permission catalog: each permission's name, level and what it allows (one list, no pages)."""
         return typed(schemas.PermissionCatalog, {"items": roles.permission_catalog()})
 
 
@@ -68,6 +69,7 @@ class RolesController(Controller):
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateRole], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Role:
+        """Create a role: the permissions it grants, where it may be assigned, whether it needs approval."""
         role = await roles.create_role(
             db_session,
             principal.actor(request_id_of(request)),
@@ -90,6 +92,7 @@ class RolesController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.RolePage:
+        """The realm's roles, the built-in ones included."""
         page = await roles.list_roles(
             db_session, principal.realm.id, q=q, boundary=boundary, cursor=cursor, limit=limit
         )
@@ -99,6 +102,7 @@ class RolesController(Controller):
     async def retrieve(
         self, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Role:
+        """One role of the realm."""
         return typed(schemas.Role, roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id)))
 
     @patch("/{role_id:str}", operation_id="updateRole", opt={"permission": "realm.roles.write"})
@@ -110,6 +114,7 @@ class RolesController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Role:
+        """Change a role's name, description, permissions or approval rule (never a built-in role's)."""
         role = await roles.update_role(
             db_session,
             principal.actor(request_id_of(request)),
@@ -168,6 +173,10 @@ class RoleAssignmentsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> Response[schemas.RoleAssignment | schemas.PendingRoleAssignment]:
+        """Assign a role to a user or a service principal, realm-wide or in an organization.
+
+        201 with the assignment; 202 with a pending approval when the role requires approval.
+        """
         check(
             id_issue("/role_id", data.role_id, "rol")
             + id_issue("/user_id", data.user_id, "usr")
@@ -206,6 +215,7 @@ class RoleAssignmentsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.RoleAssignmentPage:
+        """Role assignments of the realm; filter by user, service principal, role or organization."""
         page = await roles.list_assignments(
             db_session,
             principal.realm.id,
@@ -222,6 +232,7 @@ class RoleAssignmentsController(Controller):
     async def retrieve(
         self, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.RoleAssignment:
+        """One role assignment."""
         assignment = await roles.get_assignment(db_session, principal.realm.id, assignment_id)
         return typed(schemas.RoleAssignment, roles.assignment_view(assignment))
 
@@ -229,6 +240,7 @@ class RoleAssignmentsController(Controller):
     async def revoke(
         self, request: AnyRequest, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> None:
+        """Revoke a role assignment."""
         await roles.revoke_assignment(
             db_session,
             principal.actor(request_id_of(request)),

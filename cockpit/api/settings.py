@@ -67,6 +67,7 @@ class PolicyController(Controller):
 
     @get("/", operation_id="getPolicy", opt={"permission": "realm.workflows.read"})
     async def get(self, db_session: DbSession, principal: CurrentPrincipal) -> schemas.Policy:
+        """The realm policy: which extensions are on (such as approval before publishing a workflow)."""
         return typed(schemas.Policy, await policy.get_policy(db_session, principal.realm.id))
 
     @patch("/", operation_id="updatePolicy", opt={"permission": "realm.policy.write"})

@@ -47,6 +47,7 @@ class UsersController(Controller):
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.User:
+        """Create a user (with a password if given); ``user.created`` may start workflows."""
         check(data.field_issues())
         user = await directory.create_user(
             db_session,
@@ -70,6 +71,7 @@ class UsersController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.UserPage:
+        """The realm's users; ``q`` searches, ``status`` and ``guest`` filter."""
         page = await directory.list_users(
             db_session, principal.realm.id, q=q, status=status, guest=guest, cursor=cursor, limit=limit
         )
@@ -77,6 +79,7 @@ class UsersController(Controller):
 
     @get("/{user_id:str}", operation_id="getUser", opt={"permission": "realm.users.read"})
     async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> schemas.User:
+        """One user of the realm: email, display name, status, whether a second factor is enrolled."""
         user = await directory.get_user(db_session, principal.realm.id, user_id)
         return typed(schemas.User, directory.user_view(user))
 
@@ -89,6 +92,7 @@ class UsersController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.User:
+        """Change a user's email, display name or password (a new password ends their other sessions)."""
         check(text_issue("/display_name", data.display_name) + password_issue("/password", data.password))
         user = await directory.update_user(
             db_session,
@@ -108,6 +112,7 @@ class UsersController(Controller):
     async def suspend(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.User:
+        """Suspend a user: end their sessions, revoke their tokens and spend their sign-in links."""
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "suspended", authority=principal.authority
         )
@@ -122,6 +127,7 @@ class UsersController(Controller):
     async def reactivate(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.User:
+        """Reactivate a suspended user; their ended sessions, tokens and links stay ended."""
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "active", authority=principal.authority
         )
@@ -201,6 +207,7 @@ class ServicePrincipalsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.ServicePrincipal:
+        """Create a service principal; mint its tokens with ``POST /service-principals/{sp_id}/tokens``."""
         check(text_issue("/name", data.name) + text_issue("/description", data.description, minimum=0, maximum=500))
         sp = await directory.create_service_principal(
             db_session,
@@ -219,6 +226,7 @@ class ServicePrincipalsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.ServicePrincipalPage:
+        """The realm's service principals (non-person callers with their own tokens and roles)."""
         page = await directory.list_service_principals(db_session, principal.realm.id, cursor=cursor, limit=limit)
         return typed(schemas.ServicePrincipalPage, page_view(page, directory.service_principal_view))
 
@@ -226,5 +234,6 @@ class ServicePrincipalsController(Controller):
     async def get(
         self, sp_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.ServicePrincipal:
+        """One service principal of the realm."""
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
         return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))

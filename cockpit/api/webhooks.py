@@ -83,6 +83,7 @@ class WebhooksController(Controller):
     async def get(
         self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Webhook:
+        """One webhook subscription (never its secret)."""
         subscription = await webhooks.get_subscription(db_session, principal.realm.id, webhook_id)
         view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
         return typed(schemas.Webhook, view)

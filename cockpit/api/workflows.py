@@ -117,6 +117,7 @@ class WorkflowsController(Controller):
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWorkflow], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.CreatedWorkflow:
+        """Create a workflow, optionally with its first revision's definition (staged, not published)."""
         has_definition = data.definition is not msgspec.UNSET
         workflow, revision = await workflows.create_workflow(
             db_session,
@@ -142,6 +143,7 @@ class WorkflowsController(Controller):
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
     ) -> schemas.WorkflowPage:
+        """The realm's workflows; ``q`` searches, ``state`` filters."""
         page = await workflows.list_workflows(
             db_session, principal.realm.id, state=workflow_state, q=q, cursor=cursor, limit=limit
         )
@@ -151,6 +153,7 @@ class WorkflowsController(Controller):
     async def show(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
+        """One workflow: name, owner, state and its published revision."""
         workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
         return typed(schemas.Workflow, workflows.workflow_view(workflow))
 
@@ -163,6 +166,7 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Workflow:
+        """Change a workflow's name, description or owner."""
         workflow = await workflows.update_workflow(
             db_session,
             principal.actor(request_id_of(request)),
@@ -182,6 +186,7 @@ class WorkflowsController(Controller):
     async def remove(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> None:
+        """Delete a workflow with no run in flight (409 ``runs_in_flight`` otherwise)."""
         await workflows.delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
 
     @post(
@@ -193,6 +198,7 @@ class WorkflowsController(Controller):
     async def enable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
+        """Enable a disabled workflow again."""
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, True
         )
@@ -207,6 +213,7 @@ class WorkflowsController(Controller):
     async def disable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
+        """Disable a workflow: nothing fires and runs in flight pause (compensation and cancellation go on)."""
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, False
         )
@@ -233,6 +240,7 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> Response[schemas.WorkflowRevision]:
+        """Stage a new revision of the workflow's definition (checked against the contract first)."""
         staged = await workflows.stage_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.definition
         )
@@ -258,6 +266,7 @@ class WorkflowsController(Controller):
     async def revision(
         self, workflow_id: FromPath[str], n: FromPath[int], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.WorkflowRevision:
+        """One revision of a workflow, with its definition."""
         revision = await workflows.get_revision(db_session, principal.realm.id, workflow_id, n)
         return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
 
@@ -298,6 +307,7 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.WorkflowRevision:
+        """Approve a staged revision for publication (by someone other than its author)."""
         revision = await workflows.decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
@@ -323,6 +333,7 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.WorkflowRevision:
+        """Reject a staged revision; it is never published."""
         revision = await workflows.decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
@@ -348,6 +359,7 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.Publication:
+        """Publish a revision: new runs follow it (its steps within the publisher's own authority)."""
         result = await workflows.publish_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment if data else None
         )
@@ -367,6 +379,7 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
     ) -> schemas.Publication:
+        """Publish an earlier revision again."""
         result = await workflows.rollback(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.revision
         )

@@ -23,6 +23,7 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden, GrantCeilingExceeded, invalid, missing_permissions
 
 NORMAL, HIGH, PRIVILEGED = "normal", "high", "privileged"
+LEVELS = (NORMAL, HIGH, PRIVILEGED)
 
 # name -> (level, description)
 PERMISSIONS: dict[str, tuple[str, str]] = {

@@ -6,6 +6,7 @@ Crockford base32, so ids sort by creation time as plain strings.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -40,6 +41,11 @@ PREFIXES = frozenset(
         "sil",
     }
 )
+
+
+def is_id(value: str, *prefixes: str) -> bool:
+    """``value`` has the shape of an id with one of ``prefixes`` (it may still name nothing)."""
+    return any(re.fullmatch(rf"{prefix}_[0-9a-z]{{26}}", value) for prefix in prefixes)
 
 
 def _encode(value: int, length: int) -> str:

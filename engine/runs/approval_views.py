@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.models import Group, Organization, Role, User
 from engine.platform.errors import Issue, NotFound, ValidationFailed
+from engine.platform.ids import is_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import PENDING, STATUSES, WorkflowApproval
 
@@ -61,11 +62,13 @@ async def list_for_user(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[WorkflowApproval]:
+    issues = []
     if status is not None and status not in STATUSES:
-        raise ValidationFailed(
-            "The filter is not valid.",
-            issues=[Issue("query:status", "invalid", f"must be one of {', '.join(STATUSES)}")],
-        )
+        issues.append(Issue("query:status", "invalid", f"must be one of {', '.join(STATUSES)}"))
+    if run_id is not None and not is_id(run_id, "wrn"):
+        issues.append(Issue("query:run_id", "invalid_id", "must be an id starting with wrn_"))
+    if issues:
+        raise ValidationFailed("The filter is not valid.", issues=issues)
     query: Select[Any] = select(WorkflowApproval).where(
         WorkflowApproval.realm_id == realm_id, WorkflowApproval.subject_id != user_id
     )

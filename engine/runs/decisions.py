@@ -183,6 +183,7 @@ class Snapshot:
     approvals: tuple[Mapping[str, Any], ...] = ()  # the run's decided approvals, oldest first
     role: RoleFacts | None = None
     organization_exists: bool = True  # the organization the step acts in is the realm's
+    organization_name: str | None = None  # its name, for the summary a person reads (None: say the id)
     group: GroupFacts | None = None
     is_member: bool = False  # the subject is a member of the organization the step acts in
     membership_id: str | None = None  # that membership
@@ -306,7 +307,7 @@ def decide_assign_role(s: Snapshot) -> Decision:
         expires_at=expires_at,
         approver_id=approver_id,
     )
-    where = f" in {organization_id}" if organization_id else ""
+    where = f" in {s.organization_name or organization_id}" if organization_id else ""
     until = f" until {expires_at.isoformat()}" if expires_at else ""
     return Effect(
         "assign_role",
@@ -436,7 +437,7 @@ def decide_remove_membership(s: Snapshot) -> Decision:
     groups = f" and {len(s.joined_groups)} of its group(s)" if s.joined_groups else ""
     return Effect(
         "remove_membership",
-        f"Takes the subject out of the organization {organization_id}{groups}.",
+        f"Takes the subject out of the organization {s.organization_name or organization_id}{groups}.",
         values={
             "organization_id": organization_id,
             "membership_id": s.membership_id,

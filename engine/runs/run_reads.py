@@ -18,7 +18,7 @@ from sqlmodel import col
 from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Issue, NotFound, ValidationFailed
-from engine.platform.ids import id_floor
+from engine.platform.ids import id_floor, is_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcome import DECISION_CATEGORIES
@@ -75,6 +75,15 @@ class RunFilter:
             out.append(Issue(f"{prefix}trigger_type", "invalid", "trigger_type is one of " + ", ".join(TRIGGER_TYPES)))
         if self.created_after and self.created_before and self.created_after >= self.created_before:
             out.append(Issue(f"{prefix}created_before", "invalid", "created_before must be later than created_after"))
+        for name, value, shapes in (
+            ("workflow_id", self.workflow_id, ("wfl",)),
+            ("subject_id", self.subject_id, ("usr",)),
+            ("organization_id", self.organization_id, ("org",)),
+            ("starter_id", self.starter_id, ("usr", "spn")),
+        ):
+            if value is not None and not is_id(value, *shapes):
+                said = " or ".join(f"{shape}_" for shape in shapes)
+                out.append(Issue(f"{prefix}{name}", "invalid_id", f"must be an id starting with {said}"))
         return out
 
 
@@ -92,11 +101,15 @@ def _runs_query(
     """
     where = where or RunFilter()
     issues = RunFilter(
+        workflow_id=workflow_id,
         state=state,
         state_group=where.state_group,
+        subject_id=subject_id,
         trigger_type=where.trigger_type,
         created_after=where.created_after,
         created_before=where.created_before,
+        organization_id=where.organization_id,
+        starter_id=where.starter_id,
     ).issues()
     if issues:
         raise ValidationFailed("The request is not valid.", issues=issues)

@@ -136,6 +136,7 @@ async def load_snapshot(
         if grant_org:
             org = await session.get(Organization, grant_org)
             facts["organization_exists"] = org is not None and org.realm_id == realm_id
+            facts["organization_name"] = org.name if org is not None and org.realm_id == realm_id else None
         facts["holds_grant"] = await roles.holds_grant(
             session, realm_id, role_facts.id, RoleAssignment.user_id, run.subject_id, grant_org
         )
@@ -167,6 +168,7 @@ async def load_snapshot(
     if kind == "remove_membership" and organization_id:
         org = await session.get(Organization, organization_id)
         facts["organization_exists"] = org is not None and org.realm_id == realm_id
+        facts["organization_name"] = org.name if org is not None and org.realm_id == realm_id else None
         membership = (
             await session.execute(
                 select(Membership).where(

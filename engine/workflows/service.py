@@ -58,7 +58,7 @@ from engine.workflows.definitions.validation import (
     requirement_problem,
     validate_definition,
 )
-from engine.workflows.models import Workflow, WorkflowRevision
+from engine.workflows.models import WORKFLOW_STATES, Workflow, WorkflowRevision
 
 CATEGORY = "workflow"
 SECURITY_ALERT, SECURITY_CATEGORY = "security.alert", "security"  # seed 000: disabling raises security.alert
@@ -536,7 +536,7 @@ async def list_workflows(
 ) -> Page[Workflow]:
     query = select(Workflow).where(Workflow.realm_id == realm_id)
     if state:
-        if state not in ("draft", "active", "disabled"):
+        if state not in WORKFLOW_STATES:
             raise ValidationFailed(
                 "The request is not valid.",
                 issues=[Issue("query:state", "invalid", "state is draft, active or disabled")],

@@ -203,3 +203,42 @@ def test_refusals_exit_with_their_status_code(ops: Ops, tmp_path: Path) -> None:
     refused.write_text(json.dumps({"name": "Broken", "definition": {"schema_version": 1}}))
     checked = cockpit(ops, "workflows", "apply", str(refused))
     assert checked.returncode == EXIT_CODES[422] and "/definition" in checked.stderr
+
+
+def test_a_retried_start_starts_one_run_the_filters_find_it_and_a_rejection_ends_it(ops: Ops, tmp_path: Path) -> None:
+    headers = {"Authorization": f"Bearer {ops.admin_token}"}
+    with httpx.Client(headers=headers, timeout=30) as client:
+        org = client.post(ops.api + "/organizations", json={"name": "Filters"}).json()
+        assert client.post(f"{ops.api}/organizations/{org['id']}/members", json={"user_id": ops.subject_id}).is_success
+        [admin] = client.get(ops.api + "/users", params={"q": "admin@ops.example"}).json()["items"]
+    file = tmp_path / "gated.json"
+    definition = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [{"id": "ok", "type": "approval", "approvers": [ops.approver_id], "expires_in": "1h"}],
+    }
+    file.write_text(json.dumps({"name": "Gated", "definition": definition}))
+    wid = as_json(cockpit(ops, "workflows", "apply", str(file), "--json"))["workflow_id"]
+    published = httpx.post(f"{ops.api}/workflows/{wid}/revisions/1/publish", json={}, headers=headers)
+    assert published.status_code == 200, published.text
+
+    start = ("runs", "start", wid, "--subject", ops.subject_id, "--organization", org["id"], "--json")
+    first = as_json(cockpit(ops, *start, "--idempotency-key", "gated-sam"))
+    retried = as_json(cockpit(ops, *start, "--idempotency-key", "gated-sam"))
+    assert retried["id"] == first["id"]  # the kept answer, not a second run
+    run_id = first["id"]
+    in_org = as_json(cockpit(ops, "runs", "list", "--organization", org["id"], "--json"))
+    assert [r["id"] for r in in_org["items"]] == [run_id]
+    by_admin = as_json(cockpit(ops, "runs", "list", "--starter", admin["id"], "--workflow", wid, "--json"))
+    assert [r["id"] for r in by_admin["items"]] == [run_id]
+    by_other = as_json(cockpit(ops, "runs", "list", "--starter", ops.approver_id, "--workflow", wid, "--json"))
+    assert by_other["items"] == []
+
+    wait_state(ops, run_id, {"awaiting_approval"})
+    [approval] = as_json(cockpit(ops, "approvals", "list", "--run", run_id, "--json", token=ops.approver_token))[
+        "items"
+    ]
+    rejected = cockpit(ops, "approvals", "reject", approval["id"], "--comment", "no", token=ops.approver_token)
+    assert rejected.returncode == 0 and rejected.stdout.strip() == f"{approval['id']} rejected", rejected.stderr
+    ended = wait_state(ops, run_id, {"failed", "compensated"})
+    assert ended["error_category"] == "approval_rejected"

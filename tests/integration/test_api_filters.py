@@ -114,3 +114,17 @@ async def test_an_unknown_approval_status_is_refused_at_its_query_parameter(clie
     refused = await client.get(f"{realm.api}/approvals?status=bogus", headers=bearer(token))
     assert refused.status_code == 422
     assert [(e["path"], e["code"]) for e in refused.json()["errors"]] == [("query:status", "invalid")]
+
+
+async def test_an_id_filter_of_the_wrong_shape_is_refused_at_its_query_parameter(
+    client: Client, realm: RealmHandle
+) -> None:
+    token = bearer(await realm.token(realm.admin, audience="account"))
+    for path, name, headers in (
+        ("/workflow-runs", "organization_id", realm.headers),
+        ("/workflow-runs", "starter_id", realm.headers),
+        ("/approvals", "run_id", token),
+    ):
+        refused = await client.get(f"{realm.api}{path}", params={name: "nope"}, headers=headers)
+        assert refused.status_code == 422, (path, name, refused.text)
+        assert [e["path"] for e in refused.json()["errors"]] == [f"query:{name}"], (path, name)

@@ -18,7 +18,16 @@ from litestar.testing import AsyncTestClient
 from cockpit.api import schemas
 from cockpit.app import create_app
 from cockpit.openapi import declare_problem_responses
+from engine.directory import webhooks
+from engine.directory.authz import LEVELS
+from engine.directory.organizations import ORGANIZATION_STATES
+from engine.directory.principals import USER_STATUSES
+from engine.directory.roles import ROLE_BOUNDARIES
+from engine.endpoints import deliveries
 from engine.platform.config import VERSION, Settings
+from engine.runs.approval_models import NOTICE_STATES
+from engine.runs.diagnostics import ATTENTION_FILTERS, HEALTH_STATES
+from engine.workflows.models import REVISION_STATUSES, WORKFLOW_STATES
 from tests.factories import RealmHandle, independent_admin
 from tests.integration.test_runner import drain, runner
 
@@ -180,6 +189,89 @@ def test_problem_answers_are_declared_where_they_can_happen(settings: Settings, 
     # A revision's definition is the contract's own schema, not any object.
     revision = document["components"]["schemas"]["WorkflowRevision"]
     assert revision["properties"]["definition"] == {"$ref": "#/components/schemas/WorkflowDefinition"}
+
+
+def test_every_operation_says_what_it_does_and_who_may_call_it(settings: Settings, database_url: str) -> None:
+    """A summary and a description (the handler's own words) and an explicit ``security`` on each operation."""
+    document = _document(settings, database_url)
+    schemes = set(document["components"]["securitySchemes"])
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            where = (method, path)
+            assert operation.get("summary") and operation.get("operationId"), where
+            said = operation.get("description") or ""
+            assert said and not said.startswith("Permission:"), where  # more than the permission line
+            assert "security" in operation, where  # [] for the public ones: said, not left out
+            assert all(set(each) <= schemes for each in operation["security"]), where
+    health = document["paths"]["/healthz"]["get"]
+    assert health["security"] == [] and document["paths"]["/readyz"]["get"]["security"] == []
+    token = document["paths"]["/api/v1/realms/{realm}/tokens"]["post"]
+    assert token["description"].startswith("Mint a token for yourself")
+
+
+def test_closed_sets_are_enums_of_the_engines_own_values(settings: Settings, database_url: str) -> None:
+    """Each closed set in an answer or a filter is an ``enum`` with exactly the values the engine allows."""
+    document = _document(settings, database_url)
+    shapes = document["components"]["schemas"]
+
+    def values(schema: dict[str, Any]) -> list[str]:
+        return next(v["enum"] for v in [schema, *schema.get("oneOf", [])] if "enum" in v)
+
+    members = {
+        ("User", "status"): USER_STATUSES,
+        ("OrganizationMember", "status"): USER_STATUSES,
+        ("Organization", "state"): ORGANIZATION_STATES,
+        ("UpdateOrganization", "state"): ORGANIZATION_STATES,
+        ("Permission", "level"): LEVELS,
+        ("Webhook", "state"): webhooks.STATES,
+        ("UpdateWebhook", "state"): webhooks.SETTABLE_STATES,
+        ("WebhookDelivery", "state"): deliveries.STATES,
+        ("Workflow", "state"): WORKFLOW_STATES,
+        ("WorkflowRevision", "status"): REVISION_STATUSES,
+        ("RevisionSummary", "status"): REVISION_STATUSES,
+        ("Notice", "state"): NOTICE_STATES,
+        ("WorkflowDiagnostics", "health"): HEALTH_STATES,
+    }
+    for (name, member), expected in members.items():
+        assert values(shapes[name]["properties"][member]) == list(expected), (name, member)
+    filters = {
+        ("listUsers", "status"): USER_STATUSES,
+        ("listOrganizations", "state"): ORGANIZATION_STATES,
+        ("listRoles", "boundary"): ROLE_BOUNDARIES,
+        ("listWebhooks", "state"): webhooks.STATES,
+        ("listWebhookDeliveries", "state"): deliveries.STATES,
+        ("listWorkflows", "state"): WORKFLOW_STATES,
+        ("listRunsNeedingAttention", "show"): ATTENTION_FILTERS,
+    }
+    operations = {
+        operation["operationId"]: operation
+        for item in document["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and "operationId" in operation
+    }
+    for (operation_id, name), expected in filters.items():
+        parameter = next(p for p in operations[operation_id]["parameters"] if p["name"] == name)
+        assert values(parameter["schema"]) == list(expected), (operation_id, name)
+
+
+async def test_a_filter_outside_its_enum_is_refused(client: Client, realm: RealmHandle) -> None:
+    """What the document allows the server takes, and what it leaves out the server refuses (422 at the query)."""
+    for path, name, allowed in (
+        ("/users", "status", USER_STATUSES),
+        ("/organizations", "state", ORGANIZATION_STATES),
+        ("/roles", "boundary", ROLE_BOUNDARIES),
+        ("/webhooks", "state", webhooks.STATES),
+        ("/workflows", "state", WORKFLOW_STATES),
+        ("/needs-attention", "show", ATTENTION_FILTERS),
+    ):
+        for value in allowed:
+            taken = await client.get(f"{realm.api}{path}?{name}={value}", headers=realm.headers)
+            assert taken.status_code == 200, (path, value, taken.text)
+        refused = await client.get(f"{realm.api}{path}?{name}=other", headers=realm.headers)
+        assert refused.status_code == 422, (path, refused.text)
+        assert refused.json()["errors"][0]["path"] == f"query:{name}", path
 
 
 @pytest.fixture

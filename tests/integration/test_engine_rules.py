@@ -288,6 +288,16 @@ async def test_compensation_gives_up_after_five_tries_and_cancel_is_refused_mean
     assert "workflow.step.compensated" not in kinds and "workflow.run.compensated" not in kinds
     assert trail[-2][2] == {"step_id": "team", "error_category": "error", "tries": 5}
     assert trail[-1][2] == {"error_category": "not_a_member"}
+    # And the event for automation, written with that last transition.
+    async with realm.sessions() as session:
+        written = (
+            await session.execute(
+                text("SELECT type, payload FROM outbox_events WHERE correlation_id = :r ORDER BY id"), {"r": run_id}
+            )
+        ).all()
+    assert [(t, p["state"], p["error_category"]) for t, p in written] == [
+        ("workflow.run.compensation_failed", "compensation_failed", "not_a_member")
+    ]
 
 
 async def test_a_compensation_that_recovers_ends_compensated_not_cancelled(client: Client, realm: RealmHandle) -> None:

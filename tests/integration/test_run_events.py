@@ -167,6 +167,43 @@ async def test_an_approval_asked_then_rejected_and_the_run_compensated(
     assert got[2]["data"]["state"] == "compensated" and got[2]["data"]["error_category"] == "approval_rejected"
 
 
+async def test_an_approval_approved_and_the_run_succeeded_shaped_like_directory_events(
+    realm: RealmHandle, receivers: list[Receiver], client: Client
+) -> None:
+    receiver = receivers[0]
+    hook = await subscribe(realm, receiver, [*AUTOMATION, "user.created"])
+    subject = await realm.user()
+    approver = await realm.user()
+    wid = await publish(
+        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+    )
+    runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
+    run_id = await start(realm, wid, subject)
+    await drain(runner)
+    token = await realm.token(approver, audience="account")
+    pending = await approval_of(client, realm, token)
+    approved = await client.post(f"{realm.api}/approvals/{pending['id']}/approve", json={}, headers=bearer(token))
+    assert approved.status_code == 200, approved.text
+    await drain(runner)
+    await realm.user("later@example.com")  # a directory event to the same subscription
+    await deliver(realm, [hook])
+    everything = [r.json for r in receiver.requests()]
+    got = [b for b in everything if b["type"].startswith("workflow.")]
+    assert [b["type"] for b in got] == [
+        "workflow.approval.requested",
+        "workflow.approval.approved",
+        "workflow.run.succeeded",
+    ]
+    assert [b["type"] for b in everything].count("user.created") >= 3  # subject, approver, later
+    assert got[1]["data"]["status"] == "approved" and got[1]["data"]["decided_by"] == approver.id
+    assert got[2]["data"]["run_id"] == run_id and got[2]["data"]["error_category"] is None
+    # The same envelope as a directory event, and the same signature.
+    assert {frozenset(b) for b in everything} == {
+        frozenset({"type", "timestamp", "id", "realm_id", "correlation_id", "data"})
+    }
+    assert all(r.verified_by == [0] for r in receiver.requests())
+
+
 async def test_an_approval_that_expires_fails_the_run_and_a_cancelled_run_says_so(
     realm: RealmHandle, receivers: list[Receiver], client: Client
 ) -> None:

@@ -10,6 +10,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.pages.runs.start import start_choices
 from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import ValidationFailed
@@ -78,7 +79,7 @@ def step_block(page: str, step_id: str) -> str:
 
 async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, realm: RealmHandle) -> None:
     await signed_in(client, realm)
-    grace = await realm.user("grace@example.com")
+    grace = await realm.user("grace@example.com", display_name="Grace Hopper")
     linus = await realm.user("linus@example.com")
     onboarding = await publish(realm, manual({"id": "done", "type": "end"}), "Onboarding")
     offboarding = await publish(realm, manual({"id": "bye", "type": "end"}), "Offboarding")
@@ -93,7 +94,13 @@ async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, re
     assert first in page.text and second in page.text
     assert page.text.index(second) < page.text.index(first)  # newest first
     row = page.text.split(f'href="{base}/{first}"', 1)[1].split("</tr>", 1)[0]
-    assert "Onboarding" in row and "grace@example.com" in row and 'class="badge tone-ok" data-state="succeeded"' in row
+    assert "Onboarding" in row and 'class="badge tone-ok" data-state="succeeded"' in row
+    # The subject by name, their email beside it and as the link's title.
+    subject = re.search(
+        r'<a href="/realms/[^"]+/users/(\w+)" title="([^"]+)">([^<]+)</a> <span class="muted small">([^<]+)</span>', row
+    )
+    assert subject is not None, row
+    assert subject.groups() == (grace.id, "grace@example.com", "Grace Hopper", "grace@example.com")
     pending = page.text.split(f'href="{base}/{second}"', 1)[1].split("</tr>", 1)[0]
     assert (
         "Offboarding" in pending
@@ -595,3 +602,29 @@ async def test_the_start_page_for_several_people_previews_and_answers_per_person
     assert (await client.get(url, headers=HTML)).status_code == 403
     denied = await client.post(url, data={"people": grace.email, "_csrf": reader_login.csrf}, headers=HTML)
     assert denied.status_code == 403 and await count_runs(realm) == 12
+
+
+async def test_both_start_forms_offer_the_same_active_people_and_organizations(
+    client: Client, realm: RealmHandle
+) -> None:
+    await signed_in(client, realm)
+    zoe = await realm.user("zoe@example.com")
+    ada = await realm.user("ada@example.com")
+    gone = await realm.user("gone@example.com")
+    beta, alpha, closed = [await realm.organization(n) for n in ("beta", "Alpha", "Closed")]
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": gone.id})
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Choices")
+    async with realm.sessions() as session:
+        choices = await start_choices(session, realm.id, wid)
+    assert choices.workflow.id == wid
+    emails = [u.email for u in choices.users]
+    assert emails == sorted(emails) and {ada.email, zoe.email} <= set(emails) and gone.email not in emails
+    assert [o.id for o in choices.organizations] == [alpha.id, beta.id]  # by name, regardless of case
+    for path in ("runs/start", "runs/start-many"):
+        shown = (await client.get(f"/realms/{realm.slug}/workflows/{wid}/{path}", headers=HTML)).text
+        offered = re.findall(r'<option value="(org_\w+)"', shown)
+        assert offered == [alpha.id, beta.id], path
+        assert "gone@example.com" not in shown and gone.id not in shown, path
+        assert ("ada@example.com" if path == "runs/start" else ada.id) in shown, path

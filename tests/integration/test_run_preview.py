@@ -153,11 +153,17 @@ async def test_refusals_of_approvals_organizations_and_notices(client: Client, r
     found = (await preview(client, realm, grant, subject_id=subject.id, organization_id=org.id)).json()
     assert outcomes(found) == [("grant", "would_succeed", None)]
     assert found["steps"][0]["effect"]["values"]["organization_id"] == org.id
+    # A person reads the organization's name; the id stays in the effect's values.
+    assert found["steps"][0]["summary"] == "Grants Org viewer in Eng." and org.id not in found["steps"][0]["summary"]
     leave = await publish(
         realm, definition({"id": "leave", "type": "remove_membership", "organization_id": org.id}), name="Leave"
     )
     found = (await preview(client, realm, leave, subject_id=subject.id)).json()
     assert outcomes(found) == [("leave", "would_fail", "not_a_member")]
+    await realm.member(org, subject)
+    found = (await preview(client, realm, leave, subject_id=subject.id)).json()
+    assert outcomes(found) == [("leave", "would_succeed", None)]
+    assert found["steps"][0]["summary"] == "Takes the subject out of the organization Eng."
 
 
 async def test_the_preview_keeps_the_rules_of_a_manual_start(client: Client, realm: RealmHandle) -> None:

@@ -41,7 +41,8 @@ TABLE_ID = "runs-table"
 class RunRow:
     run: WorkflowRun
     workflow_name: str
-    subject: str
+    subject: str  # the subject's email (or id, when no longer in the directory)
+    subject_name: str | None  # the subject's display name, shown first
     current_step: str | None
     duration: str | None
     finished: bool
@@ -163,6 +164,7 @@ class RunListPages(Controller):
                     run=run,
                     workflow_name=line.workflow_name,
                     subject=line.subject,
+                    subject_name=line.subject_name,
                     current_step=line.current_step,
                     duration=human_duration(run.created_at, run.finished_at if finished else moment),
                     finished=finished,

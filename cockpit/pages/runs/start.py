@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -23,12 +24,36 @@ from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import identity, organizations
 from engine.directory import principals as directory
+from engine.directory.models import Organization, User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.preview import WOULD_FAIL, preview_run
 from engine.workflows import service as workflows
+from engine.workflows.models import Workflow
 
 START_ID = "run-start"
+
+
+@dataclass(frozen=True)
+class StartChoices:
+    """What a start form offers: the workflow, the active people by email and the active organizations by name."""
+
+    workflow: Workflow
+    users: list[User]
+    organizations: list[Organization]
+
+
+async def start_choices(db_session: DbSession, realm_id: str, workflow_id: str) -> StartChoices:
+    """The choices of both start forms (one person, several people), each list cut at PICKER_LIMIT."""
+    workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+    people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
+    orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+    return StartChoices(
+        workflow,
+        sorted(people_page.items, key=lambda u: u.email),
+        sorted(orgs.items, key=lambda o: o.name.lower()),
+    )
+
 
 _STEP_PATH = re.compile(r"^/definition/steps/(\d+)")
 
@@ -104,20 +129,17 @@ class RunStartPages(Controller):
         form: dict[str, Any] | None = None,
         **context: Any,
     ) -> Template:
-        realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
-        people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
-        orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+        choices = await start_choices(db_session, principal.realm.id, workflow_id)
         template = "pages/runs/_start_form.html" if targets(request, START_ID) else "pages/runs/start.html"
         return page(
             request,
             template,
             nav="workflows",
             status_code=status_code,
-            workflow=workflow,
+            workflow=choices.workflow,
             start={
-                "users": sorted(people_page.items, key=lambda u: u.email),
-                "organizations": sorted(orgs.items, key=lambda o: o.name.lower()),
+                "users": choices.users,
+                "organizations": choices.organizations,
                 "form": form or {"subject": "", "organization_id": ""},
                 # One key per rendered form: the same form sent twice starts one run.
                 "submission": secrets.token_hex(13),
@@ -295,19 +317,16 @@ class RunStartManyPages(Controller):
         form: dict[str, Any] | None = None,
         **context: Any,
     ) -> Template:
-        realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
-        people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
-        orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+        choices = await start_choices(db_session, principal.realm.id, workflow_id)
         return page(
             request,
             "pages/runs/start_many.html",
             nav="workflows",
             status_code=status_code,
-            workflow=workflow,
+            workflow=choices.workflow,
             limit=runs.MANY_AT_ONCE,
-            users=sorted(people_page.items, key=lambda u: u.email),
-            organizations=sorted(orgs.items, key=lambda o: o.name.lower()),
+            users=choices.users,
+            organizations=choices.organizations,
             form=form or {"people": "", "picked": [], "organization_id": ""},
             **context,
         )
