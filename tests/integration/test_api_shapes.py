@@ -26,7 +26,8 @@ from engine.directory.roles import ROLE_BOUNDARIES
 from engine.endpoints import deliveries
 from engine.platform.config import VERSION, Settings
 from engine.runs.approval_models import NOTICE_STATES
-from engine.runs.diagnostics import ATTENTION_FILTERS, HEALTH_STATES
+from engine.runs.attention import ATTENTION_FILTERS
+from engine.runs.diagnostics import HEALTH_STATES
 from engine.workflows.models import REVISION_STATUSES, WORKFLOW_STATES
 from tests.factories import RealmHandle, independent_admin
 from tests.integration.test_runner import drain, runner
