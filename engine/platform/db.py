@@ -6,7 +6,7 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -71,6 +71,12 @@ def positional(sql: str) -> Positional:
     return Positional(_PARAMETER.sub(number, sql), tuple(names), sql)
 
 
+class Fetching(Protocol):
+    """What :func:`fetch_hot` asks of an asyncpg connection (asyncpg ships no type information)."""
+
+    async def fetch(self, query: str, *args: Any) -> list[Sequence[Any]]: ...
+
+
 # ``session.info`` key: the asyncpg connection of a session bound, for its whole life, to one
 # connection in autocommit (the web app's read-only requests) — ``fetch_hot`` uses it directly.
 HOT_DRIVER = "hot_driver"
@@ -91,11 +97,12 @@ async def fetch_hot(session: AsyncSession, statement: Positional, values: Mappin
     """Rows of a read, as tuples: on asyncpg directly when the session is in autocommit (a request that
     only reads: there is no transaction to join), through the session otherwise (inside its
     transaction, seeing its own writes)."""
-    driver = session.info.get(HOT_DRIVER)
-    if driver is not None:
-        return await driver.fetch(statement.sql, *statement.args(values))  # type: ignore[no-any-return]
+    hot: Fetching | None = session.info.get(HOT_DRIVER)
+    if hot is not None:
+        return await hot.fetch(statement.sql, *statement.args(values))
     connection = await session.connection()
     proxied = await connection.get_raw_connection()
-    if getattr(proxied.dbapi_connection, "autocommit", False):
-        return await proxied.driver_connection.fetch(statement.sql, *statement.args(values))  # type: ignore[union-attr, no-any-return]
+    driver: Fetching | None = proxied.driver_connection
+    if driver is not None and getattr(proxied.dbapi_connection, "autocommit", False):
+        return await driver.fetch(statement.sql, *statement.args(values))
     return (await session.execute(text(statement.named), dict(values))).all()
