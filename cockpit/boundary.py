@@ -82,7 +82,7 @@ def boundary_middleware_factory(proxies: Sequence[IPv4Network | IPv6Network]) ->
                     if not static:
                         headers = [(n, v) for n, v in headers if n.lower() not in {b"cache-control", b"expires"}]
                         headers.append((b"cache-control", b"no-store"))
-                    message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                    message["headers"] = headers
                 await send(message)
 
             await app(scope, receive, send_with_headers)

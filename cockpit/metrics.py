@@ -50,7 +50,7 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, capture)
         finally:
-            route = scope.get("path_template") or "unmatched"  # type: ignore[typeddict-item]
+            route = scope.get("path_template") or "unmatched"
             labels = (str(scope.get("method", "")), str(route), str(status))
             HTTP_REQUESTS.labels(*labels).inc()
             HTTP_LATENCY.labels(*labels).observe(time.perf_counter() - started)

@@ -59,7 +59,7 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
-                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                message["headers"] = headers
             await send(message)
 
         try:

@@ -158,13 +158,13 @@ class RequestDb:
 
 def request_db(connection: ASGIConnection[Any, Any, Any, Any]) -> RequestDb:
     """The request's :class:`RequestDb` (made on first use)."""
-    state = connection.scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    state = connection.scope.setdefault("state", {})
     found = state.get(REQUEST_DB)
     if found is None:
         ctx = context_of(connection.app)
         found = RequestDb(ctx.sessions, ctx.read_engine)
         state[REQUEST_DB] = found
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def request_db_middleware(app: ASGIApp) -> ASGIApp:
