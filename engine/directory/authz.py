@@ -47,6 +47,7 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     "org.groups.write": (HIGH, "Create groups and change their members"),
 }
 
+
 @dataclass(frozen=True)
 class BuiltinRole:
     """A role every realm is created with."""
