@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlmodel import col
 
 from engine.directory import admins, identity
 from engine.directory.audit import Actor
@@ -129,9 +130,9 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
             sp = (
                 await session.execute(
                     select(ServicePrincipal).where(
-                        ServicePrincipal.realm_id == realm.id,
-                        (ServicePrincipal.id == args.service_principal)
-                        | (ServicePrincipal.name == args.service_principal),
+                        col(ServicePrincipal.realm_id) == realm.id,
+                        (col(ServicePrincipal.id) == args.service_principal)
+                        | (col(ServicePrincipal.name) == args.service_principal),
                     )
                 )
             ).scalar_one_or_none()

@@ -31,8 +31,9 @@ from typing import Any
 
 from litestar import Request, Response
 from litestar.connection import ASGIConnection
+from litestar.enums import ScopeType
 from litestar.handlers.base import BaseRouteHandler
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 from sqlalchemy import text
 
 from cockpit.problems import ProblemError
@@ -228,7 +229,7 @@ async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> tuple[
                 if name.lower() == b"etag":
                     tag = value.decode("latin-1")
 
-    await connection.app(sub, receive, send)  # type: ignore[arg-type]
+    await connection.app(sub, receive, send)  # type: ignore[arg-type]  # a raw ASGI scope, not yet routed
     return status, tag
 
 
@@ -256,14 +257,14 @@ def api_response_middleware(app: ASGIApp) -> ASGIApp:
     """After the handler: ``ETag``/304 on reads, ``Location`` on 201/202, the idempotent answer kept."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith(API_PREFIX):  # type: ignore[comparison-overlap]
+        if scope["type"] != ScopeType.HTTP or not scope.get("path", "").startswith(API_PREFIX):
             await app(scope, receive, send)
             return
-        start: Any = None
+        start: HTTPResponseStartEvent | None = None
         chunks: list[bytes] = []
         settled = False
 
-        async def finish(start: Any, body: bytes) -> None:
+        async def finish(start: HTTPResponseStartEvent, body: bytes) -> None:
             nonlocal settled
             status: int = start["status"]
             headers = list(start.get("headers", []))
@@ -287,7 +288,8 @@ def api_response_middleware(app: ASGIApp) -> ASGIApp:
                 settled = True
                 kept = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in headers if n.lower() in KEPT_HEADERS]
                 await _settle(scope, reserved, idempotency.KeptAnswer(status, kept, plain))
-            await send({**start, "status": status, "headers": headers})
+            answer: HTTPResponseStartEvent = {**start, "status": status, "headers": headers}
+            await send(answer)
             await send({"type": "http.response.body", "body": body, "more_body": False})
 
         async def buffered(message: Message) -> None:
