@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
@@ -98,7 +99,7 @@ async def dispatch(h: Holder, session: AsyncSession, run: WorkflowRun, now: date
         await fail_run(h, session, run, "definition_unavailable", "The run's revision no longer exists.")
         return True
     if run.state in FORWARD and run.cancel_requested_at is None:
-        workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
+        workflow_state = await session.scalar(select(col(Workflow.state)).where(col(Workflow.id) == run.workflow_id))
         if workflow_state == "disabled":
             return False  # paused while its workflow is disabled; compensation and cancellation go on
     if run.cancel_requested_at is not None and run.state != COMPENSATING:
