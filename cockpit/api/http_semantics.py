@@ -40,6 +40,7 @@ from cockpit.problems import ProblemError
 from cockpit.state import context_of, request_db
 from engine.platform import crypto, idempotency
 from engine.platform.clock import SYSTEM_CLOCK
+from engine.platform.db import driver_of
 from engine.platform.errors import Conflict, Issue, ValidationFailed
 
 log = logging.getLogger("cockpit.api")
@@ -341,7 +342,7 @@ async def _settle(scope: Scope, reserved: _Reserved, answer: idempotency.KeptAns
     engine = ctx.read_engine or ctx.db
     try:
         async with engine.connect() as connection:
-            conn = (await connection.get_raw_connection()).driver_connection
+            conn = driver_of(await connection.get_raw_connection())
             if answer is not None and answer.status < 500 and answer.status not in NOT_KEPT:
                 sealed = _seal(ctx.settings.secret_key, reserved.principal_id, reserved.key, answer.body)
                 kept = idempotency.KeptAnswer(answer.status, answer.headers, sealed)
