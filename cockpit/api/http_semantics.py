@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from litestar import Request, Response
 from litestar.connection import ASGIConnection
@@ -197,7 +197,14 @@ async def _check_if_match(connection: ASGIConnection[Any, Any, Any, Any]) -> Non
         )
 
 
-async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> tuple[int, str | None]:
+class CurrentTag(NamedTuple):
+    """The answer to a ``GET`` of the same path: its status and its ``ETag``."""
+
+    status: int
+    tag: str | None
+
+
+async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> CurrentTag:
     """The status and ``ETag`` of a ``GET`` of the same path, asked with the caller's credential."""
     scope = connection.scope
     wanted = {b"authorization", b"cookie", b"host"}
@@ -231,7 +238,7 @@ async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> tuple[
                     tag = value.decode("latin-1")
 
     await connection.app(sub, receive, send)  # type: ignore[arg-type]  # a raw ASGI scope, not yet routed
-    return status, tag
+    return CurrentTag(status, tag)
 
 
 def _location(scope: Scope, status: int, body: bytes) -> str | None:
