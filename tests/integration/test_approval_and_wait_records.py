@@ -13,9 +13,10 @@ from sqlalchemy import text
 from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
-from engine.runs import approvals, runstore
+from engine.runs import approvals
 from engine.runs.models import StepAttempt
 from engine.runs.runner import Runner
+from engine.runs.runstore import leases
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start
 
@@ -96,7 +97,7 @@ async def requests_sent(realm: RealmHandle, approver: User) -> int:
 
 async def claim(r: Runner, realm: RealmHandle) -> list[str]:
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, r.worker_id, now=r.clock.now(), lease=LEASE, batch_size=10, tenant_share=10
         )
     return [c.run_id for c in claimed]

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from engine.directory.models import Organization, User
 from engine.platform.clock import FixedClock
-from engine.runs import diagnostics
+from engine.runs import diagnostics, run_reads
 from engine.runs import service as runs
 from engine.runs.metrics import database_gauges
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -50,8 +50,8 @@ async def start(realm: RealmHandle, workflow_id: str, subject: User, org: Organi
 
 async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        return run, await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        return run, await run_reads.run_attempts(session, run_id)
 
 
 def make_runner(

@@ -20,6 +20,7 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.retention import cleanup_finished_runs
 from engine.runs.runner import Runner, RunnerSettings
@@ -139,7 +140,7 @@ async def compensation_failed_run(realm: RealmHandle) -> tuple[str, str, User]:
     await drain(runner)
     for _ in range(10):  # five tries in all, 30 s doubling
         async with realm.sessions() as session:
-            run = await runs.get_run(session, realm.id, run_id)
+            run = await run_reads.get_run(session, realm.id, run_id)
         if run.state != "compensating":
             break
         assert run.due_at is not None
@@ -147,7 +148,7 @@ async def compensation_failed_run(realm: RealmHandle) -> tuple[str, str, User]:
         await drain(runner)
     async with realm.sessions() as session, session.begin():
         await session.execute(text("DROP TRIGGER diag_outage ON group_members"))
-        run = await runs.get_run(session, realm.id, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
     assert run.state == "compensation_failed", run.state
     return team.workflow_id, run_id, subject
 
@@ -269,8 +270,8 @@ async def test_only_a_compensation_failed_run_can_be_resolved(client: Client, re
 async def test_diagnostics_never_carry_subjects_inputs_or_messages(client: Client, realm: RealmHandle) -> None:
     workflow_id, run_id, subject = await compensation_failed_run(realm)
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        attempts = await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        attempts = await run_reads.run_attempts(session, run_id)
     secrets = {subject.id, subject.email, subject.display_name}
     secrets |= {str(v) for v in run.input.values() if v}
     secrets |= {

@@ -20,9 +20,9 @@ from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, Role, User
 from engine.platform.clock import FixedClock
-from engine.runs import runstore
-from engine.runs.fastpath import _AUTHORITY
+from engine.runs.fastpath_caches import _AUTHORITY
 from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import batched
 from testing.statements import recording
 from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
@@ -734,7 +734,7 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
     clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
     r = runner(realm, clock)
     engine = realm.sessions.kw["bind"]
-    reads = (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql)
+    reads = (batched.REVISION_BY_ID.sql, batched.ROLE_BY_ID.sql, batched.GROUP_WITH_ROLES.sql)
 
     with recording(engine) as log:
         await engine.dispose()  # the connections made from here on note what they send
@@ -759,8 +759,8 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
     assert sent.count(_AUTHORITY.sql) == 2 * 3
     # The pass: the claim, then one round per step, each the group's lock and one statement for the
     # whole group (each new subject's authority read between them), then a claim that finds nothing.
-    rounds = [q for q in sent if q in (runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql)]
-    assert rounds == [runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql] * 3
+    rounds = [q for q in sent if q in (batched.LOCK_FOR_TRANSITION.sql, batched.FAST_TRANSITIONS.sql)]
+    assert rounds == [batched.LOCK_FOR_TRANSITION.sql, batched.FAST_TRANSITIONS.sql] * 3
     assert (log.count("BEGIN"), log.count("COMMIT")) == (5, 5), log.summary()
 
 

@@ -18,11 +18,12 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
-from engine.runs import runstore
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import CAP_MS
 from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import leases
 from engine.workflows import service as workflows
 from tests.factories import RealmHandle, bearer
 
@@ -57,8 +58,8 @@ async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
 
 async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        return run, await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        return run, await run_reads.run_attempts(session, run_id)
 
 
 async def events(realm: RealmHandle, run_id: str, prefix: str = "workflow.") -> list[tuple[str, str | None, Any]]:
@@ -354,7 +355,7 @@ async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: Rea
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
         )
     assert [c.run_id for c in claimed] == [run_id]
@@ -437,7 +438,7 @@ async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
         )
     assert sorted(c.run_id for c in claimed) == sorted([held, going])

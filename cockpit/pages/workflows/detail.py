@@ -41,6 +41,7 @@ class WorkflowPages(Controller):
         realm_id = principal.realm.id
         workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
         await db_session.refresh(workflow)  # current values, also after a change that was undone
+        approval_needed = await workflows.approval_needed(db_session, workflow)
         can_write = may(principal, "realm.workflows.write")
         can_publish = may(principal, "realm.workflows.publish")
         if targets(request, STATE_ID):
@@ -50,6 +51,7 @@ class WorkflowPages(Controller):
                 nav="workflows",
                 status_code=status_code,
                 workflow=workflow,
+                approval_needed=approval_needed,
                 can_write=can_write,
                 can_publish=can_publish,
                 **context,
@@ -82,6 +84,7 @@ class WorkflowPages(Controller):
             schedules=schedule_lines,
             schedule_names=await schedules.selector_names(db_session, realm_id, [s.selector for s in schedule_lines]),
             workflow=workflow,
+            approval_needed=approval_needed,
             can_write=can_write,
             can_publish=can_publish,
             **context,
