@@ -255,8 +255,31 @@ def run_tests(where: Path, tests: list[str], limit: float | None) -> tuple[str, 
 
 
 def _code_objects(code: CodeType) -> dict[str, CodeType]:
-    """The module's top-level functions' code objects, by name."""
-    return {const.co_name: const for const in code.co_consts if isinstance(const, CodeType)}
+    """The module's top-level functions' and its top-level classes' methods' code objects, by name
+    (``name`` or ``Class.name``)."""
+    found: dict[str, CodeType] = {}
+    for const in code.co_consts:
+        if not isinstance(const, CodeType):
+            continue
+        found[const.co_name] = const
+        for inner in const.co_consts:  # a class body's consts hold its methods' code
+            if isinstance(inner, CodeType) and inner.co_qualname == f"{const.co_name}.{inner.co_name}":
+                found[inner.co_qualname] = inner
+    return found
+
+
+def _live_functions(module: Any, module_name: str) -> dict[str, FunctionType]:
+    """The module's top-level functions and its classes' methods (class and static ones too)."""
+    found: dict[str, FunctionType] = {}
+    for name, value in vars(module).items():
+        if isinstance(value, FunctionType) and value.__module__ == module_name:
+            found[name] = value
+        elif isinstance(value, type) and value.__module__ == module_name:
+            for attribute, member in vars(value).items():
+                function = getattr(member, "__func__", member)
+                if isinstance(function, FunctionType) and function.__qualname__ == f"{name}.{attribute}":
+                    found[function.__qualname__] = function
+    return found
 
 
 def run_in_process(module_name: str, source: str, path: str, every: list[Site], picked: list[int], args: Any) -> None:
@@ -271,12 +294,10 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
     import pytest
 
     module = importlib.import_module(module_name)
-    functions = {
-        name: value
-        for name, value in vars(module).items()
-        if isinstance(value, FunctionType) and value.__module__ == module_name
-    }
-    original = _code_objects(compile(source, path, "exec"))
+    functions = _live_functions(module, module_name)
+    # Compared with the mutants as unparsed, so that only the mutated function differs (the layout,
+    # and so every line number, changes in the unparsing).
+    original = _code_objects(compile(ast.unparse(ast.parse(source)) + "\n", path, "exec"))
     live = {name: fn.__code__ for name, fn in functions.items()}
 
     def pytest_run(limit: int) -> str:

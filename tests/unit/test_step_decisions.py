@@ -660,3 +660,204 @@ def test_the_workflow_events_of_a_failed_step_are_built_once() -> None:
         {"reason": "conflict", "error_category": "conflict", "phase": "compensating"},
     )
     assert d.run_compensating_entry("wrn_1", "cancelled", "asked").details["reason"] == "asked"
+
+
+# --- Whole effects and the workflow's own events, field by field -----------------------------------------
+
+
+def test_the_workflow_events_of_a_succeeded_step_and_run_are_built_once() -> None:
+    assert d.step_succeeded_entry("wrn_1", "s", 3, "wrn_1:s:3") == d.AuditEntry(
+        "workflow",
+        "workflow.step.succeeded",
+        "workflow_run",
+        "wrn_1",
+        {"step_id": "s", "attempt": 3, "idempotency_key": "wrn_1:s:3"},
+    )
+    assert d.run_succeeded_entry("wrn_1") == d.AuditEntry(
+        "workflow", "workflow.run.succeeded", "workflow_run", "wrn_1", {}
+    )
+
+
+def test_an_organization_grant_with_an_expiry_is_the_whole_effect() -> None:
+    step = {**ORG_GRANT, "expires_in": "2h"}
+    until = NOW + timedelta(hours=2)
+    made = d.decide(snap(step, role=ORG_VIEWER, organization_id=ORG))
+    details = {
+        "assignment_id": "ras_new",
+        "role_id": ORG_VIEWER.id,
+        "role": "org viewer",
+        "organization_id": ORG,
+        "expires_at": until.isoformat(),
+        "approver_id": None,
+    }
+    assert made == Effect(
+        "assign_role",
+        f"Grants org viewer in {ORG} until {until.isoformat()}.",
+        values={
+            "assignment_id": "ras_new",
+            "role_id": ORG_VIEWER.id,
+            "role_name": "org viewer",
+            "organization_id": ORG,
+            "expires_at": until,
+            "approver_id": None,
+        },
+        result={"assignment_id": "ras_new", "role_id": ORG_VIEWER.id, "organization_id": ORG},
+        strategy="undo",
+        compensation_state="pending",
+        audit=(d.AuditEntry("authorization", "role.assigned", "user", SUBJECT, details),),
+    )
+    # Realm wide and for good, the summary names neither an organization nor an end.
+    assert effect(d.decide(snap(GRANT, role=VIEWER))).summary == "Grants viewer."
+
+
+def test_a_revocation_is_the_whole_effect() -> None:
+    held = (("ras_a", None), ("ras_b", None))
+    made = d.decide(snap(REVOKE, role=VIEWER, assignments=held))
+
+    def revoked(assignment_id: str) -> d.AuditEntry:
+        details = {"assignment_id": assignment_id, "role_id": VIEWER.id, "role": "viewer", "organization_id": None}
+        return d.AuditEntry("authorization", "role.revoked", "user", SUBJECT, details)
+
+    assert made == Effect(
+        "remove_role",
+        "Revokes viewer (2 grant(s)).",
+        values={"assignment_ids": ["ras_a", "ras_b"], "role_id": VIEWER.id, "role_name": "viewer"},
+        result={"removed_assignments": ["ras_a", "ras_b"]},
+        audit=(revoked("ras_a"), revoked("ras_b")),
+    )
+    scoped = d.decide(
+        snap(REVOKE | {"role_id": ORG_VIEWER.id}, role=ORG_VIEWER, organization_id=ORG, assignments=(("ras_c", ORG),))
+    )
+    assert effect(scoped).audit[0].details["organization_id"] == ORG
+    nothing = effect(d.decide(snap(REVOKE, role=VIEWER)))
+    assert (nothing.kind, nothing.summary) == ("remove_role", "Nothing to revoke: the subject does not hold viewer.")
+
+
+def test_the_latest_approved_decision_names_the_approver_whatever_was_decided_after() -> None:
+    later_rejected = ({"status": "approved", "decided_by": APPROVER}, {"status": "rejected", "decided_by": "usr_x"})
+    assert d.latest_approver(later_rejected) == APPROVER
+    assert d.latest_approver(({"status": "approved", "decided_by": None},)) is None
+    assert d.latest_approver(({"status": "approved"},)) is None
+
+
+@pytest.mark.parametrize("who", [SUBJECT, PUBLISHER])
+def test_the_approver_of_a_grant_is_neither_the_subject_nor_the_publisher(who: str) -> None:
+    step = {**GRANT, "role_id": AUDITOR.id}
+    able = authority(who, ("realm.audit.read", None))
+    decided = ({"status": "approved", "decided_by": who},)
+    decision = d.decide_assign_role(
+        snap(step, role=AUDITOR, approvals=decided, approver=ApproverFacts(who, True, able))
+    )
+    assert refusal(decision) == (
+        "forbidden",
+        "The approver must be someone other than the granter and the subject.",
+        True,
+    )
+
+
+def test_a_publisher_who_writes_groups_in_the_groups_organization_only_may_join_it() -> None:
+    local = authority(
+        PUBLISHER, ("realm.workflows.publish", None), ("realm.workflows.read", None), ("org.groups.write", ORG)
+    )
+    assert effect(d.decide(snap(JOIN, group=TEAM, is_member=True, authority=local))).kind == "add_to_group"
+    elsewhere = replace(TEAM, organization_id=OTHER_ORG)
+    assert refusal(d.decide(snap(JOIN, group=elsewhere, is_member=True, authority=local)))[0] == (
+        "publisher_lacks_authority"
+    )
+
+
+def test_group_steps_are_the_whole_effects() -> None:
+    details = {"group_id": TEAM.id, "organization_id": ORG}
+    assert d.decide(snap(JOIN, group=TEAM, is_member=True)) == Effect(
+        "add_to_group",
+        "Adds the subject to the group Team.",
+        values=details,
+        result=details,
+        strategy="undo",
+        compensation_state="pending",
+        audit=(d.AuditEntry("directory", "group.member_added", "user", SUBJECT, details),),
+    )
+    assert d.decide(snap(LEAVE_GROUP, group=TEAM, in_group=True)) == Effect(
+        "remove_from_group",
+        "Takes the subject out of the group Team.",
+        values=details,
+        result={"group_id": TEAM.id},
+        audit=(d.AuditEntry("directory", "group.member_removed", "user", SUBJECT, details),),
+    )
+
+
+def test_leaving_an_organization_is_the_whole_effect() -> None:
+    payload = {"membership_id": "mem_1", "organization_id": ORG, "user_id": SUBJECT}
+    left = d.decide(snap(LEAVE, is_member=True, membership_id="mem_1", joined_groups=(TEAM,)))
+    assert left == Effect(
+        "remove_membership",
+        f"Takes the subject out of the organization {ORG} and 1 of its group(s).",
+        values={"organization_id": ORG, "membership_id": "mem_1", "group_ids": [TEAM.id]},
+        result={"organization_id": ORG},
+        audit=(
+            d.AuditEntry(
+                "directory",
+                "group.member_removed",
+                "user",
+                SUBJECT,
+                {"group_id": TEAM.id, "organization_id": ORG, "reason": "membership_removed"},
+            ),
+            d.AuditEntry("directory", "organization.membership.removed", "user", SUBJECT, payload),
+        ),
+        outbox=(d.OutboxEntry("organization.membership.removed", SUBJECT, ORG, payload),),
+    )
+    alone = effect(d.decide(snap(LEAVE, is_member=True, membership_id="mem_1")))
+    assert alone.summary == f"Takes the subject out of the organization {ORG}."
+
+
+def test_a_suspension_is_the_whole_effect() -> None:
+    assert d.decide(snap({"type": "suspend_user"})) == Effect(
+        "suspend_user",
+        "Suspends the subject's account.",
+        values={"user_id": SUBJECT, "status": "suspended"},
+        result={"status": "suspended"},
+        audit=(d.AuditEntry("directory", "user.suspended", "user", SUBJECT, {}),),
+        outbox=(d.OutboxEntry("user.suspended", SUBJECT, None, {"user_id": SUBJECT}),),
+    )
+
+
+@pytest.mark.parametrize(
+    ("mail", "summary", "state", "compensation"),
+    [
+        (True, "Sends the notice welcome to subject@example.com.", "queued", "impossible"),
+        (
+            False,
+            "Sends the notice welcome to subject@example.com (recorded, not sent: no mail server is configured).",
+            "not_configured",
+            "not_needed",
+        ),
+    ],
+)
+def test_a_notice_is_the_whole_effect(mail: bool, summary: str, state: str, compensation: str) -> None:
+    step = {"type": "notify", "notice": "welcome"}
+    assert d.decide(snap(step, mail_configured=mail, workflow_name="Onboarding")) == Effect(
+        "notify",
+        summary,
+        values={"to_address": "subject@example.com", "notice": "welcome", "workflow_name": "Onboarding"},
+        result={"to": "subject@example.com", "state": state},
+        strategy="impossible",
+        compensation_state=compensation,
+    )
+
+
+def test_an_end_a_wait_an_approval_and_a_call_are_the_whole_effects() -> None:
+    assert d.decide(snap({"type": "end"})) == Effect("none", "Ends the run here.", ends_run=True)
+    assert d.decide(snap({"type": "wait", "duration": "90m"})) == Effect(
+        "wait", "Waits 90m.", values={"until": NOW + timedelta(minutes=90)}
+    )
+    approval = {"type": "approval", "approvers": [APPROVER], "expires_in": "1h"}
+    assert d.decide(snap(approval, approver_users={APPROVER: (True, False)})) == Effect(
+        "request_approval",
+        "Asks 1 approver(s) to decide within 1h.",
+        values={"approvers": [APPROVER], "expires_in": "1h"},
+    )
+    assert d.decide(snap(CALL, subscription=SUBSCRIPTION)) == Effect(
+        "call",
+        "Calls https://hooks.example.com/x (signed, with the run's idempotency key).",
+        values={"subscription_id": "whk_1", "destination": SUBSCRIPTION.destination},
+    )
