@@ -8,14 +8,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory import admins, identity
 from engine.directory.audit import Actor
-from engine.directory.models import Realm, ServicePrincipal
+from engine.directory.models import Realm, ServicePrincipal, User
 from engine.platform.config import Settings
 from engine.platform.database import resolve_database_url
 from engine.platform.db import make_engine, make_sessionmaker, transaction
@@ -64,7 +67,10 @@ def sign_in_link_url(settings: Settings, realm_slug: str, token: str) -> str:
     return f"{public_base_url(settings)}/realms/{realm_slug}/sign-in/link?token={token}"
 
 
-async def _with_db(settings: Settings, work: Any) -> Any:
+T = TypeVar("T")
+
+
+async def _with_db(settings: Settings, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     url = resolve_database_url(settings)
     from engine.platform.migrate import upgrade
 
@@ -79,7 +85,7 @@ async def _with_db(settings: Settings, work: Any) -> Any:
         await engine.dispose()
 
 
-async def _realm(session: Any, slug: str) -> Realm:
+async def _realm(session: AsyncSession, slug: str) -> Realm:
     realm = await identity.realm_by_slug(session, slug)
     if realm is None:
         raise AdminError(f"no realm {slug!r}")
@@ -87,7 +93,7 @@ async def _realm(session: Any, slug: str) -> Realm:
 
 
 def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
-    async def work(session: Any) -> tuple[Realm, Any]:
+    async def work(session: AsyncSession) -> tuple[Realm, User]:
         return await identity.create_realm(
             session, args.slug, admin_email=args.admin_email, admin_display_name=args.admin_name
         )
@@ -98,7 +104,7 @@ def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
-    async def work(session: Any) -> str:
+    async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
         user = await identity.user_by_email(session, realm.id, args.email)
         if user is None:
@@ -115,7 +121,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
         raise AdminError(f"--days must be between 1 and {identity.TOKEN_MAX_DAYS}, got {args.days}")
     expires = timedelta(days=args.days)
 
-    async def work(session: Any) -> str:
+    async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
         actor = Actor(type="system", id=None, realm_id=realm.id)
         if args.email:
@@ -129,9 +135,9 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
             sp = (
                 await session.execute(
                     select(ServicePrincipal).where(
-                        ServicePrincipal.realm_id == realm.id,
-                        (ServicePrincipal.id == args.service_principal)
-                        | (ServicePrincipal.name == args.service_principal),
+                        col(ServicePrincipal.realm_id) == realm.id,
+                        (col(ServicePrincipal.id) == args.service_principal)
+                        | (col(ServicePrincipal.name) == args.service_principal),
                     )
                 )
             ).scalar_one_or_none()
@@ -149,7 +155,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_grant_realm_admin(settings: Settings, args: argparse.Namespace) -> int:
     """Recover a realm nobody can administer: give realm-admin to one of its active users."""
 
-    async def work(session: Any) -> str:
+    async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
         user = await identity.user_by_email(session, realm.id, args.email)
         if user is None:

@@ -12,6 +12,7 @@ import os
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
 from engine.directory import identity
@@ -67,7 +68,7 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
             demo_realm = await identity.realm_by_slug(session, DEMO_SLUG)
             if demo_realm is not None:
                 return [f"Demo realm: {base}/realms/{DEMO_SLUG}/", new_link_hint(DEMO_SLUG, DEMO_ADMIN_EMAIL)]
-            slugs = (await session.execute(select(Realm.slug).order_by(Realm.slug).limit(5))).scalars().all()
+            slugs = (await session.execute(select(col(Realm.slug)).order_by(col(Realm.slug)).limit(5))).scalars().all()
             lines = [f"Realm: {base}/realms/{slug}/" for slug in slugs]
             return [*lines, new_link_hint(slugs[0] if slugs else "<realm>", "<email>")]
     finally:

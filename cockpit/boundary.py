@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from ipaddress import IPv4Network, IPv6Network, ip_address
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 CONTENT_SECURITY_POLICY = (
@@ -58,7 +59,7 @@ def boundary_middleware_factory(proxies: Sequence[IPv4Network | IPv6Network]) ->
 
     def boundary_middleware(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http":  # type: ignore[comparison-overlap]
+            if scope["type"] != ScopeType.HTTP:
                 await app(scope, receive, send)
                 return
             client = scope.get("client")
@@ -82,7 +83,7 @@ def boundary_middleware_factory(proxies: Sequence[IPv4Network | IPv6Network]) ->
                     if not static:
                         headers = [(n, v) for n, v in headers if n.lower() not in {b"cache-control", b"expires"}]
                         headers.append((b"cache-control", b"no-store"))
-                    message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                    message["headers"] = headers
                 await send(message)
 
             await app(scope, receive, send_with_headers)

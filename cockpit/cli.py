@@ -164,7 +164,7 @@ def _serve_processes(settings: Settings, url: str, host: str, port: int, process
     # Forked, not spawned: a process starts with the code already imported (a spawned one
     # imports everything again, which took most of a minute per process on a loaded host). No
     # database connection or pool exists yet in this process, so none is shared.
-    uvicorn._subprocess.spawn = multiprocessing.get_context("fork")  # type: ignore[assignment]
+    uvicorn._subprocess.spawn = multiprocessing.get_context("fork")  # type: ignore[assignment]  # fork context for spawn
     os.environ["COCKPIT_DATABASE_URL"] = url  # the children use the server this process resolved
     config = server_config("cockpit.cli:web_process_app", host, port, processes=processes)
     sock = config.bind_socket()

@@ -12,6 +12,7 @@ import time
 
 from litestar import Controller, Response, get
 from litestar.datastructures import State
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
 
@@ -35,7 +36,7 @@ HTTP_LATENCY = Histogram(
 
 def metrics_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # type: ignore[comparison-overlap]
+        if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -50,7 +51,7 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, capture)
         finally:
-            route = scope.get("path_template") or "unmatched"  # type: ignore[typeddict-item]
+            route = scope.get("path_template") or "unmatched"
             labels = (str(scope.get("method", "")), str(route), str(status))
             HTTP_REQUESTS.labels(*labels).inc()
             HTTP_LATENCY.labels(*labels).observe(time.perf_counter() - started)

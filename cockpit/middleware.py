@@ -17,6 +17,7 @@ import re
 import secrets
 import time
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.platform.logs import client_request_id_var, request_id_var
@@ -35,7 +36,7 @@ def loggable_path(path: str | None) -> str | None:
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # type: ignore[comparison-overlap]
+        if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
         given = ""
@@ -59,7 +60,7 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
-                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                message["headers"] = headers
             await send(message)
 
         try:

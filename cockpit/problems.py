@@ -307,5 +307,5 @@ def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response
             status_code=problem.status,
             headers=headers,
             media_type=MediaType.HTML,
-        )  # type: ignore[return-value]
+        )
     return Response(content=problem.body(), status_code=problem.status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)

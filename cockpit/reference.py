@@ -57,8 +57,9 @@ def operations(document: dict[str, Any]) -> list[dict[str, Any]]:
             body = (operation.get("requestBody") or {}).get("content", {})
             responses = []
             for status, response in sorted((operation.get("responses") or {}).items()):
-                content = response.get("content") or {}
-                media, spec = next(iter(content.items()), (None, {}))
+                content: dict[str, dict[str, Any]] = response.get("content") or {}
+                first: tuple[str | None, dict[str, Any]] = next(iter(content.items()), (None, {}))
+                media, spec = first
                 responses.append(
                     {
                         "status": status,
@@ -67,6 +68,7 @@ def operations(document: dict[str, Any]) -> list[dict[str, Any]]:
                         "type": schema_name(spec.get("schema")) if media else "—",
                     }
                 )
+            bodies: list[dict[str, Any]] = list(body.values())
             out.append(
                 {
                     "id": operation.get("operationId") or f"{method}-{path}",
@@ -85,7 +87,7 @@ def operations(document: dict[str, Any]) -> list[dict[str, Any]]:
                         }
                         for p in operation.get("parameters") or []
                     ],
-                    "body": schema_name(next(iter(body.values()), {}).get("schema")) if body else None,
+                    "body": schema_name(bodies[0].get("schema")) if bodies else None,
                     "responses": responses,
                 }
             )

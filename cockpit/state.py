@@ -25,7 +25,7 @@ from engine.directory.credentials import AuthorityCache
 from engine.endpoints.calls import EndpointSettings
 from engine.platform.config import Settings
 from engine.platform.database import asyncpg_url
-from engine.platform.db import HOT_DRIVER, driver_connection
+from engine.platform.db import HOT_DRIVER, Driver, driver_connection, driver_of
 from engine.runs.preview import PreviewSettings
 
 REQUEST_DB = "request_db"
@@ -101,7 +101,7 @@ class RequestDb:
     reads_only: bool = False
     _session: AsyncSession | None = None
     _connection: AsyncConnection | None = None
-    _driver: Any = None
+    _driver: Driver | None = None
 
     @property
     def _reading(self) -> bool:
@@ -119,13 +119,13 @@ class RequestDb:
             self._session = session
         return self._session
 
-    async def driver(self) -> Any:
+    async def driver(self) -> Driver:
         """The asyncpg connection under the request's session (the same connection, never a second)."""
         if self._driver is None:
             if self._reading:
                 assert self.read_engine is not None
                 self._connection = await self.read_engine.connect()
-                self._driver = (await self._connection.get_raw_connection()).driver_connection
+                self._driver = driver_of(await self._connection.get_raw_connection())
             else:
                 self._driver = await driver_connection(await self.session())
         return self._driver
@@ -158,13 +158,13 @@ class RequestDb:
 
 def request_db(connection: ASGIConnection[Any, Any, Any, Any]) -> RequestDb:
     """The request's :class:`RequestDb` (made on first use)."""
-    state = connection.scope.setdefault("state", {})  # type: ignore[typeddict-item]
+    state = connection.scope.setdefault("state", {})
     found = state.get(REQUEST_DB)
     if found is None:
         ctx = context_of(connection.app)
         found = RequestDb(ctx.sessions, ctx.read_engine)
         state[REQUEST_DB] = found
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def request_db_middleware(app: ASGIApp) -> ASGIApp:

@@ -47,7 +47,7 @@ from testing.mutation_sample import wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_COPY = {".git", ".venv", ".cockpit", "mutants", "node_modules", "test-results", ".mypy_cache", ".ruff_cache"}
-FLIP = {
+COMPARE_FLIP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,
     ast.LtE: ast.Lt,
     ast.Gt: ast.GtE,
@@ -58,15 +58,16 @@ FLIP = {
     ast.NotIn: ast.In,
     ast.Is: ast.IsNot,
     ast.IsNot: ast.Is,
+}
+ARITH_FLIP: dict[type[ast.operator], type[ast.operator]] = {
     ast.Add: ast.Sub,
     ast.Sub: ast.Add,
     ast.Mult: ast.Div,
     ast.Div: ast.Mult,
     ast.FloorDiv: ast.Div,
     ast.Mod: ast.Div,
-    ast.And: ast.Or,
-    ast.Or: ast.And,
 }
+BOOL_FLIP: dict[type[ast.boolop], type[ast.boolop]] = {ast.And: ast.Or, ast.Or: ast.And}
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,8 @@ def _walk(tree: ast.Module) -> list[tuple[ast.AST, ast.AST | None]]:
 def _operators(node: ast.AST) -> list[str]:
     match node:
         case ast.Compare(ops=ops):
-            return [f"compare{i}" for i, op in enumerate(ops) if type(op) in FLIP]
-        case ast.BinOp(op=op) | ast.AugAssign(op=op) if type(op) in FLIP:
+            return [f"compare{i}" for i, op in enumerate(ops) if type(op) in COMPARE_FLIP]
+        case ast.BinOp(op=op) | ast.AugAssign(op=op) if type(op) in ARITH_FLIP:
             return ["arith"]
         case ast.BoolOp():
             return ["andor"]
@@ -182,13 +183,13 @@ def apply(source: str, site: Site) -> str:
     if operator.startswith("compare"):
         assert isinstance(node, ast.Compare)
         i = int(operator.removeprefix("compare"))
-        node.ops[i] = FLIP[type(node.ops[i])]()
+        node.ops[i] = COMPARE_FLIP[type(node.ops[i])]()
     elif operator == "arith":
         assert isinstance(node, (ast.BinOp, ast.AugAssign))
-        node.op = FLIP[type(node.op)]()
+        node.op = ARITH_FLIP[type(node.op)]()
     elif operator == "andor":
         assert isinstance(node, ast.BoolOp)
-        node.op = FLIP[type(node.op)]()
+        node.op = BOOL_FLIP[type(node.op)]()
     elif operator == "drop_not":
         assert isinstance(node, ast.UnaryOp) and parent is not None
         _replace(parent, node, node.operand)
@@ -196,13 +197,14 @@ def apply(source: str, site: Site) -> str:
         assert isinstance(node, ast.Constant)
         node.value = not node.value
     elif operator == "number":
-        assert isinstance(node, ast.Constant)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, (int, float))
         node.value = node.value + 1
     elif operator == "string":
-        assert isinstance(node, ast.Constant)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, str)
         node.value = f"XX{node.value}XX"
     elif operator in {"assign_none", "keyword_none", "return_none"}:
-        node.value = _none()  # type: ignore[attr-defined]
+        assert isinstance(node, (ast.Assign, ast.AnnAssign, ast.keyword, ast.Return))
+        node.value = _none()
     elif operator == "drop_call":
         assert parent is not None
         _replace(parent, node, ast.Pass())

@@ -54,7 +54,7 @@ def main() -> None:
     tests = sorted({t for gone in dropped.values() for t in gone})
     print(f"{len(dropped)} functions narrowed; tests left out of them:")
     for test in tests:
-        print(f"  {stats['duration_by_test'].get(test, 0.0):6.1f} s  {test}")  # type: ignore[union-attr]
+        print(f"  {stats['duration_by_test'].get(test, 0.0):6.1f} s  {test}")
 
 
 if __name__ == "__main__":

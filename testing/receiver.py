@@ -150,7 +150,7 @@ class Receiver:
                 with receiver.lock:
                     receiver.server_names.append(name)
 
-            self.tls.sni_callback = note_server_name  # type: ignore[assignment]
+            self.tls.sni_callback = note_server_name
             # The handshake happens on accept; a client that refuses the certificate ends it there.
             self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

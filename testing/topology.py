@@ -62,7 +62,7 @@ def why_no_namespaces() -> str | None:
 def free_subnet() -> ipaddress.IPv4Network:
     """A /24 of 10.231.0.0/16 that no route of the machine covers or overlaps."""
     routes = ip("-4", "route", "show", "table", "all").stdout
-    taken = []
+    taken: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for line in routes.splitlines():
         first = line.split()[0] if line.split() else ""
         if first in ("local", "broadcast", "unreachable", "blackhole", "multicast"):
@@ -71,7 +71,7 @@ def free_subnet() -> ipaddress.IPv4Network:
             taken.append(ipaddress.ip_network(first if first != "default" else "0.0.0.0/32", strict=False))
         except ValueError:
             continue
-    candidates = list(ipaddress.ip_network("10.231.0.0/16").subnets(new_prefix=24))
+    candidates = list(ipaddress.IPv4Network("10.231.0.0/16").subnets(new_prefix=24))
     start = secrets.randbelow(len(candidates))
     for subnet in candidates[start:] + candidates[:start]:
         if not any(subnet.overlaps(t) for t in taken if t.prefixlen > 0):

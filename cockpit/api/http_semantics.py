@@ -27,18 +27,20 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from litestar import Request, Response
 from litestar.connection import ASGIConnection
+from litestar.enums import ScopeType
 from litestar.handlers.base import BaseRouteHandler
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 from sqlalchemy import text
 
 from cockpit.problems import ProblemError
 from cockpit.state import context_of, request_db
 from engine.platform import crypto, idempotency
 from engine.platform.clock import SYSTEM_CLOCK
+from engine.platform.db import driver_of
 from engine.platform.errors import Conflict, Issue, ValidationFailed
 
 log = logging.getLogger("cockpit.api")
@@ -195,7 +197,14 @@ async def _check_if_match(connection: ASGIConnection[Any, Any, Any, Any]) -> Non
         )
 
 
-async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> tuple[int, str | None]:
+class CurrentTag(NamedTuple):
+    """The answer to a ``GET`` of the same path: its status and its ``ETag``."""
+
+    status: int
+    tag: str | None
+
+
+async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> CurrentTag:
     """The status and ``ETag`` of a ``GET`` of the same path, asked with the caller's credential."""
     scope = connection.scope
     wanted = {b"authorization", b"cookie", b"host"}
@@ -228,8 +237,8 @@ async def _current_tag(connection: ASGIConnection[Any, Any, Any, Any]) -> tuple[
                 if name.lower() == b"etag":
                     tag = value.decode("latin-1")
 
-    await connection.app(sub, receive, send)  # type: ignore[arg-type]
-    return status, tag
+    await connection.app(sub, receive, send)  # type: ignore[arg-type]  # a raw ASGI scope, not yet routed
+    return CurrentTag(status, tag)
 
 
 def _location(scope: Scope, status: int, body: bytes) -> str | None:
@@ -256,14 +265,14 @@ def api_response_middleware(app: ASGIApp) -> ASGIApp:
     """After the handler: ``ETag``/304 on reads, ``Location`` on 201/202, the idempotent answer kept."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith(API_PREFIX):  # type: ignore[comparison-overlap]
+        if scope["type"] != ScopeType.HTTP or not scope.get("path", "").startswith(API_PREFIX):
             await app(scope, receive, send)
             return
-        start: Any = None
+        start: HTTPResponseStartEvent | None = None
         chunks: list[bytes] = []
         settled = False
 
-        async def finish(start: Any, body: bytes) -> None:
+        async def finish(start: HTTPResponseStartEvent, body: bytes) -> None:
             nonlocal settled
             status: int = start["status"]
             headers = list(start.get("headers", []))
@@ -287,7 +296,8 @@ def api_response_middleware(app: ASGIApp) -> ASGIApp:
                 settled = True
                 kept = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in headers if n.lower() in KEPT_HEADERS]
                 await _settle(scope, reserved, idempotency.KeptAnswer(status, kept, plain))
-            await send({**start, "status": status, "headers": headers})
+            answer: HTTPResponseStartEvent = {**start, "status": status, "headers": headers}
+            await send(answer)
             await send({"type": "http.response.body", "body": body, "more_body": False})
 
         async def buffered(message: Message) -> None:
@@ -339,7 +349,7 @@ async def _settle(scope: Scope, reserved: _Reserved, answer: idempotency.KeptAns
     engine = ctx.read_engine or ctx.db
     try:
         async with engine.connect() as connection:
-            conn = (await connection.get_raw_connection()).driver_connection
+            conn = driver_of(await connection.get_raw_connection())
             if answer is not None and answer.status < 500 and answer.status not in NOT_KEPT:
                 sealed = _seal(ctx.settings.secret_key, reserved.principal_id, reserved.key, answer.body)
                 kept = idempotency.KeptAnswer(answer.status, answer.headers, sealed)

@@ -16,6 +16,7 @@ from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 from sqlalchemy import func, select
+from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
@@ -71,19 +72,23 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
     if not rows:
         return []
     run_ids = [r.run_id for r in rows if r.run_id]
-    run_rows = (await db_session.execute(select(WorkflowRun).where(WorkflowRun.id.in_(run_ids)))).scalars()  # type: ignore[attr-defined]
+    run_rows = (await db_session.execute(select(WorkflowRun).where(col(WorkflowRun.id).in_(run_ids)))).scalars()
     runs = {r.id: r for r in run_rows}
     revision_ids = {r.revision_id for r in runs.values()}
     definitions = {
         rid: d
         for rid, d in await db_session.execute(
-            select(WorkflowRevision.id, WorkflowRevision.definition).where(WorkflowRevision.id.in_(revision_ids))  # type: ignore[attr-defined]
+            select(col(WorkflowRevision.id), col(WorkflowRevision.definition)).where(
+                col(WorkflowRevision.id).in_(revision_ids)
+            )
         )
     }
     workflow_names = {
         wid: n
         for wid, n in await db_session.execute(
-            select(Workflow.id, Workflow.name).where(Workflow.id.in_({r.workflow_id for r in rows if r.workflow_id}))  # type: ignore[attr-defined]
+            select(col(Workflow.id), col(Workflow.name)).where(
+                col(Workflow.id).in_({r.workflow_id for r in rows if r.workflow_id})
+            )
         )
     }
     people_ids: set[str] = set()
@@ -101,7 +106,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         u.id: u
         for u in (
             await db_session.execute(
-                select(User).where(User.id.in_(sorted(i for i in people_ids if i)), User.realm_id == realm_id)  # type: ignore[attr-defined]
+                select(User).where(col(User.id).in_(sorted(i for i in people_ids if i)), col(User.realm_id) == realm_id)
             )
         ).scalars()
     }
@@ -166,7 +171,7 @@ async def counts(db_session: DbSession, principal: Principal) -> dict[str, int]:
     decided = int(
         await db_session.scalar(
             select(func.count()).where(
-                WorkflowApproval.realm_id == principal.realm.id, WorkflowApproval.decided_by == principal.id
+                col(WorkflowApproval.realm_id) == principal.realm.id, col(WorkflowApproval.decided_by) == principal.id
             )
         )
         or 0
@@ -295,7 +300,9 @@ class ApprovalsPages(Controller):
         email = str(form.get("email") or "").strip()
         try:
             target = await db_session.scalar(
-                select(User.id).where(User.realm_id == principal.realm.id, func.lower(User.email) == email.lower())
+                select(col(User.id)).where(
+                    col(User.realm_id) == principal.realm.id, func.lower(col(User.email)) == email.lower()
+                )
             )
             if not email or target is None:
                 raise ValidationFailed(

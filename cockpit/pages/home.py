@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Request, get
+from litestar import Controller, get
 from litestar.datastructures import CacheControlHeader, State
 from litestar.response import File, Redirect, Template
 
@@ -33,7 +33,7 @@ class HomeController(Controller):
     include_in_schema = False
 
     @get("/", name="home")
-    async def home(self, request: Request, state: State) -> Template | Redirect:  # type: ignore[type-arg]
+    async def home(self, request: AnyRequest, state: State) -> Template | Redirect:
         """The service's start page; a signed-in browser goes on to its realm's home."""
         if request.cookies.get(SESSION_COOKIE) and not request.headers.get("authorization"):
             try:

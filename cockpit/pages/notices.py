@@ -10,6 +10,7 @@ from litestar import Controller, get
 from litestar.params import FromQuery
 from litestar.response import Template
 from sqlalchemy import select
+from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
@@ -64,7 +65,7 @@ class NoticesPages(Controller):
                 u.id: u.display_name
                 for u in (
                     await db_session.execute(
-                        select(User).where(User.id.in_(sorted(ids)), User.realm_id == principal.realm.id)  # type: ignore[attr-defined]
+                        select(User).where(col(User.id).in_(sorted(ids)), col(User.realm_id) == principal.realm.id)
                     )
                 ).scalars()
             }
@@ -76,7 +77,7 @@ class NoticesPages(Controller):
             {
                 wid: n
                 for wid, n in await db_session.execute(
-                    select(Workflow.id, Workflow.name).where(Workflow.id.in_(sorted(workflow_ids)))  # type: ignore[attr-defined]
+                    select(col(Workflow.id), col(Workflow.name)).where(col(Workflow.id).in_(sorted(workflow_ids)))
                 )
             }
             if workflow_ids

@@ -108,12 +108,17 @@ class RolesPages(Controller):
     @post("/", operation_id="rolesPageCreate", opt=WRITE)
     async def create(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
         form = await form_of(request)
+        name = field(form, "name")
+        description = field(form, "description")
+        boundary = field(form, "boundary") or "realm"
+        requires_approval = bool(field(form, "requires_approval"))
+        permissions = [v for v in form.getall("permissions", []) if isinstance(v, str) and v]
         values = {
-            "name": field(form, "name"),
-            "description": field(form, "description"),
-            "boundary": field(form, "boundary") or "realm",
-            "requires_approval": bool(field(form, "requires_approval")),
-            "permissions": [v for v in form.getall("permissions", []) if isinstance(v, str) and v],
+            "name": name,
+            "description": description,
+            "boundary": boundary,
+            "requires_approval": requires_approval,
+            "permissions": permissions,
         }
         try:
             async with db_session.begin_nested():  # an error undoes only this change
@@ -121,11 +126,11 @@ class RolesPages(Controller):
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
-                    name=values["name"],
-                    permissions=values["permissions"],
-                    boundary=values["boundary"],
-                    requires_approval=values["requires_approval"],
-                    description=values["description"],
+                    name=name,
+                    permissions=permissions,
+                    boundary=boundary,
+                    requires_approval=requires_approval,
+                    description=description,
                 )
         except EngineError as exc:
             return await self._list(

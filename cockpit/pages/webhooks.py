@@ -95,18 +95,16 @@ class WebhooksPages(Controller):
     async def create(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Template:
         form = await request.form()
         chosen = [str(v) for v in form.getall("event_types", [])]
-        values = {
-            "destination": str(form.get("destination") or "").strip(),
-            "allow_private_network": bool(form.get("allow_private_network")),
-            "event_types": chosen,
-        }
+        destination = str(form.get("destination") or "").strip()
+        allow_private_network = bool(form.get("allow_private_network"))
+        values = {"destination": destination, "allow_private_network": allow_private_network, "event_types": chosen}
         try:
             subscription, secret = await webhooks.create_subscription(
                 db_session,
                 principal.actor(request_id_of(request)),
                 context_of(request.app).settings.secret_key,
-                destination=values["destination"],
-                allow_private_network=values["allow_private_network"],
+                destination=destination,
+                allow_private_network=allow_private_network,
                 event_types=chosen or None,
             )
         except EngineError as exc:

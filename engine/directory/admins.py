@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.models import Realm, Role, RoleAssignment, User
@@ -67,7 +68,7 @@ async def require_an_admin_remains(session: AsyncSession, realm_id: str) -> None
     """409 ``last_admin`` when the change just made (flushed) left the realm without an active
     administrator. Serialized per realm by a lock on its row, held until the transaction ends."""
     await session.flush()
-    await session.execute(select(Realm.id).where(Realm.id == realm_id).with_for_update(key_share=True))
+    await session.execute(select(col(Realm.id)).where(col(Realm.id) == realm_id).with_for_update(key_share=True))
     if await active_admin_count(session, realm_id) == 0:
         raise Conflict(
             "This would leave the realm without an active administrator (realm-admin): "
@@ -102,7 +103,9 @@ async def holds_admin_role(session: AsyncSession, role_ids: list[str]) -> bool:
     if not role_ids:
         return False
     found = await session.scalar(
-        select(Role.id).where(Role.id.in_(role_ids), Role.builtin.is_(True), Role.name == ADMIN_ROLE).limit(1)  # type: ignore[attr-defined]
+        select(col(Role.id))
+        .where(col(Role.id).in_(role_ids), col(Role.builtin).is_(True), col(Role.name) == ADMIN_ROLE)
+        .limit(1)
     )
     return found is not None
 
@@ -120,16 +123,18 @@ async def grant_realm_admin(session: AsyncSession, realm: Realm, user: User, *, 
         raise Conflict(f"The user is {user.status}: reactivate them or choose an active user.", code="conflict")
     role = (
         await session.execute(
-            select(Role).where(Role.realm_id == realm.id, Role.builtin.is_(True), Role.name == ADMIN_ROLE)  # type: ignore[attr-defined]
+            select(Role).where(
+                col(Role.realm_id) == realm.id, col(Role.builtin).is_(True), col(Role.name) == ADMIN_ROLE
+            )
         )
     ).scalar_one()
     held = await session.scalar(
-        select(RoleAssignment.id).where(
-            RoleAssignment.realm_id == realm.id,
-            RoleAssignment.role_id == role.id,
-            RoleAssignment.user_id == user.id,
-            RoleAssignment.organization_id.is_(None),  # type: ignore[union-attr]
-            RoleAssignment.expires_at.is_(None),  # type: ignore[union-attr]
+        select(col(RoleAssignment.id)).where(
+            col(RoleAssignment.realm_id) == realm.id,
+            col(RoleAssignment.role_id) == role.id,
+            col(RoleAssignment.user_id) == user.id,
+            col(RoleAssignment.organization_id).is_(None),
+            col(RoleAssignment.expires_at).is_(None),
         )
     )
     if held is not None:

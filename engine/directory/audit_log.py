@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.models import AuditEvent
 from engine.platform.errors import Issue, ValidationFailed
@@ -104,27 +105,27 @@ async def list_audit_events(
     if issues:
         raise ValidationFailed("The filters are not valid.", issues=issues)
 
-    query = select(AuditEvent).where(AuditEvent.realm_id == realm_id)
+    query = select(AuditEvent).where(col(AuditEvent.realm_id) == realm_id)
     if filters.type:
         if filters.type.endswith("*"):
             prefix = _escape_like(filters.type.rstrip("*"))
-            query = query.where(AuditEvent.type.like(prefix + "%", escape="\\"))  # type: ignore[attr-defined]
+            query = query.where(col(AuditEvent.type).like(prefix + "%", escape="\\"))
         else:
-            query = query.where(AuditEvent.type == filters.type)
+            query = query.where(col(AuditEvent.type) == filters.type)
     if filters.category:
-        query = query.where(AuditEvent.category == filters.category)
+        query = query.where(col(AuditEvent.category) == filters.category)
     if filters.actor_id:
-        query = query.where(AuditEvent.actor_id == filters.actor_id)
+        query = query.where(col(AuditEvent.actor_id) == filters.actor_id)
     if filters.subject_id:
-        query = query.where(AuditEvent.subject_id == filters.subject_id)
+        query = query.where(col(AuditEvent.subject_id) == filters.subject_id)
     if filters.correlation_id:
-        query = query.where(AuditEvent.correlation_id == filters.correlation_id)
+        query = query.where(col(AuditEvent.correlation_id) == filters.correlation_id)
     if filters.actor_ids is not None:
-        query = query.where(AuditEvent.actor_id.in_(filters.actor_ids))  # type: ignore[union-attr]
+        query = query.where(col(AuditEvent.actor_id).in_(filters.actor_ids))
     if filters.subject_ids is not None:
-        query = query.where(AuditEvent.subject_id.in_(filters.subject_ids))  # type: ignore[union-attr]
+        query = query.where(col(AuditEvent.subject_id).in_(filters.subject_ids))
     if since is not None:
-        query = query.where(AuditEvent.occurred_at >= since)
+        query = query.where(col(AuditEvent.occurred_at) >= since)
     if until is not None:
-        query = query.where(AuditEvent.occurred_at < until)
-    return await keyset_page(session, query, AuditEvent.id, cursor=cursor, limit=limit, descending=True)
+        query = query.where(col(AuditEvent.occurred_at) < until)
+    return await keyset_page(session, query, col(AuditEvent.id), cursor=cursor, limit=limit, descending=True)

@@ -48,17 +48,27 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     "org.groups.write": (HIGH, "Create groups and change their members"),
 }
 
-BUILTIN_ROLES: dict[str, dict[str, object]] = {
-    "realm-admin": {
-        "permissions": ["realm.*", "org.*"],
-        "description": "Everything in the realm",
-        "boundary": "realm",
-    },
-    "realm-auditor": {
-        "permissions": ["realm.workflows.read", "realm.audit.read"],
-        "description": "Read workflows and the audit log",
-        "boundary": "realm",
-    },
+
+@dataclass(frozen=True)
+class BuiltinRole:
+    """A role every realm is created with."""
+
+    permissions: tuple[str, ...]
+    description: str
+    boundary: str
+
+
+BUILTIN_ROLES: dict[str, BuiltinRole] = {
+    "realm-admin": BuiltinRole(
+        permissions=("realm.*", "org.*"),
+        description="Everything in the realm",
+        boundary="realm",
+    ),
+    "realm-auditor": BuiltinRole(
+        permissions=("realm.workflows.read", "realm.audit.read"),
+        description="Read workflows and the audit log",
+        boundary="realm",
+    ),
 }
 
 

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
 from engine.directory.identity import SESSION_IDLE
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.platform.db import positional
+from engine.platform.db import Driver, positional
 
 TOUCH_EVERY = timedelta(minutes=1)  # "last used" marks are written at most this often
 CACHE_LIMIT = 10_000  # authorities kept per process; a full cache starts again empty
@@ -104,7 +103,7 @@ class Caller:
     touched: bool  # this request recorded the credential's use
 
 
-async def check_token(conn: Any, token: str, *, moment: datetime | None = None) -> Caller | None:
+async def check_token(conn: Driver, token: str, *, moment: datetime | None = None) -> Caller | None:
     """The holder of a live bearer token, or None (unknown, revoked, expired, holder not active)."""
     if not token.startswith("pat_"):
         return None
@@ -132,7 +131,7 @@ async def check_token(conn: Any, token: str, *, moment: datetime | None = None) 
     return Caller(realm, kind, holder_id, name, holder_email, audience, "token", token_id, epoch, touched)
 
 
-async def check_session(conn: Any, cookie: str, *, moment: datetime | None = None) -> Caller | None:
+async def check_session(conn: Driver, cookie: str, *, moment: datetime | None = None) -> Caller | None:
     """The user of a live browser session, or None (unknown, revoked, idle, past its absolute
     expiry, user not active)."""
     moment = moment or SYSTEM_CLOCK.now()
@@ -172,7 +171,7 @@ class AuthorityCache:
     def clear(self) -> None:
         self._kept.clear()
 
-    async def authority(self, conn: Any, caller: Caller, *, moment: datetime | None = None) -> Authority:
+    async def authority(self, conn: Driver, caller: Caller, *, moment: datetime | None = None) -> Authority:
         """The caller's authority now: kept, or read on ``conn`` (the credential's connection)."""
         moment = moment or SYSTEM_CLOCK.now()
         key = (caller.realm.id, caller.principal_type, caller.principal_id)

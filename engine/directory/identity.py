@@ -59,7 +59,7 @@ MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
 
 
 async def realm_by_slug(session: AsyncSession, slug: str) -> Realm | None:
-    result = await session.execute(select(Realm).where(Realm.slug == slug))
+    result = await session.execute(select(Realm).where(col(Realm.slug) == slug))
     return result.scalar_one_or_none()
 
 
@@ -93,9 +93,9 @@ async def create_realm(
             id=new_id("rol"),
             realm_id=realm.id,
             name=role_name,
-            description=str(spec["description"]),
-            permissions=list(spec["permissions"]),  # type: ignore[call-overload]
-            boundary=str(spec["boundary"]),
+            description=spec.description,
+            permissions=list(spec.permissions),
+            boundary=spec.boundary,
             builtin=True,
         )
         session.add(role)
@@ -127,7 +127,7 @@ async def create_realm(
 
 
 async def builtin_role(session: AsyncSession, realm_id: str, name: str) -> Role:
-    result = await session.execute(select(Role).where(Role.realm_id == realm_id, Role.name == name))
+    result = await session.execute(select(Role).where(col(Role.realm_id) == realm_id, col(Role.name) == name))
     return result.scalar_one()
 
 
@@ -141,7 +141,9 @@ def normalize_email(email: str) -> str:
 
 async def user_by_email(session: AsyncSession, realm_id: str, email: str) -> User | None:
     result = await session.execute(
-        select(User).where(User.realm_id == realm_id, func.lower(User.email) == normalize_email(email).lower())
+        select(User).where(
+            col(User.realm_id) == realm_id, func.lower(col(User.email)) == normalize_email(email).lower()
+        )
     )
     return result.scalar_one_or_none()
 
@@ -223,15 +225,15 @@ async def check_throttle(
         select(func.count())
         .select_from(SignInFailure)
         .where(
-            SignInFailure.realm_id == realm_id,
-            SignInFailure.email == email.lower(),
-            SignInFailure.occurred_at > since,
+            col(SignInFailure.realm_id) == realm_id,
+            col(SignInFailure.email) == email.lower(),
+            col(SignInFailure.occurred_at) > since,
         )
     )
     per_address = await session.scalar(
         select(func.count())
         .select_from(SignInFailure)
-        .where(SignInFailure.client_address == client_address, SignInFailure.occurred_at > since)
+        .where(col(SignInFailure.client_address) == client_address, col(SignInFailure.occurred_at) > since)
     )
     per_address = (per_address or 0) + unstored_address_failures
     if (per_account or 0) >= THROTTLE_PER_ACCOUNT or per_address >= THROTTLE_PER_ADDRESS:
@@ -252,8 +254,8 @@ async def clear_failures(session: AsyncSession, realm_id: str, email: str, *, ki
     """Forgive the account's failures of these kinds (after a step that proved who is signing in)."""
     await session.execute(
         delete(SignInFailure).where(
-            SignInFailure.realm_id == realm_id,
-            SignInFailure.email == email.lower(),
+            col(SignInFailure.realm_id) == realm_id,
+            col(SignInFailure.email) == email.lower(),
             col(SignInFailure.kind).in_(kinds),
         )
     )
@@ -343,8 +345,8 @@ async def sign_in_with_password(
         select(func.count())
         .select_from(SignInFailure)
         .where(
-            SignInFailure.client_address == client_address,
-            SignInFailure.occurred_at > SYSTEM_CLOCK.now() - THROTTLE_WINDOW,
+            col(SignInFailure.client_address) == client_address,
+            col(SignInFailure.occurred_at) > SYSTEM_CLOCK.now() - THROTTLE_WINDOW,
         )
     )
     if (
@@ -456,7 +458,7 @@ class SessionInfo:
 async def touch_session(session: AsyncSession, browser_session_id: str, moment: datetime) -> None:
     """Record that the session was used (at most once a minute; idle expiry counts from it)."""
     await session.execute(
-        update(BrowserSession).where(BrowserSession.id == browser_session_id).values(last_seen_at=moment)
+        update(BrowserSession).where(col(BrowserSession.id) == browser_session_id).values(last_seen_at=moment)
     )
 
 
@@ -496,9 +498,9 @@ async def resolve_session(session: AsyncSession, cookie: str) -> SessionInfo | N
     # One round trip: the session, its user and its realm.
     result = await session.execute(
         select(BrowserSession, User, Realm)
-        .join(User, User.id == BrowserSession.user_id)
-        .join(Realm, Realm.id == BrowserSession.realm_id)
-        .where(BrowserSession.token_hash == crypto.token_hash(cookie))
+        .join(User, col(User.id) == col(BrowserSession.user_id))
+        .join(Realm, col(Realm.id) == col(BrowserSession.realm_id))
+        .where(col(BrowserSession.token_hash) == crypto.token_hash(cookie))
     )
     row = result.first()
     if row is None:
@@ -518,7 +520,7 @@ async def resolve_session(session: AsyncSession, cookie: str) -> SessionInfo | N
 
 async def revoke_session(session: AsyncSession, browser_session_id: str) -> None:
     await session.execute(
-        update(BrowserSession).where(BrowserSession.id == browser_session_id).values(revoked_at=SYSTEM_CLOCK.now())
+        update(BrowserSession).where(col(BrowserSession.id) == browser_session_id).values(revoked_at=SYSTEM_CLOCK.now())
     )
 
 
@@ -528,7 +530,7 @@ async def lock_active_holder(session: AsyncSession, user_id: str) -> bool:
     waits for this transaction, and then ends the new credential with the others, or commits first,
     and then no credential is made: none outlives a suspension to come back at reactivation."""
     active = await session.scalar(
-        select(User.id).where(User.id == user_id, User.status == "active").with_for_update(read=True)
+        select(col(User.id)).where(col(User.id) == user_id, col(User.status) == "active").with_for_update(read=True)
     )
     return active is not None
 
@@ -536,13 +538,13 @@ async def lock_active_holder(session: AsyncSession, user_id: str) -> bool:
 async def end_sessions(session: AsyncSession, user_id: str, *, keep: str | None = None) -> list[str]:
     """End every live browser session of a user (but ``keep``, the caller's own); their ids."""
     query = update(BrowserSession).where(
-        BrowserSession.user_id == user_id,
+        col(BrowserSession.user_id) == user_id,
         col(BrowserSession.revoked_at).is_(None),
-        BrowserSession.expires_at > SYSTEM_CLOCK.now(),
+        col(BrowserSession.expires_at) > SYSTEM_CLOCK.now(),
     )
     if keep is not None:
-        query = query.where(BrowserSession.id != keep)
-    result = await session.execute(query.values(revoked_at=SYSTEM_CLOCK.now()).returning(BrowserSession.id))
+        query = query.where(col(BrowserSession.id) != keep)
+    result = await session.execute(query.values(revoked_at=SYSTEM_CLOCK.now()).returning(col(BrowserSession.id)))
     return sorted(result.scalars())
 
 
@@ -555,15 +557,15 @@ async def end_credentials(session: AsyncSession, user_id: str) -> dict[str, int]
     sessions_ended = await end_sessions(session, user_id)
     tokens = await session.execute(
         update(ApiToken)
-        .where(ApiToken.user_id == user_id, col(ApiToken.revoked_at).is_(None))
+        .where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
         .values(revoked_at=moment)
-        .returning(ApiToken.id)
+        .returning(col(ApiToken.id))
     )
     links = await session.execute(
         update(SignInLink)
-        .where(SignInLink.user_id == user_id, col(SignInLink.used_at).is_(None))
+        .where(col(SignInLink.user_id) == user_id, col(SignInLink.used_at).is_(None))
         .values(used_at=moment)
-        .returning(SignInLink.id)
+        .returning(col(SignInLink.id))
     )
     return {"sessions": len(sessions_ended), "tokens": len(tokens.all()), "sign_in_links": len(links.all())}
 
@@ -659,13 +661,13 @@ async def sign_in_link_usable(session: AsyncSession, realm: Realm, token: str) -
     found = await session.scalar(
         select(func.count())
         .select_from(SignInLink)
-        .join(User, User.id == SignInLink.user_id)
+        .join(User, col(User.id) == col(SignInLink.user_id))
         .where(
-            SignInLink.token_hash == crypto.token_hash(token),
-            SignInLink.realm_id == realm.id,
-            SignInLink.used_at.is_(None),  # type: ignore[union-attr]
-            SignInLink.expires_at > SYSTEM_CLOCK.now(),
-            User.status == "active",
+            col(SignInLink.token_hash) == crypto.token_hash(token),
+            col(SignInLink.realm_id) == realm.id,
+            col(SignInLink.used_at).is_(None),
+            col(SignInLink.expires_at) > SYSTEM_CLOCK.now(),
+            col(User.status) == "active",
         )
     )
     return bool(found)
@@ -676,13 +678,13 @@ async def consume_sign_in_link(session: AsyncSession, realm: Realm, token: str) 
     result = await session.execute(
         update(SignInLink)
         .where(
-            SignInLink.token_hash == crypto.token_hash(token),
-            SignInLink.realm_id == realm.id,
-            SignInLink.used_at.is_(None),  # type: ignore[union-attr]
-            SignInLink.expires_at > SYSTEM_CLOCK.now(),
+            col(SignInLink.token_hash) == crypto.token_hash(token),
+            col(SignInLink.realm_id) == realm.id,
+            col(SignInLink.used_at).is_(None),
+            col(SignInLink.expires_at) > SYSTEM_CLOCK.now(),
         )
         .values(used_at=SYSTEM_CLOCK.now())
-        .returning(SignInLink.user_id)
+        .returning(col(SignInLink.user_id))
     )
     user_id = result.scalar_one_or_none()
     if user_id is None:
@@ -709,7 +711,7 @@ class TokenInfo:
 
 async def touch_token(session: AsyncSession, token_id: str, moment: datetime) -> None:
     """Record that the token was used (at most once a minute)."""
-    await session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=moment))
+    await session.execute(update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=moment))
 
 
 async def mint_token(
@@ -771,10 +773,10 @@ async def resolve_token(session: AsyncSession, token: str) -> TokenInfo | None:
     found = (
         await session.execute(
             select(ApiToken, User, ServicePrincipal, Realm)
-            .outerjoin(User, User.id == ApiToken.user_id)
-            .outerjoin(ServicePrincipal, ServicePrincipal.id == ApiToken.service_principal_id)
-            .join(Realm, Realm.id == ApiToken.realm_id)
-            .where(ApiToken.token_hash == crypto.token_hash(token))
+            .outerjoin(User, col(User.id) == col(ApiToken.user_id))
+            .outerjoin(ServicePrincipal, col(ServicePrincipal.id) == col(ApiToken.service_principal_id))
+            .join(Realm, col(Realm.id) == col(ApiToken.realm_id))
+            .where(col(ApiToken.token_hash) == crypto.token_hash(token))
         )
     ).first()
     moment = SYSTEM_CLOCK.now()

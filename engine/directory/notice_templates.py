@@ -18,6 +18,7 @@ from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.sandbox import SandboxedEnvironment
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.models import Realm, Template
@@ -135,7 +136,9 @@ def _check_name(name: str) -> None:
 
 
 async def _override(session: AsyncSession, realm_id: str, name: str) -> Template | None:
-    result = await session.execute(select(Template).where(Template.realm_id == realm_id, Template.name == name))
+    result = await session.execute(
+        select(Template).where(col(Template.realm_id) == realm_id, col(Template.name) == name)
+    )
     return result.scalar_one_or_none()
 
 

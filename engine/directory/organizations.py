@@ -60,10 +60,10 @@ async def _org_name_taken(session: AsyncSession, realm_id: str, name: str, other
     query = (
         select(func.count())
         .select_from(Organization)
-        .where(Organization.realm_id == realm_id, Organization.name == name)
+        .where(col(Organization.realm_id) == realm_id, col(Organization.name) == name)
     )
     if other_than:
-        query = query.where(Organization.id != other_than)
+        query = query.where(col(Organization.id) != other_than)
     return bool(await session.scalar(query))
 
 
@@ -96,13 +96,13 @@ async def list_organizations(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[Organization]:
-    query = select(Organization).where(Organization.realm_id == realm_id)
+    query = select(Organization).where(col(Organization.realm_id) == realm_id)
     if q:
         query = query.where(col(Organization.name).ilike(like(q)))
     if state:
         raise_issues(_state_issues("query:state", state))
-        query = query.where(Organization.state == state)
-    return await keyset_page(session, query, Organization.id, cursor=cursor, limit=limit)
+        query = query.where(col(Organization.state) == state)
+    return await keyset_page(session, query, col(Organization.id), cursor=cursor, limit=limit)
 
 
 async def update_organization(
@@ -151,7 +151,7 @@ async def _user_in_realm(session: AsyncSession, realm_id: str, user_id: str) -> 
 
 async def _membership(session: AsyncSession, org_id: str, user_id: str) -> Membership | None:
     result = await session.execute(
-        select(Membership).where(Membership.organization_id == org_id, Membership.user_id == user_id)
+        select(Membership).where(col(Membership.organization_id) == org_id, col(Membership.user_id) == user_id)
     )
     return result.scalar_one_or_none()
 
@@ -185,10 +185,10 @@ async def list_members(
     org = await get_organization(session, realm_id, org_id)
     query = (
         select(Membership, User)
-        .join(User, User.id == Membership.user_id)
-        .where(Membership.realm_id == realm_id, Membership.organization_id == org.id)
+        .join(User, col(User.id) == col(Membership.user_id))
+        .where(col(Membership.realm_id) == realm_id, col(Membership.organization_id) == org.id)
     )
-    return await keyset_page(session, query, Membership.id, cursor=cursor, limit=limit)
+    return await keyset_page(session, query, col(Membership.id), cursor=cursor, limit=limit)
 
 
 @needs_permission("org.members.write", organization="org_id")
@@ -207,8 +207,8 @@ async def remove_member(
     if authority is not None:
         joined = await session.execute(
             select(Group)
-            .join(GroupMember, GroupMember.group_id == Group.id)
-            .where(GroupMember.user_id == user_id, Group.organization_id == org.id)
+            .join(GroupMember, col(GroupMember.group_id) == col(Group.id))
+            .where(col(GroupMember.user_id) == user_id, col(Group.organization_id) == org.id)
         )
         for group in joined.scalars().all():
             await check_group_grant(session, authority, group, "revoke")
@@ -226,10 +226,10 @@ async def apply_member_removal(
         left = await session.execute(
             delete(GroupMember)
             .where(
-                GroupMember.user_id == user_id,
-                col(GroupMember.group_id).in_(select(Group.id).where(Group.organization_id == org_id)),
+                col(GroupMember.user_id) == user_id,
+                col(GroupMember.group_id).in_(select(col(Group.id)).where(col(Group.organization_id) == org_id)),
             )
-            .returning(GroupMember.group_id)
+            .returning(col(GroupMember.group_id))
         )
         left_groups = list(left.scalars().all())
     for group_id in left_groups:
@@ -294,9 +294,9 @@ async def group_role_ids(session: AsyncSession, group_ids: Sequence[str]) -> dic
     out: dict[str, list[str]] = {gid: [] for gid in group_ids}
     if group_ids:
         rows = await session.execute(
-            select(GroupRole.group_id, GroupRole.role_id)
+            select(col(GroupRole.group_id), col(GroupRole.role_id))
             .where(col(GroupRole.group_id).in_(list(group_ids)))
-            .order_by(GroupRole.role_id)
+            .order_by(col(GroupRole.role_id))
         )
         for gid, rid in rows:
             out[gid].append(rid)
@@ -326,7 +326,7 @@ async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Rol
         return []
     result = await session.execute(
         select(Role)
-        .join(GroupRole, GroupRole.role_id == Role.id)
+        .join(GroupRole, col(GroupRole.role_id) == col(Role.id))
         .where(col(GroupRole.group_id).in_(list(group_ids)))
         .distinct()
     )
@@ -354,9 +354,9 @@ async def check_group_grant(session: AsyncSession, authority: Authority, group: 
 
 
 async def _group_name_taken(session: AsyncSession, org_id: str, name: str, other_than: str | None = None) -> bool:
-    query = select(func.count()).select_from(Group).where(Group.organization_id == org_id, Group.name == name)
+    query = select(func.count()).select_from(Group).where(col(Group.organization_id) == org_id, col(Group.name) == name)
     if other_than:
-        query = query.where(Group.id != other_than)
+        query = query.where(col(Group.id) != other_than)
     return bool(await session.scalar(query))
 
 
@@ -380,7 +380,7 @@ async def _resolve_roles(
     found = {
         role.id: role
         for role in (
-            await session.execute(select(Role).where(Role.realm_id == realm_id, col(Role.id).in_(list(role_ids))))
+            await session.execute(select(Role).where(col(Role.realm_id) == realm_id, col(Role.id).in_(list(role_ids))))
         ).scalars()
     }
     roles: list[Role] = []
@@ -397,7 +397,7 @@ async def _set_roles(session: AsyncSession, actor: Actor, group: Group, roles: S
     """The group grants exactly ``roles``: the ones it keeps keep who granted them and when."""
     wanted = [role.id for role in roles]
     await session.execute(
-        delete(GroupRole).where(GroupRole.group_id == group.id, col(GroupRole.role_id).not_in(wanted))
+        delete(GroupRole).where(col(GroupRole.group_id) == group.id, col(GroupRole.role_id).not_in(wanted))
     )
     held = set((await group_role_ids(session, [group.id]))[group.id])
     for role_id in wanted:
@@ -454,8 +454,8 @@ async def _lock_group_tree(session: AsyncSession, realm_id: str, org_id: str) ->
     """Hold the organization's group tree until this transaction ends (``FOR NO KEY UPDATE``: new
     memberships and groups, which only take a key share of the row, are not held up)."""
     await session.execute(
-        select(Organization.id)
-        .where(Organization.id == org_id, Organization.realm_id == realm_id)
+        select(col(Organization.id))
+        .where(col(Organization.id) == org_id, col(Organization.realm_id) == realm_id)
         .with_for_update(key_share=True)  # renders FOR NO KEY UPDATE
     )
 
@@ -548,8 +548,8 @@ async def list_groups(
     session: AsyncSession, realm_id: str, org_id: str, *, cursor: str | None = None, limit: int | None = None
 ) -> Page[Group]:
     org = await get_organization(session, realm_id, org_id)
-    query = select(Group).where(Group.realm_id == realm_id, Group.organization_id == org.id)
-    return await keyset_page(session, query, Group.id, cursor=cursor, limit=limit)
+    query = select(Group).where(col(Group.realm_id) == realm_id, col(Group.organization_id) == org.id)
+    return await keyset_page(session, query, col(Group.id), cursor=cursor, limit=limit)
 
 
 @needs_permission("org.groups.write", organization="org_id")
@@ -607,10 +607,10 @@ async def list_group_members(
     group = await get_group(session, realm_id, org_id, group_id)
     query = (
         select(User, GroupMember)
-        .join(GroupMember, GroupMember.user_id == User.id)
-        .where(GroupMember.realm_id == realm_id, GroupMember.group_id == group.id)
+        .join(GroupMember, col(GroupMember.user_id) == col(User.id))
+        .where(col(GroupMember.realm_id) == realm_id, col(GroupMember.group_id) == group.id)
     )
-    return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
+    return await keyset_page(session, query, col(User.id), cursor=cursor, limit=limit)
 
 
 @needs_permission("org.groups.write", organization="org_id")
@@ -648,8 +648,8 @@ async def all_groups(session: AsyncSession, realm_id: str, org_id: str) -> list[
     """Every group of one organization by name (for pickers)."""
     result = await session.execute(
         select(Group)
-        .where(Group.realm_id == realm_id, Group.organization_id == org_id)
-        .order_by(Group.name)
+        .where(col(Group.realm_id) == realm_id, col(Group.organization_id) == org_id)
+        .order_by(col(Group.name))
         .limit(1000)
     )
     return list(result.scalars().all())
@@ -661,8 +661,8 @@ async def organization_names(session: AsyncSession, realm_id: str, ids: Sequence
     if not wanted:
         return {}
     rows = await session.execute(
-        select(Organization.id, Organization.name).where(
-            Organization.realm_id == realm_id, col(Organization.id).in_(wanted)
+        select(col(Organization.id), col(Organization.name)).where(
+            col(Organization.realm_id) == realm_id, col(Organization.id).in_(wanted)
         )
     )
     return {oid: name for oid, name in rows}

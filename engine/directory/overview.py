@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
+from sqlmodel import col
 
 from engine.directory.models import (
     AuditEvent,
@@ -39,13 +40,13 @@ REALM_COUNTS: dict[str, tuple[str, str]] = {
 async def realm_counts(session: AsyncSession, realm_id: str, names: set[str]) -> dict[str, int]:
     """How many of each directory resource the realm has (only the ``names`` asked for), in one query."""
     queries = {
-        "users": select(func.count()).select_from(User).where(User.realm_id == realm_id),
-        "organizations": select(func.count()).select_from(Organization).where(Organization.realm_id == realm_id),
-        "roles": select(func.count()).select_from(Role).where(Role.realm_id == realm_id),
-        "groups": select(func.count()).select_from(Group).where(Group.realm_id == realm_id),
+        "users": select(func.count()).select_from(User).where(col(User.realm_id) == realm_id),
+        "organizations": select(func.count()).select_from(Organization).where(col(Organization.realm_id) == realm_id),
+        "roles": select(func.count()).select_from(Role).where(col(Role.realm_id) == realm_id),
+        "groups": select(func.count()).select_from(Group).where(col(Group.realm_id) == realm_id),
         "webhooks": select(func.count())
         .select_from(WebhookSubscription)
-        .where(WebhookSubscription.realm_id == realm_id, WebhookSubscription.state != "deleted"),
+        .where(col(WebhookSubscription.realm_id) == realm_id, col(WebhookSubscription.state) != "deleted"),
     }
     wanted = [name for name in queries if name in names]
     if not wanted:
@@ -56,7 +57,7 @@ async def realm_counts(session: AsyncSession, realm_id: str, names: set[str]) ->
 
 async def latest_audit_events(session: AsyncSession, realm_id: str, limit: int = 10) -> list[AuditEvent]:
     result = await session.execute(
-        select(AuditEvent).where(AuditEvent.realm_id == realm_id).order_by(AuditEvent.id.desc()).limit(limit)  # type: ignore[attr-defined]
+        select(AuditEvent).where(col(AuditEvent.realm_id) == realm_id).order_by(col(AuditEvent.id).desc()).limit(limit)
     )
     return list(result.scalars().all())
 
@@ -68,11 +69,16 @@ async def latest_audit_events_with_names(
     actor = aliased(User)
     subject = aliased(User)
     rows = await session.execute(
-        select(AuditEvent, actor.email, subject.email)
-        .outerjoin(actor, (actor.id == AuditEvent.actor_id) & (actor.realm_id == AuditEvent.realm_id))
-        .outerjoin(subject, (subject.id == AuditEvent.subject_id) & (subject.realm_id == AuditEvent.realm_id))
-        .where(AuditEvent.realm_id == realm_id)
-        .order_by(AuditEvent.id.desc())  # type: ignore[attr-defined]
+        select(AuditEvent, col(actor.email), col(subject.email))
+        .outerjoin(
+            actor, (col(actor.id) == col(AuditEvent.actor_id)) & (col(actor.realm_id) == col(AuditEvent.realm_id))
+        )
+        .outerjoin(
+            subject,
+            (col(subject.id) == col(AuditEvent.subject_id)) & (col(subject.realm_id) == col(AuditEvent.realm_id)),
+        )
+        .where(col(AuditEvent.realm_id) == realm_id)
+        .order_by(col(AuditEvent.id).desc())
         .limit(limit)
     )
     events: list[AuditEvent] = []
@@ -91,7 +97,9 @@ async def principal_names(session: AsyncSession, realm_id: str, ids: set[str]) -
     user_ids = [i for i in ids if i and i.startswith("usr_")]
     if not user_ids:
         return {}
-    rows = await session.execute(select(User.id, User.email).where(User.realm_id == realm_id, User.id.in_(user_ids)))  # type: ignore[attr-defined]
+    rows = await session.execute(
+        select(col(User.id), col(User.email)).where(col(User.realm_id) == realm_id, col(User.id).in_(user_ids))
+    )
     return {row[0]: row[1] for row in rows}
 
 
@@ -215,9 +223,9 @@ class GroupLine:
 async def user_memberships(session: AsyncSession, realm_id: str, user_id: str) -> list[MembershipLine]:
     rows = await session.execute(
         select(Membership, Organization)
-        .join(Organization, Organization.id == Membership.organization_id)
-        .where(Membership.realm_id == realm_id, Membership.user_id == user_id)
-        .order_by(Organization.name)
+        .join(Organization, col(Organization.id) == col(Membership.organization_id))
+        .where(col(Membership.realm_id) == realm_id, col(Membership.user_id) == user_id)
+        .order_by(col(Organization.name))
     )
     return [MembershipLine(org.id, org.name, org.state, m.created_at) for m, org in rows]
 
@@ -228,13 +236,15 @@ async def user_assignments(session: AsyncSession, realm_id: str, user_id: str) -
 
 async def principal_assignments(session: AsyncSession, realm_id: str, principal_id: str) -> list[AssignmentLine]:
     """The roles assigned directly to a user (``usr_``) or a service principal (``spn_``)."""
-    holder = RoleAssignment.service_principal_id if principal_id.startswith("spn_") else RoleAssignment.user_id
+    holder = (
+        col(RoleAssignment.service_principal_id) if principal_id.startswith("spn_") else col(RoleAssignment.user_id)
+    )
     rows = await session.execute(
         select(RoleAssignment, Role, Organization)
-        .join(Role, Role.id == RoleAssignment.role_id)
-        .outerjoin(Organization, Organization.id == RoleAssignment.organization_id)
-        .where(RoleAssignment.realm_id == realm_id, holder == principal_id)
-        .order_by(RoleAssignment.id)
+        .join(Role, col(Role.id) == col(RoleAssignment.role_id))
+        .outerjoin(Organization, col(Organization.id) == col(RoleAssignment.organization_id))
+        .where(col(RoleAssignment.realm_id) == realm_id, holder == principal_id)
+        .order_by(col(RoleAssignment.id))
     )
     return [
         AssignmentLine(
@@ -257,10 +267,10 @@ async def principal_assignments(session: AsyncSession, realm_id: str, principal_
 async def user_groups(session: AsyncSession, realm_id: str, user_id: str) -> list[GroupLine]:
     rows = await session.execute(
         select(Group, Organization)
-        .join(GroupMember, GroupMember.group_id == Group.id)
-        .join(Organization, Organization.id == Group.organization_id)
-        .where(GroupMember.realm_id == realm_id, GroupMember.user_id == user_id)
-        .order_by(Organization.name, Group.name)
+        .join(GroupMember, col(GroupMember.group_id) == col(Group.id))
+        .join(Organization, col(Organization.id) == col(Group.organization_id))
+        .where(col(GroupMember.realm_id) == realm_id, col(GroupMember.user_id) == user_id)
+        .order_by(col(Organization.name), col(Group.name))
     )
     return [GroupLine(group.id, group.name, org.id, org.name) for group, org in rows]
 

@@ -55,7 +55,7 @@ async def users_by_id(session: AsyncSession, realm_id: str, ids: Iterable[str | 
     wanted = sorted({i for i in ids if i and i.startswith("usr_")})
     if not wanted:
         return {}
-    found = await session.execute(select(User).where(User.realm_id == realm_id, col(User.id).in_(wanted)))
+    found = await session.execute(select(User).where(col(User.realm_id) == realm_id, col(User.id).in_(wanted)))
     return {user.id: user for user in found.scalars()}
 
 
@@ -69,17 +69,17 @@ async def list_users(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[User]:
-    query = select(User).where(User.realm_id == realm_id)
+    query = select(User).where(col(User.realm_id) == realm_id)
     if q:
         pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(or_(User.email.ilike(pattern), User.display_name.ilike(pattern)))  # type: ignore[attr-defined]
+        query = query.where(or_(col(User.email).ilike(pattern), col(User.display_name).ilike(pattern)))
     if status:
         if status not in USER_STATUSES:
             raise invalid("query:status", "status is active or suspended")
-        query = query.where(User.status == status)
+        query = query.where(col(User.status) == status)
     if guest is not None:
-        query = query.where(User.guest == guest)
-    return await keyset_page(session, query, User.id, cursor=cursor, limit=limit)
+        query = query.where(col(User.guest) == guest)
+    return await keyset_page(session, query, col(User.id), cursor=cursor, limit=limit)
 
 
 async def require_outranks(
@@ -196,7 +196,7 @@ async def reset_mfa(session: AsyncSession, actor: Actor, user_id: str, *, author
     # A sign-in link counts as a second factor: one made before the reset no longer opens a session.
     await session.execute(
         update(SignInLink)
-        .where(SignInLink.user_id == user.id, col(SignInLink.used_at).is_(None))
+        .where(col(SignInLink.user_id) == user.id, col(SignInLink.used_at).is_(None))
         .values(used_at=SYSTEM_CLOCK.now())
     )
     await session.flush()
@@ -236,7 +236,7 @@ async def create_service_principal(
     exists = await session.scalar(
         select(func.count())
         .select_from(ServicePrincipal)
-        .where(ServicePrincipal.realm_id == actor.realm_id, ServicePrincipal.name == name)
+        .where(col(ServicePrincipal.realm_id) == actor.realm_id, col(ServicePrincipal.name) == name)
     )
     if exists:
         raise Conflict("A service principal with this name already exists.")
@@ -259,5 +259,5 @@ async def get_service_principal(session: AsyncSession, realm_id: str, sp_id: str
 async def list_service_principals(
     session: AsyncSession, realm_id: str, *, cursor: str | None, limit: int | None
 ) -> Page[ServicePrincipal]:
-    query = select(ServicePrincipal).where(ServicePrincipal.realm_id == realm_id)
-    return await keyset_page(session, query, ServicePrincipal.id, cursor=cursor, limit=limit)
+    query = select(ServicePrincipal).where(col(ServicePrincipal.realm_id) == realm_id)
+    return await keyset_page(session, query, col(ServicePrincipal.id), cursor=cursor, limit=limit)

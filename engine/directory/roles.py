@@ -162,9 +162,9 @@ async def _refuse_taken_name(session: AsyncSession, realm_id: str, name: str, *,
     key = fold(name)
     if key in RESERVED_ROLE_NAMES:
         raise Conflict("This name belongs to a built-in role.", code="reserved_name")
-    query = select(Role.id).where(Role.realm_id == realm_id, Role.name_key == key)
+    query = select(col(Role.id)).where(col(Role.realm_id) == realm_id, col(Role.name_key) == key)
     if other_than:
-        query = query.where(Role.id != other_than)
+        query = query.where(col(Role.id) != other_than)
     if await session.scalar(query.limit(1)) is not None:
         raise Conflict(NAME_TAKEN)
 
@@ -197,7 +197,7 @@ async def list_roles(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[Role]:
-    query = select(Role).where(Role.realm_id == realm_id)
+    query = select(Role).where(col(Role.realm_id) == realm_id)
     if q:
         query = query.where(col(Role.name).ilike(like(q)))
     if boundary:
@@ -205,13 +205,15 @@ async def list_roles(
             raise ValidationFailed(
                 "The request is not valid.", issues=[Issue("query:boundary", "invalid", "realm or organization")]
             )
-        query = query.where(Role.boundary == boundary)
-    return await keyset_page(session, query, Role.id, cursor=cursor, limit=limit)
+        query = query.where(col(Role.boundary) == boundary)
+    return await keyset_page(session, query, col(Role.id), cursor=cursor, limit=limit)
 
 
 async def all_roles(session: AsyncSession, realm_id: str) -> list[Role]:
     """Every role of the realm by name (for pickers: realms hold a handful of roles)."""
-    result = await session.execute(select(Role).where(Role.realm_id == realm_id).order_by(Role.name).limit(1000))
+    result = await session.execute(
+        select(Role).where(col(Role.realm_id) == realm_id).order_by(col(Role.name)).limit(1000)
+    )
     return list(result.scalars().all())
 
 
@@ -324,9 +326,9 @@ async def delete_role(session: AsyncSession, actor: Actor, authority: Authority,
         raise Conflict("Built-in roles cannot be changed.", code="builtin_role")
     _require_role_ceiling(authority, role.permissions, "delete")
     held = await session.scalar(
-        select(func.count()).select_from(RoleAssignment).where(RoleAssignment.role_id == role.id)
+        select(func.count()).select_from(RoleAssignment).where(col(RoleAssignment.role_id) == role.id)
     )
-    granted = await session.scalar(select(func.count()).select_from(GroupRole).where(GroupRole.role_id == role.id))
+    granted = await session.scalar(select(func.count()).select_from(GroupRole).where(col(GroupRole.role_id) == role.id))
     if held or granted:
         raise Conflict(
             f"The role is in use ({held or 0} assignment(s), {granted or 0} group(s)); remove those first.",
@@ -381,16 +383,16 @@ async def list_assignments(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[RoleAssignment]:
-    query = select(RoleAssignment).where(RoleAssignment.realm_id == realm_id)
+    query = select(RoleAssignment).where(col(RoleAssignment.realm_id) == realm_id)
     if user_id:
-        query = query.where(RoleAssignment.user_id == user_id)
+        query = query.where(col(RoleAssignment.user_id) == user_id)
     if service_principal_id:
-        query = query.where(RoleAssignment.service_principal_id == service_principal_id)
+        query = query.where(col(RoleAssignment.service_principal_id) == service_principal_id)
     if role_id:
-        query = query.where(RoleAssignment.role_id == role_id)
+        query = query.where(col(RoleAssignment.role_id) == role_id)
     if organization_id:
-        query = query.where(RoleAssignment.organization_id == organization_id)
-    return await keyset_page(session, query, RoleAssignment.id, cursor=cursor, limit=limit)
+        query = query.where(col(RoleAssignment.organization_id) == organization_id)
+    return await keyset_page(session, query, col(RoleAssignment.id), cursor=cursor, limit=limit)
 
 
 def _aware(moment: datetime) -> datetime:
@@ -511,7 +513,7 @@ async def create_assignment(
             details={"role_id": role.id, "organization_id": organization_id or None},
             named=approver_id,
         )
-    subject_column = RoleAssignment.user_id if user_id else RoleAssignment.service_principal_id
+    subject_column = col(RoleAssignment.user_id) if user_id else col(RoleAssignment.service_principal_id)
     duplicate = await holds_grant(session, actor.realm_id, role.id, subject_column, subject_id, organization_id)
     rules.refuse_duplicate_grant(duplicate, subject_type, role.name)
     if role.requires_approval and source_run_id is None and not approved:
@@ -553,12 +555,12 @@ async def holds_grant(
         select(func.count())
         .select_from(RoleAssignment)
         .where(
-            RoleAssignment.realm_id == realm_id,
-            RoleAssignment.role_id == role_id,
+            col(RoleAssignment.realm_id) == realm_id,
+            col(RoleAssignment.role_id) == role_id,
             subject_column == subject_id,
             col(RoleAssignment.organization_id).is_(None)
             if organization_id is None
-            else RoleAssignment.organization_id == organization_id,
+            else col(RoleAssignment.organization_id) == organization_id,
             or_(col(RoleAssignment.expires_at).is_(None), col(RoleAssignment.expires_at) > SYSTEM_CLOCK.now()),
         )
     )
@@ -673,10 +675,10 @@ async def expire_due_assignments(session: AsyncSession, now: datetime, *, limit:
     running this at once never expire the same assignment twice.
     """
     result = await session.execute(
-        select(RoleAssignment, Role.name)
-        .join(Role, Role.id == RoleAssignment.role_id)
+        select(RoleAssignment, col(Role.name))
+        .join(Role, col(Role.id) == col(RoleAssignment.role_id))
         .where(col(RoleAssignment.expires_at).is_not(None), col(RoleAssignment.expires_at) <= now)
-        .order_by(RoleAssignment.expires_at)
+        .order_by(col(RoleAssignment.expires_at))
         .limit(limit)
         .with_for_update(skip_locked=True, of=RoleAssignment)
     )
@@ -726,13 +728,13 @@ async def principal_labels(session: AsyncSession, realm_id: str, ids: Iterable[s
     out: dict[str, str] = {}
     if users:
         rows = await session.execute(
-            select(User.id, User.email).where(User.realm_id == realm_id, col(User.id).in_(users))
+            select(col(User.id), col(User.email)).where(col(User.realm_id) == realm_id, col(User.id).in_(users))
         )
         out |= {uid: email for uid, email in rows}
     if sps:
         rows = await session.execute(
-            select(ServicePrincipal.id, ServicePrincipal.name).where(
-                ServicePrincipal.realm_id == realm_id,
+            select(col(ServicePrincipal.id), col(ServicePrincipal.name)).where(
+                col(ServicePrincipal.realm_id) == realm_id,
                 col(ServicePrincipal.id).in_(sps),
             )
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory import identity
 from engine.directory.audit import Actor, record_audit
@@ -157,12 +158,12 @@ async def list_tokens(
     limit: int | None = None,
 ) -> Page[ApiToken]:
     """Tokens of one user or one service principal, oldest first, revoked ones included."""
-    query = select(ApiToken).where(ApiToken.realm_id == realm_id)
+    query = select(ApiToken).where(col(ApiToken.realm_id) == realm_id)
     if user_id is not None:
-        query = query.where(ApiToken.user_id == user_id)
+        query = query.where(col(ApiToken.user_id) == user_id)
     if service_principal_id is not None:
-        query = query.where(ApiToken.service_principal_id == service_principal_id)
-    return await keyset_page(session, query, ApiToken.id, cursor=cursor, limit=limit)
+        query = query.where(col(ApiToken.service_principal_id) == service_principal_id)
+    return await keyset_page(session, query, col(ApiToken.id), cursor=cursor, limit=limit)
 
 
 @needs_permission(

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import DELIVERABLE_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import WebhookSubscription
@@ -387,14 +388,14 @@ async def list_subscriptions(
     limit: int | None = None,
 ) -> Page[WebhookSubscription]:
     """Oldest first; deleted subscriptions only when ``state == "deleted"``."""
-    query = select(WebhookSubscription).where(WebhookSubscription.realm_id == realm_id)
+    query = select(WebhookSubscription).where(col(WebhookSubscription.realm_id) == realm_id)
     if state:
         if state not in STATES:
             raise invalid("query:state", "state is one of " + ", ".join(STATES))
-        query = query.where(WebhookSubscription.state == state)
+        query = query.where(col(WebhookSubscription.state) == state)
     else:
-        query = query.where(WebhookSubscription.state != "deleted")
-    return await keyset_page(session, query, WebhookSubscription.id, cursor=cursor, limit=limit)
+        query = query.where(col(WebhookSubscription.state) != "deleted")
+    return await keyset_page(session, query, col(WebhookSubscription.id), cursor=cursor, limit=limit)
 
 
 async def rotate_secret(

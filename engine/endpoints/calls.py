@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine.endpoints.signing import signature_header
 
@@ -32,13 +32,17 @@ class EndpointSettings:
     ca_bundle: Path | None = None  # COCKPIT_WEBHOOK_CA_BUNDLE: more CAs trusted for https endpoints
 
 
+# What a call asks of the endpoint: the step itself, or undoing it.
+CallAction = Literal["execute", "compensate"]
+
+
 @dataclass(frozen=True)
 class PreparedCall:
     """A signed call, ready to send outside any transaction."""
 
     run_id: str
     attempt_id: str
-    action: str  # execute | compensate
+    action: CallAction
     url: str
     body: bytes
     headers: dict[str, str]
@@ -52,7 +56,7 @@ def sent_at(moment: datetime) -> str:
 
 def step_call_body(
     *,
-    action: str,
+    action: CallAction,
     realm_id: str,
     organization_id: str | None,
     workflow_id: str,

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import OutboxEvent, WebhookDelivery, WebhookSubscription
@@ -99,10 +100,10 @@ async def fan_out(session: AsyncSession, events: Sequence[OutboxEvent]) -> int:
             await session.execute(
                 select(WebhookSubscription)
                 .where(
-                    WebhookSubscription.realm_id.in_(realms),  # type: ignore[attr-defined]
-                    WebhookSubscription.state.in_(("active", "paused")),  # type: ignore[attr-defined]
+                    col(WebhookSubscription.realm_id).in_(realms),
+                    col(WebhookSubscription.state).in_(("active", "paused")),
                 )
-                .order_by(WebhookSubscription.id)  # type: ignore[arg-type]
+                .order_by(col(WebhookSubscription.id))
             )
         )
         .scalars()
@@ -417,13 +418,13 @@ async def list_deliveries(
 
     await get_subscription(session, realm_id, subscription_id)
     query = select(WebhookDelivery).where(
-        WebhookDelivery.realm_id == realm_id, WebhookDelivery.subscription_id == subscription_id
+        col(WebhookDelivery.realm_id) == realm_id, col(WebhookDelivery.subscription_id) == subscription_id
     )
     if state:
         if state not in STATES:
             raise invalid("query:state", "state is one of " + ", ".join(STATES))
-        query = query.where(WebhookDelivery.state == state)
-    return await keyset_page(session, query, WebhookDelivery.id, cursor=cursor, limit=limit, descending=True)
+        query = query.where(col(WebhookDelivery.state) == state)
+    return await keyset_page(session, query, col(WebhookDelivery.id), cursor=cursor, limit=limit, descending=True)
 
 
 async def redeliver(session: AsyncSession, actor: Actor, subscription_id: str, delivery_id: str) -> WebhookDelivery:
@@ -465,10 +466,10 @@ async def count_failing_deliveries(session: AsyncSession, realm_id: str | None =
     """Deliveries failing now: failed for good, plus pending ones whose last try failed."""
     query = select(func.count()).select_from(WebhookDelivery)
     failing = or_(
-        WebhookDelivery.state == "failed",
-        (WebhookDelivery.state == "pending") & (WebhookDelivery.last_error.is_not(None)),  # type: ignore[union-attr]
+        col(WebhookDelivery.state) == "failed",
+        (col(WebhookDelivery.state) == "pending") & (col(WebhookDelivery.last_error).is_not(None)),
     )
     query = query.where(failing)
     if realm_id is not None:
-        query = query.where(WebhookDelivery.realm_id == realm_id)
+        query = query.where(col(WebhookDelivery.realm_id) == realm_id)
     return int(await session.scalar(query) or 0)

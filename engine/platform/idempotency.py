@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Literal
 
 from sqlalchemy import Column, Index, LargeBinary
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from engine.platform.db import Driver
 from engine.platform.tables import tz_column
 
 WINDOW = timedelta(hours=24)
@@ -59,7 +60,7 @@ class KeptAnswer:
 class Reservation:
     """What the key said: ``reserved`` (go on), ``in_flight``, ``mismatch`` or ``done`` (with its answer)."""
 
-    outcome: str
+    outcome: Literal["reserved", "in_flight", "mismatch", "done"]
     answer: KeptAnswer | None = None
 
 
@@ -96,7 +97,7 @@ UPDATE idempotency_keys SET state = 'done', status = $3, headers = $4::jsonb, bo
 RELEASE = "DELETE FROM idempotency_keys WHERE principal_id = $1 AND key = $2 AND state = 'in_flight'"
 
 
-async def reserve(conn: Any, principal_id: str, key: str, fingerprint: str, now: datetime) -> Reservation:
+async def reserve(conn: Driver, principal_id: str, key: str, fingerprint: str, now: datetime) -> Reservation:
     """Take the key for this request, or say why not (``conn``: an asyncpg connection, autocommit)."""
     rows = await conn.fetch(RESERVE, principal_id, key, fingerprint, now, now + WINDOW, now - ABANDONED_AFTER)
     if not rows:
@@ -117,7 +118,7 @@ async def reserve(conn: Any, principal_id: str, key: str, fingerprint: str, now:
     )
 
 
-async def keep(conn: Any, principal_id: str, key: str, answer: KeptAnswer, now: datetime) -> None:
+async def keep(conn: Driver, principal_id: str, key: str, answer: KeptAnswer, now: datetime) -> None:
     """Keep the answer of the reserved key; sweep a batch of expired keys on the way."""
     await conn.execute(
         KEEP,
@@ -131,6 +132,6 @@ async def keep(conn: Any, principal_id: str, key: str, answer: KeptAnswer, now: 
     )
 
 
-async def release(conn: Any, principal_id: str, key: str) -> None:
+async def release(conn: Driver, principal_id: str, key: str) -> None:
     """Give the key back: the request it was reserved for left nothing worth replaying."""
     await conn.execute(RELEASE, principal_id, key)

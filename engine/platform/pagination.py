@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped
 
 from engine.platform.errors import invalid
 
@@ -51,8 +52,8 @@ def check_limit(limit: int | None) -> int:
 
 async def keyset_page(
     session: AsyncSession,
-    query: Select[Any],
-    id_column: Any,
+    query: Select[*tuple[Any, ...]],
+    id_column: Mapped[str],
     *,
     cursor: str | None,
     limit: int | None,

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.models import Realm, User
 from engine.platform.config import get_settings
@@ -42,9 +43,11 @@ async def notify_approvers(
     nobody would receive a link, so none is made."""
     workflow_name = "Role assignment approval"
     if approval.workflow_id:
-        workflow_name = await session.scalar(select(Workflow.name).where(Workflow.id == approval.workflow_id)) or ""
-    users = (await session.execute(select(User).where(User.id.in_(approvers)))).scalars().all()  # type: ignore[attr-defined]
-    slug = await session.scalar(select(Realm.slug).where(Realm.id == approval.realm_id))
+        workflow_name = (
+            await session.scalar(select(col(Workflow.name)).where(col(Workflow.id) == approval.workflow_id)) or ""
+        )
+    users = (await session.execute(select(User).where(col(User.id).in_(approvers)))).scalars().all()
+    slug = await session.scalar(select(col(Realm.slug)).where(col(Realm.id) == approval.realm_id))
     public_url = get_settings().public_url
     for user in users:
         link = None
@@ -95,13 +98,13 @@ async def redeem_link(session: AsyncSession, realm_id: str, user_id: str, token:
     result = await session.execute(
         update(ApprovalLink)
         .where(
-            ApprovalLink.token_hash == _hash(token),
-            ApprovalLink.user_id == user_id,
-            ApprovalLink.used_at.is_(None),  # type: ignore[union-attr]
-            ApprovalLink.expires_at > now,  # type: ignore[operator]
+            col(ApprovalLink.token_hash) == _hash(token),
+            col(ApprovalLink.user_id) == user_id,
+            col(ApprovalLink.used_at).is_(None),
+            col(ApprovalLink.expires_at) > now,
         )
         .values(used_at=now)
-        .returning(ApprovalLink.approval_id)
+        .returning(col(ApprovalLink.approval_id))
     )
     approval_id = result.scalar_one_or_none()
     if approval_id is None:

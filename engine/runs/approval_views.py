@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.models import Group, Organization, Role, User
 from engine.platform.errors import Issue, NotFound, ValidationFailed
@@ -22,19 +23,19 @@ from engine.runs.approval_models import PENDING, STATUSES, WorkflowApproval
 
 async def count_pending_approvals(session: AsyncSession, realm_id: str | None, workflow_id: str | None = None) -> int:
     """Approvals waiting for a decision in the realm (or one workflow; every realm when ``realm_id`` is None)."""
-    query = select(func.count()).where(WorkflowApproval.status == PENDING)
+    query = select(func.count()).where(col(WorkflowApproval.status) == PENDING)
     if realm_id is not None:
-        query = query.where(WorkflowApproval.realm_id == realm_id)
+        query = query.where(col(WorkflowApproval.realm_id) == realm_id)
     if workflow_id is not None:
-        query = query.where(WorkflowApproval.workflow_id == workflow_id)
+        query = query.where(col(WorkflowApproval.workflow_id) == workflow_id)
     return int(await session.scalar(query) or 0)
 
 
 async def count_waiting_for(session: AsyncSession, realm_id: str, user_id: str) -> int:
     query = select(func.count()).where(
-        WorkflowApproval.realm_id == realm_id,
-        WorkflowApproval.status == PENDING,
-        WorkflowApproval.approvers.contains([user_id]),  # type: ignore[attr-defined]
+        col(WorkflowApproval.realm_id) == realm_id,
+        col(WorkflowApproval.status) == PENDING,
+        col(WorkflowApproval.approvers).contains([user_id]),
     )
     return int(await session.scalar(query) or 0)
 
@@ -45,9 +46,9 @@ async def count_waiting_for(session: AsyncSession, realm_id: str, user_id: str) 
 def _mine(user_id: str) -> Any:
     """Rows the user may see: named now, or decided by them, or handed on by them."""
     return or_(
-        WorkflowApproval.approvers.contains([user_id]),  # type: ignore[attr-defined]
-        WorkflowApproval.decided_by == user_id,
-        WorkflowApproval.delegations.contains([{"from": user_id}]),  # type: ignore[attr-defined]
+        col(WorkflowApproval.approvers).contains([user_id]),
+        col(WorkflowApproval.decided_by) == user_id,
+        col(WorkflowApproval.delegations).contains([{"from": user_id}]),
     )
 
 
@@ -70,19 +71,19 @@ async def list_for_user(
     if issues:
         raise ValidationFailed("The filter is not valid.", issues=issues)
     query: Select[Any] = select(WorkflowApproval).where(
-        WorkflowApproval.realm_id == realm_id, WorkflowApproval.subject_id != user_id
+        col(WorkflowApproval.realm_id) == realm_id, col(WorkflowApproval.subject_id) != user_id
     )
     if decided_by_me:
-        query = query.where(WorkflowApproval.decided_by == user_id)
+        query = query.where(col(WorkflowApproval.decided_by) == user_id)
     elif status == PENDING:
-        query = query.where(WorkflowApproval.approvers.contains([user_id]))  # type: ignore[attr-defined]
+        query = query.where(col(WorkflowApproval.approvers).contains([user_id]))
     else:
         query = query.where(_mine(user_id))
     if status is not None:
-        query = query.where(WorkflowApproval.status == status)
+        query = query.where(col(WorkflowApproval.status) == status)
     if run_id is not None:
-        query = query.where(WorkflowApproval.run_id == run_id)
-    return await keyset_page(session, query, WorkflowApproval.id, cursor=cursor, limit=limit, descending=True)
+        query = query.where(col(WorkflowApproval.run_id) == run_id)
+    return await keyset_page(session, query, col(WorkflowApproval.id), cursor=cursor, limit=limit, descending=True)
 
 
 async def get_for_user(session: AsyncSession, realm_id: str, approval_id: str, user_id: str) -> WorkflowApproval:
@@ -165,6 +166,11 @@ async def describe_steps(
     return [_words(steps, org, roles, groups, orgs, users) for steps, org in plans]
 
 
+def _named(names: dict[str, str], key: object, missing: str) -> str:
+    """The name of ``key`` (an id a step holds, not always a string), or ``missing``."""
+    return names.get(key, missing) if isinstance(key, str) else missing
+
+
 def _words(
     steps: list[dict[str, Any]],
     organization_id: str | None,
@@ -184,13 +190,13 @@ def _words(
         if kind == "assign_role":
             scope = org_of(step) if step.get("scope") == "organization" else " across the realm"
             until = f", for {step['expires_in']}" if step.get("expires_in") else ""
-            words = f"grants role {roles.get(step.get('role_id'), 'a role that no longer exists')}{scope}{until}"
+            words = f"grants role {_named(roles, step.get('role_id'), 'a role that no longer exists')}{scope}{until}"
         elif kind == "remove_role":
-            words = f"removes role {roles.get(step.get('role_id'), 'a role that no longer exists')}{org_of(step)}"
+            words = f"removes role {_named(roles, step.get('role_id'), 'a role that no longer exists')}{org_of(step)}"
         elif kind == "add_to_group":
-            words = f"adds them to group {groups.get(step.get('group_id'), 'a group that no longer exists')}"
+            words = f"adds them to group {_named(groups, step.get('group_id'), 'a group that no longer exists')}"
         elif kind == "remove_from_group":
-            words = f"removes them from group {groups.get(step.get('group_id'), 'a group that no longer exists')}"
+            words = f"removes them from group {_named(groups, step.get('group_id'), 'a group that no longer exists')}"
         elif kind == "remove_membership":
             words = f"removes their membership{org_of(step)}"
         elif kind == "suspend_user":

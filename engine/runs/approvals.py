@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory import rules
 from engine.directory.audit import Actor, record_audit
@@ -63,9 +64,9 @@ async def approver_facts(session: AsyncSession, realm_id: str, named: list[Any])
     if not ids:
         return {}
     rows = await session.execute(
-        select(User.id, User.status, User.guest).where(
-            User.id.in_(ids),  # type: ignore[attr-defined]
-            User.realm_id == realm_id,
+        select(col(User.id), col(User.status), col(User.guest)).where(
+            col(User.id).in_(ids),
+            col(User.realm_id) == realm_id,
         )
     )
     return {user_id: (status == "active", bool(guest)) for user_id, status, guest in rows}
@@ -129,7 +130,7 @@ async def request_approval(
 async def for_step(session: AsyncSession, run_id: str, step_id: str) -> WorkflowApproval | None:
     row = await session.execute(
         select(WorkflowApproval)
-        .where(WorkflowApproval.run_id == run_id, WorkflowApproval.step_id == step_id)
+        .where(col(WorkflowApproval.run_id) == run_id, col(WorkflowApproval.step_id) == step_id)
         .with_for_update()
         .execution_options(populate_existing=True)
     )
@@ -138,7 +139,7 @@ async def for_step(session: AsyncSession, run_id: str, step_id: str) -> Workflow
 
 async def for_run(session: AsyncSession, run_id: str) -> list[WorkflowApproval]:
     rows = await session.execute(
-        select(WorkflowApproval).where(WorkflowApproval.run_id == run_id).order_by(WorkflowApproval.id)
+        select(WorkflowApproval).where(col(WorkflowApproval.run_id) == run_id).order_by(col(WorkflowApproval.id))
     )
     return list(rows.scalars())
 
@@ -147,9 +148,9 @@ async def expire(session: AsyncSession, approval: WorkflowApproval, *, now: date
     """Pending and past its expiry: expired, audited with the system as actor. False if already decided."""
     result = await session.execute(
         update(WorkflowApproval)
-        .where(WorkflowApproval.id == approval.id, WorkflowApproval.status == PENDING)
+        .where(col(WorkflowApproval.id) == approval.id, col(WorkflowApproval.status) == PENDING)
         .values(status=EXPIRED, decided_at=now)
-        .returning(WorkflowApproval.id)
+        .returning(col(WorkflowApproval.id))
     )
     if result.scalar_one_or_none() is None:
         return False
@@ -181,7 +182,7 @@ async def cancel_pending(session: AsyncSession, run_id: str, *, now: datetime) -
     """A failing or cancelled run cancels its pending approvals (not audited, per seed 000)."""
     await session.execute(
         update(WorkflowApproval)
-        .where(WorkflowApproval.run_id == run_id, WorkflowApproval.status == PENDING)
+        .where(col(WorkflowApproval.run_id) == run_id, col(WorkflowApproval.status) == PENDING)
         .values(status=CANCELLED, decided_at=now)
     )
 
@@ -198,7 +199,7 @@ async def _lock_for_decision(
         run = (
             await session.execute(
                 select(WorkflowRun)
-                .where(WorkflowRun.id == row.run_id)
+                .where(col(WorkflowRun.id) == row.run_id)
                 .with_for_update()
                 .execution_options(populate_existing=True)
             )
@@ -206,7 +207,7 @@ async def _lock_for_decision(
     approval = (
         await session.execute(
             select(WorkflowApproval)
-            .where(WorkflowApproval.id == approval_id)
+            .where(col(WorkflowApproval.id) == approval_id)
             .with_for_update()
             .execution_options(populate_existing=True)
         )
@@ -258,9 +259,9 @@ async def _decide(
     status = APPROVED if approve else REJECTED
     result = await session.execute(
         update(WorkflowApproval)
-        .where(WorkflowApproval.id == approval.id, WorkflowApproval.status == PENDING)
+        .where(col(WorkflowApproval.id) == approval.id, col(WorkflowApproval.status) == PENDING)
         .values(status=status, decided_by=actor.id, decided_at=now, comment=(comment or None))
-        .returning(WorkflowApproval.id)
+        .returning(col(WorkflowApproval.id))
     )
     if result.scalar_one_or_none() is None:
         raise Conflict("This approval was already decided.", code="conflict")

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, load_authority
@@ -145,7 +146,7 @@ async def retry_now(session: AsyncSession, actor: Actor, run_id: str) -> Workflo
 
 async def rerun_targets(session: AsyncSession, realm_id: str, run_ids: list[str]) -> dict[str, WorkflowRun]:
     rows = await session.execute(
-        select(WorkflowRun).where(WorkflowRun.realm_id == realm_id, WorkflowRun.id.in_(run_ids))  # type: ignore[attr-defined]
+        select(WorkflowRun).where(col(WorkflowRun.realm_id) == realm_id, col(WorkflowRun.id).in_(run_ids))
     )
     return {r.id: r for r in rows.scalars()}
 
@@ -206,7 +207,7 @@ async def bulk_select(session: AsyncSession, realm_id: str, where: RunFilter) ->
     ids = (
         (
             await session.execute(
-                query.with_only_columns(WorkflowRun.id).order_by(WorkflowRun.id.desc()).limit(BULK_LIMIT)  # type: ignore[attr-defined]
+                query.with_only_columns(col(WorkflowRun.id)).order_by(col(WorkflowRun.id).desc()).limit(BULK_LIMIT)
             )
         )
         .scalars()

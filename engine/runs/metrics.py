@@ -15,6 +15,7 @@ run states.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -56,10 +57,14 @@ def count_tasks(tasks: Iterable[Any]) -> None:
     without touching this module.
     """
     for task in tasks:
-        if getattr(task.func, "_cockpit_counted", False):
+        if task.func in _COUNTED:
             continue
         WORKER_RUNS.labels(task=task.name)
         task.func = _counted(task.name, task.func)
+
+
+# The task functions already wrapped by ``_counted`` (a task is counted once, however often asked).
+_COUNTED: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 
 
 def _counted(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,7 +75,7 @@ def _counted(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             WORKER_RUNS.labels(task=name).inc()
 
-    counted._cockpit_counted = True  # type: ignore[attr-defined]
+    _COUNTED.add(counted)
     return counted
 
 
@@ -171,10 +176,10 @@ def exposition(database: list[Metric]) -> bytes:
     folder = multiprocess_dir()
     registry = CollectorRegistry()
     if folder:
-        MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+        MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
         own = generate_latest(registry)
     else:
         own = generate_latest(REGISTRY)
     snapshot = CollectorRegistry()
-    snapshot.register(_Snapshot(database))  # type: ignore[arg-type]
+    snapshot.register(_Snapshot(database))
     return own + generate_latest(snapshot)

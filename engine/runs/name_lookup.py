@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, func, literal, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
-from sqlalchemy.sql import Select
+from sqlalchemy.orm import Mapped, aliased
+from sqlalchemy.sql import ColumnElement, Select
 from sqlmodel import col
 
 from engine.directory.models import Group, Organization, Role, ServicePrincipal, User, WebhookSubscription
@@ -92,75 +92,91 @@ async def lookup_names(session: AsyncSession, realm_id: str, ids: Iterable[str |
     if not by_kind:
         return {}
     none = literal(None, String)
-    arms: list[Select[tuple[str, str, str, str | None]]] = []
+    arms: list[Select[str, str, str, str | None]] = []
 
-    def arm(prefix: str, id_col: object, name: object, parent: object, realm_col: object, *extra: object) -> None:
+    def arm(
+        prefix: str,
+        id_col: Mapped[str],
+        name: Mapped[str],
+        parent: Mapped[str] | Mapped[str | None] | ColumnElement[str],
+        realm_col: Mapped[str],
+    ) -> None:
         if prefix not in by_kind:
             return
-        query = select(
-            id_col.label("id"),  # type: ignore[attr-defined]
+        query: Select[str, str, str, str | None] = select(
+            id_col.label("id"),
             literal(KINDS[prefix], String).label("kind"),
-            name.label("name"),  # type: ignore[attr-defined]
-            parent.label("parent_id"),  # type: ignore[attr-defined]
+            name.label("name"),
+            parent.label("parent_id"),
         ).where(
-            realm_col == realm_id,  # type: ignore[arg-type]
-            id_col.in_(bindparam(f"ids_{prefix}", by_kind[prefix], expanding=True)),  # type: ignore[attr-defined]
-            *extra,  # type: ignore[arg-type]
+            realm_col == realm_id,
+            id_col.in_(bindparam(f"ids_{prefix}", by_kind[prefix], expanding=True)),
         )
         arms.append(query)
 
-    arm("usr", User.id, User.display_name, User.email, User.realm_id)
-    arm("spn", ServicePrincipal.id, ServicePrincipal.name, none, ServicePrincipal.realm_id)
-    arm("org", Organization.id, Organization.name, none, Organization.realm_id)
-    arm("rol", Role.id, Role.name, none, Role.realm_id)
-    arm("grp", Group.id, Group.name, Group.organization_id, Group.realm_id)
-    arm("whk", WebhookSubscription.id, WebhookSubscription.destination, none, WebhookSubscription.realm_id)
-    arm("wfl", Workflow.id, Workflow.name, none, Workflow.realm_id)
+    arm("usr", col(User.id), col(User.display_name), col(User.email), col(User.realm_id))
+    arm("spn", col(ServicePrincipal.id), col(ServicePrincipal.name), none, col(ServicePrincipal.realm_id))
+    arm("org", col(Organization.id), col(Organization.name), none, col(Organization.realm_id))
+    arm("rol", col(Role.id), col(Role.name), none, col(Role.realm_id))
+    arm("grp", col(Group.id), col(Group.name), col(Group.organization_id), col(Group.realm_id))
+    arm(
+        "whk",
+        col(WebhookSubscription.id),
+        col(WebhookSubscription.destination),
+        none,
+        col(WebhookSubscription.realm_id),
+    )
+    arm("wfl", col(Workflow.id), col(Workflow.name), none, col(Workflow.realm_id))
     subject = aliased(User)
     if "wrn" in by_kind:
         # A run by its title: its workflow's name, and (in parent_id here) its subject's name.
         arms.append(
             select(
-                WorkflowRun.id.label("id"),  # type: ignore[attr-defined]
+                col(WorkflowRun.id).label("id"),
                 literal("run", String).label("kind"),
-                Workflow.name.label("name"),  # type: ignore[attr-defined]
-                subject.display_name.label("parent_id"),  # type: ignore[attr-defined]
+                col(Workflow.name).label("name"),
+                col(subject.display_name).label("parent_id"),
             )
-            .join(Workflow, Workflow.id == WorkflowRun.workflow_id)  # type: ignore[arg-type]
-            .outerjoin(subject, (subject.id == WorkflowRun.subject_id) & (subject.realm_id == WorkflowRun.realm_id))
+            .join(Workflow, col(Workflow.id) == col(WorkflowRun.workflow_id))
+            .outerjoin(
+                subject,
+                (col(subject.id) == col(WorkflowRun.subject_id)) & (col(subject.realm_id) == col(WorkflowRun.realm_id)),
+            )
             .where(
-                WorkflowRun.realm_id == realm_id,  # type: ignore[arg-type]
-                WorkflowRun.id.in_(bindparam("ids_wrn", by_kind["wrn"], expanding=True)),  # type: ignore[attr-defined]
+                col(WorkflowRun.realm_id) == realm_id,
+                col(WorkflowRun.id).in_(bindparam("ids_wrn", by_kind["wrn"], expanding=True)),
             )
         )
     if "wap" in by_kind:
         # An approval by what was asked: the workflow (or the role asked for by hand) and for whom;
         # its page is its run's timeline (the approval's own page is only for its approvers).
-        what = func.coalesce(Workflow.name, Role.name, "a deleted workflow")
+        what = func.coalesce(col(Workflow.name), col(Role.name), "a deleted workflow")
         arms.append(
             select(
-                WorkflowApproval.id.label("id"),  # type: ignore[attr-defined]
+                col(WorkflowApproval.id).label("id"),
                 literal("approval", String).label("kind"),
                 (
                     literal("approval of ", String)
                     + what
                     + " for "
-                    + func.coalesce(subject.display_name, "a former user")
+                    + func.coalesce(col(subject.display_name), "a former user")
                 ).label("name"),
                 col(WorkflowApproval.run_id).label("parent_id"),
             )
-            .outerjoin(Workflow, Workflow.id == WorkflowApproval.workflow_id)  # type: ignore[arg-type]
+            .outerjoin(Workflow, col(Workflow.id) == col(WorkflowApproval.workflow_id))
             .outerjoin(
                 Role,
-                (Role.id == WorkflowApproval.request["role_id"].astext)  # type: ignore[index]
-                & (Role.realm_id == WorkflowApproval.realm_id),
+                (col(Role.id) == col(WorkflowApproval.request)["role_id"].astext)
+                & (col(Role.realm_id) == col(WorkflowApproval.realm_id)),
             )
             .outerjoin(
-                subject, (subject.id == WorkflowApproval.subject_id) & (subject.realm_id == WorkflowApproval.realm_id)
+                subject,
+                (col(subject.id) == col(WorkflowApproval.subject_id))
+                & (col(subject.realm_id) == col(WorkflowApproval.realm_id)),
             )
             .where(
-                WorkflowApproval.realm_id == realm_id,  # type: ignore[arg-type]
-                WorkflowApproval.id.in_(bindparam("ids_wap", by_kind["wap"], expanding=True)),  # type: ignore[attr-defined]
+                col(WorkflowApproval.realm_id) == realm_id,
+                col(WorkflowApproval.id).in_(bindparam("ids_wap", by_kind["wap"], expanding=True)),
             )
         )
     statement = arms[0] if len(arms) == 1 else union_all(*arms)
@@ -210,55 +226,55 @@ async def search_directory(
     pattern = _like(q.strip()) if q.strip() else None
     query: Any
     if kind == "role":
-        query = select(Role.id, Role.name, Role.boundary).where(Role.realm_id == realm_id)  # type: ignore[call-overload]
+        query = select(col(Role.id), col(Role.name), col(Role.boundary)).where(col(Role.realm_id) == realm_id)
         if pattern:
-            query = query.where(or_(Role.name.ilike(pattern, escape="\\"), Role.id == q.strip()))  # type: ignore[attr-defined]
-        query = query.order_by(Role.name, Role.id)
+            query = query.where(or_(col(Role.name).ilike(pattern, escape="\\"), col(Role.id) == q.strip()))
+        query = query.order_by(col(Role.name), col(Role.id))
     elif kind == "group":
         query = (
-            select(Group.id, Group.name, Organization.name)  # type: ignore[call-overload]
-            .join(Organization, Organization.id == Group.organization_id)
-            .where(Group.realm_id == realm_id)
+            select(col(Group.id), col(Group.name), col(Organization.name))
+            .join(Organization, col(Organization.id) == col(Group.organization_id))
+            .where(col(Group.realm_id) == realm_id)
         )
         if pattern:
-            query = query.where(or_(Group.name.ilike(pattern, escape="\\"), Group.id == q.strip()))  # type: ignore[attr-defined]
-        query = query.order_by(Group.name, Group.id)
+            query = query.where(or_(col(Group.name).ilike(pattern, escape="\\"), col(Group.id) == q.strip()))
+        query = query.order_by(col(Group.name), col(Group.id))
     elif kind == "user":
-        query = select(User.id, User.display_name, User.email).where(User.realm_id == realm_id)  # type: ignore[call-overload]
+        query = select(col(User.id), col(User.display_name), col(User.email)).where(col(User.realm_id) == realm_id)
         if pattern:
             query = query.where(
                 or_(
-                    User.display_name.ilike(pattern, escape="\\"),  # type: ignore[attr-defined]
-                    User.email.ilike(pattern, escape="\\"),  # type: ignore[attr-defined]
-                    User.id == q.strip(),
+                    col(User.display_name).ilike(pattern, escape="\\"),
+                    col(User.email).ilike(pattern, escape="\\"),
+                    col(User.id) == q.strip(),
                 )
             )
         # In id order, not name order: a common match is found by walking (realm_id, id) until a
         # page is full, a rare one through the trigram indexes. Ordering by name would sort every
         # match of a common query, or walk far for a rare one that sorts late. Each page is then
         # shown by name.
-        query = query.order_by(User.id)
+        query = query.order_by(col(User.id))
     elif kind == "organization":
-        query = select(Organization.id, Organization.name, Organization.state).where(  # type: ignore[call-overload]
-            Organization.realm_id == realm_id
+        query = select(col(Organization.id), col(Organization.name), col(Organization.state)).where(
+            col(Organization.realm_id) == realm_id
         )
         if pattern:
             query = query.where(
-                or_(Organization.name.ilike(pattern, escape="\\"), Organization.id == q.strip())  # type: ignore[attr-defined]
+                or_(col(Organization.name).ilike(pattern, escape="\\"), col(Organization.id) == q.strip())
             )
-        query = query.order_by(Organization.name, Organization.id)
+        query = query.order_by(col(Organization.name), col(Organization.id))
     else:
-        query = select(WebhookSubscription.id, WebhookSubscription.destination, WebhookSubscription.state).where(  # type: ignore[call-overload]
-            WebhookSubscription.realm_id == realm_id, WebhookSubscription.state != "deleted"
-        )
+        query = select(
+            col(WebhookSubscription.id), col(WebhookSubscription.destination), col(WebhookSubscription.state)
+        ).where(col(WebhookSubscription.realm_id) == realm_id, col(WebhookSubscription.state) != "deleted")
         if pattern:
             query = query.where(
                 or_(
-                    WebhookSubscription.destination.ilike(pattern, escape="\\"),  # type: ignore[attr-defined]
-                    WebhookSubscription.id == q.strip(),
+                    col(WebhookSubscription.destination).ilike(pattern, escape="\\"),
+                    col(WebhookSubscription.id) == q.strip(),
                 )
             )
-        query = query.order_by(WebhookSubscription.destination, WebhookSubscription.id)
+        query = query.order_by(col(WebhookSubscription.destination), col(WebhookSubscription.id))
     rows = (await session.execute(query.offset(max(offset, 0)).limit(limit + 1))).all()
     candidates = [Candidate(str(r[0]), str(r[1]), str(r[2] or "")) for r in rows[:limit]]
     if kind == "user":
@@ -278,29 +294,29 @@ async def match_names(session: AsyncSession, realm_id: str, text: str, *, limit:
     if ID_PATTERN.fullmatch(wanted):
         return list((await lookup_names(session, realm_id, [wanted])).values())
     lowered = wanted.lower()
-    arms: list[Any] = []
-    for prefix, model, name_col in (
-        ("spn", ServicePrincipal, ServicePrincipal.name),
-        ("org", Organization, Organization.name),
-        ("rol", Role, Role.name),
-        ("grp", Group, Group.name),
-        ("wfl", Workflow, Workflow.name),
+    arms: list[Select[str, str]] = []
+    for prefix, id_col, realm_col, name_col in (
+        ("spn", col(ServicePrincipal.id), col(ServicePrincipal.realm_id), col(ServicePrincipal.name)),
+        ("org", col(Organization.id), col(Organization.realm_id), col(Organization.name)),
+        ("rol", col(Role.id), col(Role.realm_id), col(Role.name)),
+        ("grp", col(Group.id), col(Group.realm_id), col(Group.name)),
+        ("wfl", col(Workflow.id), col(Workflow.realm_id), col(Workflow.name)),
     ):
         arms.append(
-            select(model.id.label("id"), literal(KINDS[prefix], String).label("kind")).where(  # type: ignore[attr-defined]
-                model.realm_id == realm_id, func.lower(name_col) == lowered
-            )  # type: ignore[attr-defined]
+            select(id_col.label("id"), literal(KINDS[prefix], String).label("kind")).where(
+                realm_col == realm_id, func.lower(name_col) == lowered
+            )
         )
     # Email and display name in two arms, so each reads its own index (an OR would read them all).
     arms.append(
-        select(User.id.label("id"), literal("user", String).label("kind")).where(  # type: ignore[attr-defined]
-            User.realm_id == realm_id, func.lower(User.email) == lowered
+        select(col(User.id).label("id"), literal("user", String).label("kind")).where(
+            col(User.realm_id) == realm_id, func.lower(col(User.email)) == lowered
         )
     )
     arms.append(
-        select(User.id.label("id"), literal("user", String).label("kind")).where(  # type: ignore[attr-defined]
-            User.realm_id == realm_id,
-            User.display_name.ilike(_like(wanted)[1:-1], escape="\\"),  # type: ignore[attr-defined]
+        select(col(User.id).label("id"), literal("user", String).label("kind")).where(
+            col(User.realm_id) == realm_id,
+            col(User.display_name).ilike(_like(wanted)[1:-1], escape="\\"),
         )
     )
     rows = list({row.id: row for row in (await session.execute(union_all(*arms).limit(limit))).all()}.values())

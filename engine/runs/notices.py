@@ -128,16 +128,16 @@ async def list_notices(
     workflow_ids: Sequence[str] | None = None,
 ) -> Page[WorkflowNotice]:
     """``user_ids`` / ``workflow_ids``: any of these recipients / workflows (what a name matched)."""
-    query: Select[Any] = select(WorkflowNotice).where(WorkflowNotice.realm_id == realm_id)
+    query: Select[Any] = select(WorkflowNotice).where(col(WorkflowNotice.realm_id) == realm_id)
     if run_id:
-        query = query.where(WorkflowNotice.run_id == run_id)
+        query = query.where(col(WorkflowNotice.run_id) == run_id)
     if user_id:
-        query = query.where(WorkflowNotice.user_id == user_id)
+        query = query.where(col(WorkflowNotice.user_id) == user_id)
     if user_ids is not None:
         query = query.where(col(WorkflowNotice.user_id).in_(list(user_ids)))
     if workflow_ids is not None:
         query = query.where(col(WorkflowNotice.workflow_id).in_(list(workflow_ids)))
-    return await keyset_page(session, query, WorkflowNotice.id, cursor=cursor, limit=limit, descending=True)
+    return await keyset_page(session, query, col(WorkflowNotice.id), cursor=cursor, limit=limit, descending=True)
 
 
 def check_filters(run_id: str | None, user_id: str | None) -> None:

@@ -65,8 +65,9 @@ async def cleanup_finished_runs(
     batches = 0
     while batches < max_batches:
         async with sessions() as session, session.begin():
-            result = await session.execute(text(DELETE_BATCH), {"cutoff": cutoff, "batch": batch_size})
-        count = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            connection = await session.connection()
+            result = await connection.execute(text(DELETE_BATCH), {"cutoff": cutoff, "batch": batch_size})
+        count = int(result.rowcount or 0)
         batches += 1
         deleted += count
         if count < batch_size:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority
@@ -132,12 +133,12 @@ async def expire_role_requests(session: AsyncSession, now: datetime) -> int:
     rows = await session.execute(
         update(WorkflowApproval)
         .where(
-            WorkflowApproval.kind == ROLE_ASSIGNMENT,
-            WorkflowApproval.status == PENDING,
-            WorkflowApproval.expires_at <= now,  # type: ignore[operator]
+            col(WorkflowApproval.kind) == ROLE_ASSIGNMENT,
+            col(WorkflowApproval.status) == PENDING,
+            col(WorkflowApproval.expires_at) <= now,
         )
         .values(status=EXPIRED, decided_at=now)
-        .returning(WorkflowApproval.id, WorkflowApproval.realm_id)
+        .returning(col(WorkflowApproval.id), col(WorkflowApproval.realm_id))
     )
     expired = rows.all()
     for approval_id, realm_id in expired:

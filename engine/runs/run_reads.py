@@ -35,7 +35,9 @@ async def get_run(session: AsyncSession, realm_id: str, run_id: str) -> Workflow
 
 async def run_attempts(session: AsyncSession, run_id: str) -> list[StepAttempt]:
     rows = await session.execute(
-        select(StepAttempt).where(StepAttempt.run_id == run_id).order_by(StepAttempt.step_index, StepAttempt.number)  # type: ignore[arg-type]
+        select(StepAttempt)
+        .where(col(StepAttempt.run_id) == run_id)
+        .order_by(col(StepAttempt.step_index), col(StepAttempt.number))
     )
     return list(rows.scalars())
 
@@ -113,23 +115,23 @@ def _runs_query(
     ).issues()
     if issues:
         raise ValidationFailed("The request is not valid.", issues=issues)
-    query = select(WorkflowRun).where(WorkflowRun.realm_id == realm_id)
+    query = select(WorkflowRun).where(col(WorkflowRun.realm_id) == realm_id)
     if workflow_id:
-        query = query.where(WorkflowRun.workflow_id == workflow_id)
+        query = query.where(col(WorkflowRun.workflow_id) == workflow_id)
     if state:
-        query = query.where(WorkflowRun.state == state)
+        query = query.where(col(WorkflowRun.state) == state)
     if where.state_group:
         query = query.where(col(WorkflowRun.state).in_(sorted(STATE_GROUPS[where.state_group])))
         if where.state_group == "rejected":
             query = query.where(col(WorkflowRun.error_category).in_(sorted(DECISION_CATEGORIES)))
     if subject_id:
-        query = query.where(WorkflowRun.subject_id == subject_id)
+        query = query.where(col(WorkflowRun.subject_id) == subject_id)
     if where.trigger_type:
-        query = query.where(WorkflowRun.trigger_type == where.trigger_type)
+        query = query.where(col(WorkflowRun.trigger_type) == where.trigger_type)
     if where.organization_id:
-        query = query.where(WorkflowRun.organization_id == where.organization_id)
+        query = query.where(col(WorkflowRun.organization_id) == where.organization_id)
     if where.starter_id:
-        query = query.where(WorkflowRun.starter_id == where.starter_id)
+        query = query.where(col(WorkflowRun.starter_id) == where.starter_id)
     if where.created_after:
         query = query.where(col(WorkflowRun.id) >= id_floor("wrn", int(where.created_after.timestamp() * 1000)))
     if where.created_before:
@@ -150,7 +152,7 @@ async def list_runs(
 ) -> Page[WorkflowRun]:
     """Newest first, keyset pages."""
     query = _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
-    return await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
+    return await keyset_page(session, query, col(WorkflowRun.id), cursor=cursor, limit=limit, descending=True)
 
 
 @dataclass(frozen=True)
@@ -185,20 +187,25 @@ async def list_run_lines(
     query = (
         _runs_query(realm_id, workflow_id=workflow_id, state=state, subject_id=subject_id, where=where)
         .add_columns(
-            func.coalesce(Workflow.name, WorkflowRun.workflow_id),
-            func.coalesce(User.email, WorkflowRun.subject_id),
-            User.display_name,
+            func.coalesce(col(Workflow.name), col(WorkflowRun.workflow_id)),
+            func.coalesce(col(User.email), col(WorkflowRun.subject_id)),
+            col(User.display_name),
         )
-        .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
-        .outerjoin(User, (User.id == WorkflowRun.subject_id) & (User.realm_id == WorkflowRun.realm_id))
+        .outerjoin(
+            Workflow,
+            (col(Workflow.id) == col(WorkflowRun.workflow_id)) & (col(Workflow.realm_id) == col(WorkflowRun.realm_id)),
+        )
+        .outerjoin(
+            User, (col(User.id) == col(WorkflowRun.subject_id)) & (col(User.realm_id) == col(WorkflowRun.realm_id))
+        )
     )
-    page = await keyset_page(session, query, WorkflowRun.id, cursor=cursor, limit=limit, descending=True)
+    page = await keyset_page(session, query, col(WorkflowRun.id), cursor=cursor, limit=limit, descending=True)
     revision_ids = sorted({run.revision_id for run, _name, _subject, _display in page.items})
     steps: dict[str, list[dict[str, Any]]] = {}
     if revision_ids:
         rows = await session.execute(
-            select(WorkflowRevision.id, WorkflowRevision.definition["steps"]).where(
-                WorkflowRevision.realm_id == realm_id,
+            select(col(WorkflowRevision.id), col(WorkflowRevision.definition)["steps"]).where(
+                col(WorkflowRevision.realm_id) == realm_id,
                 col(WorkflowRevision.id).in_(revision_ids),
             )
         )
@@ -237,15 +244,19 @@ async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> 
     """The run, its workflow, its revision's steps and its re-runs in one query (404 for either missing)."""
     row = (
         await session.execute(
-            select(WorkflowRun, Workflow, WorkflowRevision.definition["steps"], _RERUNS)
-            .outerjoin(Workflow, (Workflow.id == WorkflowRun.workflow_id) & (Workflow.realm_id == WorkflowRun.realm_id))
+            select(WorkflowRun, Workflow, col(WorkflowRevision.definition)["steps"], _RERUNS)
+            .outerjoin(
+                Workflow,
+                (col(Workflow.id) == col(WorkflowRun.workflow_id))
+                & (col(Workflow.realm_id) == col(WorkflowRun.realm_id)),
+            )
             .outerjoin(
                 WorkflowRevision,
-                (WorkflowRevision.workflow_id == WorkflowRun.workflow_id)
-                & (WorkflowRevision.realm_id == WorkflowRun.realm_id)
-                & (WorkflowRevision.number == WorkflowRun.revision),
+                (col(WorkflowRevision.workflow_id) == col(WorkflowRun.workflow_id))
+                & (col(WorkflowRevision.realm_id) == col(WorkflowRun.realm_id))
+                & (col(WorkflowRevision.number) == col(WorkflowRun.revision)),
             )
-            .where(WorkflowRun.id == run_id, WorkflowRun.realm_id == realm_id)
+            .where(col(WorkflowRun.id) == run_id, col(WorkflowRun.realm_id) == realm_id)
             .execution_options(populate_existing=True)
         )
     ).first()
@@ -260,9 +271,9 @@ async def get_run_context(session: AsyncSession, realm_id: str, run_id: str) -> 
 async def reruns_of(session: AsyncSession, realm_id: str, run_id: str) -> list[str]:
     """The runs that repeat this one, oldest first (``ix_workflow_runs_rerun_of``)."""
     rows = await session.execute(
-        select(WorkflowRun.id)
-        .where(WorkflowRun.rerun_of == run_id, WorkflowRun.realm_id == realm_id)
-        .order_by(WorkflowRun.id)
+        select(col(WorkflowRun.id))
+        .where(col(WorkflowRun.rerun_of) == run_id, col(WorkflowRun.realm_id) == realm_id)
+        .order_by(col(WorkflowRun.id))
     )
     return list(rows.scalars())
 

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from engine.endpoints.calls import PreparedCall
 from engine.platform.clock import SYSTEM_CLOCK, Clock
+from engine.platform.db import Driver, driver_of
 from engine.runs.endpoint_calls import complete_call
 from engine.runs.fastpath import FastPath
 from engine.runs.fastpath_caches import Staged
@@ -58,15 +59,15 @@ class _PassConnection:
     def __init__(self, bind: AsyncEngine | None) -> None:
         self.bind = bind
         self.connection: AsyncConnection | None = None
-        self.driver: Any = None
+        self.driver: Driver | None = None
 
-    async def raw(self) -> Any:
+    async def raw(self) -> Driver | None:
         """The asyncpg connection (None when the fast path is off)."""
         if self.bind is None:
             return None
         if self.connection is None:
             self.connection = await self.bind.connect()
-            self.driver = (await self.connection.get_raw_connection()).driver_connection
+            self.driver = driver_of(await self.connection.get_raw_connection())
             # The fast path's statements are fixed and read by key only, and they are prepared once:
             # - a generic plan serves every group size (left to choose, the server plans a lone run's
             #   transition anew at every execution, its custom plans looking cheaper);
@@ -87,9 +88,10 @@ class _PassConnection:
         try:
             # Back to the pool as it came, or not at all: a connection still inside a transaction
             # (its rollback failed or was interrupted) would undo the RESET when it rolls back.
-            if not self.driver.is_closed() and not self.driver.is_in_transaction():
+            driver = self.driver
+            if driver is not None and not driver.is_closed() and not driver.is_in_transaction():
                 with contextlib.suppress(Exception):
-                    await self.driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
+                    await driver.execute("RESET plan_cache_mode; RESET enable_seqscan; RESET jit")
                     clean = True
         finally:
             with contextlib.suppress(Exception):

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.platform.clock import SYSTEM_CLOCK, Clock
@@ -61,6 +62,12 @@ def next_slot(anchor: datetime, every_s: int, now: datetime) -> datetime:
 def slot_key(slot: datetime) -> str:
     """The trigger key of a slot's runs: the slot in UTC, to the microsecond."""
     return slot.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def trigger_selector(trigger: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the schedule trigger's ``select`` (who a firing runs for); empty when it names none."""
+    chosen = trigger.get("select")
+    return dict(chosen) if isinstance(chosen, dict) else {}
 
 
 def schedule_triggers(definition: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -166,13 +173,14 @@ async def _due_schedules(session: AsyncSession) -> list[tuple[Workflow, Workflow
         select(Workflow, WorkflowRevision)
         .join(
             WorkflowRevision,
-            (WorkflowRevision.workflow_id == Workflow.id) & (WorkflowRevision.number == Workflow.published_revision),
+            (col(WorkflowRevision.workflow_id) == col(Workflow.id))
+            & (col(WorkflowRevision.number) == col(Workflow.published_revision)),
         )
         .where(
-            Workflow.state == "active",
-            WorkflowRevision.definition["triggers"].contains([{"type": "schedule"}]),
+            col(Workflow.state) == "active",
+            col(WorkflowRevision.definition)["triggers"].contains([{"type": "schedule"}]),
         )
-        .order_by(Workflow.id)
+        .order_by(col(Workflow.id))
     )
     return [(w, r) for w, r in rows.all()]
 
@@ -204,13 +212,12 @@ async def fire_slot(
             truncated=0,
         )
         .on_conflict_do_nothing()
-        .returning(ScheduleFiring.id)
+        .returning(col(ScheduleFiring.id))
     )
     firing_id = claimed.scalar_one_or_none()
     if firing_id is None:
         return None
-    selector = trigger.get("select") if isinstance(trigger.get("select"), dict) else {}
-    selection = await select_subjects(session, workflow.realm_id, selector, now)
+    selection = await select_subjects(session, workflow.realm_id, trigger_selector(trigger), now)
     key = slot_key(slot)
     started = len(
         await start_runs(
@@ -325,9 +332,9 @@ async def schedule_status(
 
     rows = await session.execute(
         select(ScheduleFiring)
-        .where(ScheduleFiring.workflow_id == workflow.id)
-        .ext(distinct_on(ScheduleFiring.trigger_index))
-        .order_by(ScheduleFiring.trigger_index, ScheduleFiring.slot_at.desc())  # type: ignore[attr-defined]
+        .where(col(ScheduleFiring.workflow_id) == workflow.id)
+        .ext(distinct_on(col(ScheduleFiring.trigger_index)))
+        .order_by(col(ScheduleFiring.trigger_index), col(ScheduleFiring.slot_at).desc())
     )
     last = {f.trigger_index: f for f in rows.scalars()}
     out = []
@@ -346,8 +353,9 @@ async def schedule_status(
                     upcoming, due = current, True  # the next scheduler pass fires it
                 else:
                     upcoming = next_slot(revision.published_at, every_s, now)
-        selector = trigger.get("select") if isinstance(trigger.get("select"), dict) else {}
-        out.append(ScheduleStatus(index, str(trigger.get("every")), dict(selector), upcoming, last.get(index), due))
+        out.append(
+            ScheduleStatus(index, str(trigger.get("every")), trigger_selector(trigger), upcoming, last.get(index), due)
+        )
     return out
 
 

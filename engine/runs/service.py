@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import load_authority, require_authority_over
@@ -157,7 +158,8 @@ async def published_revision(session: AsyncSession, workflow: Workflow) -> Workf
     revision = (
         await session.execute(
             select(WorkflowRevision).where(
-                WorkflowRevision.workflow_id == workflow.id, WorkflowRevision.number == workflow.published_revision
+                col(WorkflowRevision.workflow_id) == workflow.id,
+                col(WorkflowRevision.number) == workflow.published_revision,
             )
         )
     ).scalar_one()

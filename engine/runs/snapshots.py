@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory import organizations, roles
 from engine.directory.authz import Authority, load_authority
@@ -138,7 +139,7 @@ async def load_snapshot(
             facts["organization_exists"] = org is not None and org.realm_id == realm_id
             facts["organization_name"] = org.name if org is not None and org.realm_id == realm_id else None
         facts["holds_grant"] = await roles.holds_grant(
-            session, realm_id, role_facts.id, RoleAssignment.user_id, run.subject_id, grant_org
+            session, realm_id, role_facts.id, col(RoleAssignment.user_id), run.subject_id, grant_org
         )
         approver_id = latest_approver(run.approvals) if role_facts.requires_approval else None
         if approver_id:
@@ -151,10 +152,10 @@ async def load_snapshot(
         facts["fresh_id"] = new_id("ras")
     if kind == "remove_role" and role_facts is not None:
         rows = await session.execute(
-            select(RoleAssignment.id, RoleAssignment.organization_id).where(
-                RoleAssignment.realm_id == realm_id,
-                RoleAssignment.role_id == role_facts.id,
-                RoleAssignment.user_id == run.subject_id,
+            select(col(RoleAssignment.id), col(RoleAssignment.organization_id)).where(
+                col(RoleAssignment.realm_id) == realm_id,
+                col(RoleAssignment.role_id) == role_facts.id,
+                col(RoleAssignment.user_id) == run.subject_id,
             )
         )
         facts["assignments"] = tuple((assignment_id, org) for assignment_id, org in rows)
@@ -172,21 +173,21 @@ async def load_snapshot(
         membership = (
             await session.execute(
                 select(Membership).where(
-                    Membership.organization_id == organization_id, Membership.user_id == run.subject_id
+                    col(Membership.organization_id) == organization_id, col(Membership.user_id) == run.subject_id
                 )
             )
         ).scalar_one_or_none()
         if membership is not None and membership.realm_id == realm_id:
             facts["is_member"], facts["membership_id"] = True, membership.id
             joined = await session.execute(
-                select(Group.id)
-                .join(GroupMember, GroupMember.group_id == Group.id)
-                .where(GroupMember.user_id == run.subject_id, Group.organization_id == organization_id)
+                select(col(Group.id))
+                .join(GroupMember, col(GroupMember.group_id) == col(Group.id))
+                .where(col(GroupMember.user_id) == run.subject_id, col(Group.organization_id) == organization_id)
             )
             groups = [await _group(session, realm_id, group_id) for group_id in joined.scalars().all()]
             facts["joined_groups"] = tuple(g for g in groups if g is not None)
     if kind == "notify":
-        name = await session.scalar(select(Workflow.name).where(Workflow.id == run.workflow_id))
+        name = await session.scalar(select(col(Workflow.name)).where(col(Workflow.id) == run.workflow_id))
         facts["workflow_name"] = name or ""
     if kind == "approval":
         facts["approver_users"] = await approvals.approver_facts(session, realm_id, list(step.get("approvers") or []))

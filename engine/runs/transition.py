@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
@@ -62,7 +63,22 @@ log = logging.getLogger("cockpit.engine")
 Made = bool | PreparedCall
 
 
-async def transition(h: Holder, run_id: str) -> tuple[bool, bool, PreparedCall | None]:
+class Transitioned(NamedTuple):
+    """What one transition did."""
+
+    progressed: bool
+    finished: bool  # the run reached a final state
+    call: PreparedCall | None  # the endpoint call to send once the transaction has committed
+
+
+class Stepped(NamedTuple):
+    """What one transition and the endpoint call it started did."""
+
+    progressed: bool
+    finished: bool
+
+
+async def transition(h: Holder, run_id: str) -> Transitioned:
     """(progress made, run finished, the endpoint call to send).
 
     A transition that starts an endpoint call commits the started attempt first and returns the
@@ -77,16 +93,16 @@ async def transition(h: Holder, run_id: str) -> tuple[bool, bool, PreparedCall |
         made = await dispatch(h, session, run, now)
     metrics.run_finished(before, run.state)  # committed: count a run that ended failing
     if isinstance(made, PreparedCall):
-        return True, False, made
-    return made, run.state in FINISHED, None
+        return Transitioned(progressed=True, finished=False, call=made)
+    return Transitioned(progressed=made, finished=run.state in FINISHED, call=None)
 
 
-async def transition_and_call(h: Holder, run_id: str) -> tuple[bool, bool]:
+async def transition_and_call(h: Holder, run_id: str) -> Stepped:
     """(progress made, run finished): one transition, and the endpoint call it started, if any."""
     progressed, finished, call = await transition(h, run_id)
     if call is not None:
-        return True, await complete_call(h, call)
-    return progressed, finished
+        return Stepped(progressed=True, finished=await complete_call(h, call))
+    return Stepped(progressed, finished)
 
 
 async def dispatch(h: Holder, session: AsyncSession, run: WorkflowRun, now: datetime) -> Made:
@@ -99,7 +115,7 @@ async def dispatch(h: Holder, session: AsyncSession, run: WorkflowRun, now: date
         await fail_run(h, session, run, "definition_unavailable", "The run's revision no longer exists.")
         return True
     if run.state in FORWARD and run.cancel_requested_at is None:
-        workflow_state = await session.scalar(select(Workflow.state).where(Workflow.id == run.workflow_id))
+        workflow_state = await session.scalar(select(col(Workflow.state)).where(col(Workflow.id) == run.workflow_id))
         if workflow_state == "disabled":
             return False  # paused while its workflow is disabled; compensation and cancellation go on
     if run.cancel_requested_at is not None and run.state != COMPENSATING:

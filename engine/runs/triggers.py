@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import OutboxEvent
@@ -38,8 +39,8 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
         (
             await session.execute(
                 select(OutboxEvent)
-                .where(OutboxEvent.dispatched_at.is_(None))  # type: ignore[union-attr]
-                .order_by(OutboxEvent.id)
+                .where(col(OutboxEvent.dispatched_at).is_(None))
+                .order_by(col(OutboxEvent.id))
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
@@ -55,10 +56,10 @@ async def dispatch_outbox(session: AsyncSession, *, limit: int = 100) -> int:
             select(Workflow, WorkflowRevision)
             .join(
                 WorkflowRevision,
-                (WorkflowRevision.workflow_id == Workflow.id)
-                & (WorkflowRevision.number == Workflow.published_revision),
+                (col(WorkflowRevision.workflow_id) == col(Workflow.id))
+                & (col(WorkflowRevision.number) == col(Workflow.published_revision)),
             )
-            .where(Workflow.realm_id.in_(realms), Workflow.state == "active")  # type: ignore[attr-defined]
+            .where(col(Workflow.realm_id).in_(realms), col(Workflow.state) == "active")
         )
     ).all()
     moment = SYSTEM_CLOCK.now()

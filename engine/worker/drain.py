@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from engine.runs.runner import Runner
 
 MAX_DRAIN_PASSES = 100  # passes in one go; the caller starts another go when work is left
 
 
-async def drain(runner: Runner, *, max_passes: int = MAX_DRAIN_PASSES) -> tuple[int, bool]:
+class Drained(NamedTuple):
+    """What one go of passes did."""
+
+    transitions: int  # transitions made
+    work_left: bool  # stopped at the pass limit, with work left
+
+
+async def drain(runner: Runner, *, max_passes: int = MAX_DRAIN_PASSES) -> Drained:
     """Passes back to back while there is due work: (transitions made, stopped with work left).
 
     The next pass starts as soon as the last one ends, while the last claim filled the batch or
@@ -20,5 +29,5 @@ async def drain(runner: Runner, *, max_passes: int = MAX_DRAIN_PASSES) -> tuple[
         made = await runner.run_pass()
         transitions += made
         if not made and not runner.last_claim_full:
-            return transitions, False
-    return transitions, True
+            return Drained(transitions, work_left=False)
+    return Drained(transitions, work_left=True)

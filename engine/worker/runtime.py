@@ -28,7 +28,7 @@ from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore.scheduling import NOTIFY_CHANNEL
 from engine.runs.triggers import dispatch_outbox
 from engine.worker import queue
-from engine.worker.drain import drain
+from engine.worker.drain import Drained, drain
 from engine.worker.heartbeats import new_worker_id, record_heartbeat, record_stopped
 
 log = logging.getLogger("cockpit.worker")
@@ -90,7 +90,7 @@ async def wake_pass(
 
 async def _wake(
     runner: Runner, sessions: async_sessionmaker[AsyncSession], dispatch: Callable[[AsyncSession], Awaitable[int]]
-) -> tuple[int, bool]:
+) -> Drained:
     try:
         async with transaction(sessions) as session:
             await dispatch(session)

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Text, cast, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, load_authority
@@ -402,14 +403,14 @@ async def workflows_referencing(session: AsyncSession, realm_id: str, object_id:
         select(Workflow)
         .join(
             WorkflowRevision,
-            (WorkflowRevision.workflow_id == Workflow.id) & (WorkflowRevision.status == "published"),
+            (col(WorkflowRevision.workflow_id) == col(Workflow.id)) & (col(WorkflowRevision.status) == "published"),
         )
         .where(
-            Workflow.realm_id == realm_id,
-            Workflow.state != "deleted",
-            cast(WorkflowRevision.definition, Text).like(needle),
+            col(Workflow.realm_id) == realm_id,
+            col(Workflow.state) != "deleted",
+            cast(col(WorkflowRevision.definition), Text).like(needle),
         )
-        .order_by(Workflow.name)
+        .order_by(col(Workflow.name))
     )
     return list(rows.scalars().unique().all())
 
@@ -431,7 +432,7 @@ async def refuse_if_referenced(session: AsyncSession, realm_id: str, object_id: 
 
 
 async def get_workflow(session: AsyncSession, realm_id: str, workflow_id: str, *, lock: bool = False) -> Workflow:
-    query = select(Workflow).where(Workflow.id == workflow_id, Workflow.realm_id == realm_id)
+    query = select(Workflow).where(col(Workflow.id) == workflow_id, col(Workflow.realm_id) == realm_id)
     if lock:
         query = query.with_for_update()
     workflow = (await session.execute(query)).scalar_one_or_none()
@@ -452,10 +453,10 @@ async def _name_taken(session: AsyncSession, realm_id: str, name: str, other_tha
     query = (
         select(func.count())
         .select_from(Workflow)
-        .where(Workflow.realm_id == realm_id, func.lower(Workflow.name) == name.lower())
+        .where(col(Workflow.realm_id) == realm_id, func.lower(col(Workflow.name)) == name.lower())
     )
     if other_than:
-        query = query.where(Workflow.id != other_than)
+        query = query.where(col(Workflow.id) != other_than)
     return bool(await session.scalar(query))
 
 
@@ -534,18 +535,18 @@ async def list_workflows(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page[Workflow]:
-    query = select(Workflow).where(Workflow.realm_id == realm_id)
+    query = select(Workflow).where(col(Workflow.realm_id) == realm_id)
     if state:
         if state not in WORKFLOW_STATES:
             raise ValidationFailed(
                 "The request is not valid.",
                 issues=[Issue("query:state", "invalid", "state is draft, active or disabled")],
             )
-        query = query.where(Workflow.state == state)
+        query = query.where(col(Workflow.state) == state)
     if q:
         escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(Workflow.name.ilike("%" + escaped + "%"))  # type: ignore[attr-defined]
-    return await keyset_page(session, query, Workflow.id, cursor=cursor, limit=limit)
+        query = query.where(col(Workflow.name).ilike("%" + escaped + "%"))
+    return await keyset_page(session, query, col(Workflow.id), cursor=cursor, limit=limit)
 
 
 async def revisions_waiting_for_review(
@@ -556,17 +557,17 @@ async def revisions_waiting_for_review(
     if not workflow_ids:
         return {}
     rows = await session.execute(
-        select(WorkflowRevision.workflow_id, WorkflowRevision.number)
-        .join(Workflow, Workflow.id == WorkflowRevision.workflow_id)  # type: ignore[arg-type]
+        select(col(WorkflowRevision.workflow_id), col(WorkflowRevision.number))
+        .join(Workflow, col(Workflow.id) == col(WorkflowRevision.workflow_id))
         .where(
-            WorkflowRevision.realm_id == realm_id,
-            WorkflowRevision.workflow_id.in_(list(workflow_ids)),  # type: ignore[attr-defined]
-            WorkflowRevision.status == "draft",
-            Workflow.requires_approval.is_(True),  # type: ignore[attr-defined]
-            WorkflowRevision.number > func.coalesce(Workflow.published_revision, 0),
-            or_(WorkflowRevision.author_id.is_(None), WorkflowRevision.author_id != reviewer_id),  # type: ignore[union-attr]
+            col(WorkflowRevision.realm_id) == realm_id,
+            col(WorkflowRevision.workflow_id).in_(list(workflow_ids)),
+            col(WorkflowRevision.status) == "draft",
+            col(Workflow.requires_approval).is_(True),
+            col(WorkflowRevision.number) > func.coalesce(col(Workflow.published_revision), 0),
+            or_(col(WorkflowRevision.author_id).is_(None), col(WorkflowRevision.author_id) != reviewer_id),
         )
-        .order_by(WorkflowRevision.number)
+        .order_by(col(WorkflowRevision.number))
     )
     out: dict[str, list[int]] = {}
     for workflow_id, number in rows:
@@ -694,8 +695,8 @@ async def set_enabled(session: AsyncSession, actor: Actor, workflow_id: str, ena
 async def _stage(session: AsyncSession, actor: Actor, workflow: Workflow, definition: Any) -> WorkflowRevision:
     number = (
         await session.scalar(
-            select(func.coalesce(func.max(WorkflowRevision.number), 0)).where(
-                WorkflowRevision.workflow_id == workflow.id
+            select(func.coalesce(func.max(col(WorkflowRevision.number)), 0)).where(
+                col(WorkflowRevision.workflow_id) == workflow.id
             )
         )
         or 0
@@ -744,8 +745,8 @@ async def stage_revision(session: AsyncSession, actor: Actor, workflow_id: str, 
     raise_if(prefixed(await validate_for_realm(session, actor.realm_id, definition), "/definition"))
     latest = await session.scalar(
         select(WorkflowRevision)
-        .where(WorkflowRevision.workflow_id == workflow.id, WorkflowRevision.realm_id == workflow.realm_id)
-        .order_by(WorkflowRevision.number.desc())  # type: ignore[attr-defined]
+        .where(col(WorkflowRevision.workflow_id) == workflow.id, col(WorkflowRevision.realm_id) == workflow.realm_id)
+        .order_by(col(WorkflowRevision.number).desc())
         .limit(1)
     )
     if latest is not None and latest.hash == definition_hash(definition):
@@ -762,9 +763,9 @@ async def get_revision(
     if not 1 <= number <= REVISION_MAX:
         raise NotFound("No such revision.")
     query = select(WorkflowRevision).where(
-        WorkflowRevision.workflow_id == workflow_id,
-        WorkflowRevision.realm_id == realm_id,
-        WorkflowRevision.number == number,
+        col(WorkflowRevision.workflow_id) == workflow_id,
+        col(WorkflowRevision.realm_id) == realm_id,
+        col(WorkflowRevision.number) == number,
     )
     if lock:
         query = query.with_for_update()
@@ -778,8 +779,8 @@ async def list_revisions(session: AsyncSession, realm_id: str, workflow_id: str)
     await get_workflow(session, realm_id, workflow_id)
     rows = await session.execute(
         select(WorkflowRevision)
-        .where(WorkflowRevision.workflow_id == workflow_id, WorkflowRevision.realm_id == realm_id)
-        .order_by(WorkflowRevision.number.desc())  # type: ignore[attr-defined]
+        .where(col(WorkflowRevision.workflow_id) == workflow_id, col(WorkflowRevision.realm_id) == realm_id)
+        .order_by(col(WorkflowRevision.number).desc())
     )
     return list(rows.scalars())
 
@@ -855,7 +856,7 @@ async def _publish(
         superseded = workflow.published_revision
         await session.execute(
             update(WorkflowRevision)
-            .where(WorkflowRevision.workflow_id == workflow.id, WorkflowRevision.status == "published")
+            .where(col(WorkflowRevision.workflow_id) == workflow.id, col(WorkflowRevision.status) == "published")
             .values(status="superseded")
         )
     revision.status = "published"

@@ -41,15 +41,20 @@ class WorkflowPages(Controller):
         realm_id = principal.realm.id
         workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
         await db_session.refresh(workflow)  # current values, also after a change that was undone
-        common = {
-            "workflow": workflow,
-            "approval_needed": await workflows.approval_needed(db_session, workflow),
-            "can_write": may(principal, "realm.workflows.write"),
-            "can_publish": may(principal, "realm.workflows.publish"),
-        }
+        approval_needed = await workflows.approval_needed(db_session, workflow)
+        can_write = may(principal, "realm.workflows.write")
+        can_publish = may(principal, "realm.workflows.publish")
         if targets(request, STATE_ID):
             return page(
-                request, "pages/workflows/_state.html", nav="workflows", status_code=status_code, **common, **context
+                request,
+                "pages/workflows/_state.html",
+                nav="workflows",
+                status_code=status_code,
+                workflow=workflow,
+                approval_needed=approval_needed,
+                can_write=can_write,
+                can_publish=can_publish,
+                **context,
             )
         revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
         names = await display_names(
@@ -78,7 +83,10 @@ class WorkflowPages(Controller):
             names=names,
             schedules=schedule_lines,
             schedule_names=await schedules.selector_names(db_session, realm_id, [s.selector for s in schedule_lines]),
-            **common,
+            workflow=workflow,
+            approval_needed=approval_needed,
+            can_write=can_write,
+            can_publish=can_publish,
             **context,
         )
 

@@ -142,7 +142,7 @@ class WorkflowRevisionPages(Controller):
         """The revision's page with what a run of it would do to one person (writes nothing)."""
         form = await request.form()
         subject, organization_id = field(form, "subject").strip()[:254], field(form, "organization_id").strip()
-        shown = {"preview_form": {"subject": subject, "organization_id": organization_id}}
+        shown = {"subject": subject, "organization_id": organization_id}
         try:
             subject_id = subject
             if "@" in subject:
@@ -163,9 +163,18 @@ class WorkflowRevisionPages(Controller):
             raise  # the workflow or the revision
         except EngineError as exc:
             return await self._revision(
-                request, db_session, principal, workflow_id, n, status_code=exc.status, preview_error=exc, **shown
+                request,
+                db_session,
+                principal,
+                workflow_id,
+                n,
+                status_code=exc.status,
+                preview_error=exc,
+                preview_form=shown,
             )
-        return await self._revision(request, db_session, principal, workflow_id, n, run_preview=found, **shown)
+        return await self._revision(
+            request, db_session, principal, workflow_id, n, run_preview=found, preview_form=shown
+        )
 
     @get("/{workflow_id:str}/revisions/{n:int}", operation_id="workflowRevisionPage", opt=READ)
     async def revision(

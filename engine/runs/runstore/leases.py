@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import case, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.runs.models import WorkflowRun
 from engine.runs.states import TransitionRefused
@@ -111,7 +112,7 @@ async def claim_due_runs(
     if chosen:
         await session.execute(
             update(WorkflowRun)
-            .where(WorkflowRun.id.in_([c.run_id for c in chosen]))  # type: ignore[attr-defined]
+            .where(col(WorkflowRun.id).in_([c.run_id for c in chosen]))
             .values(lease_owner=worker_id, lease_expires_at=now + lease)
         )
     return chosen
@@ -132,18 +133,18 @@ async def lock_leased_run(
     result = await session.execute(
         update(WorkflowRun)
         .where(
-            WorkflowRun.id == run_id,
-            WorkflowRun.lease_owner == worker_id,
-            WorkflowRun.lease_expires_at > now,  # type: ignore[operator]
+            col(WorkflowRun.id) == run_id,
+            col(WorkflowRun.lease_owner) == worker_id,
+            col(WorkflowRun.lease_expires_at) > now,
         )
         .values(lease_expires_at=now + lease)
-        .returning(WorkflowRun.id)
+        .returning(col(WorkflowRun.id))
     )
     if result.scalar_one_or_none() is None:
         raise LeaseLost(f"worker {worker_id} no longer holds the lease of {run_id}")
     run = (
         await session.execute(
-            select(WorkflowRun).where(WorkflowRun.id == run_id).execution_options(populate_existing=True)
+            select(WorkflowRun).where(col(WorkflowRun.id) == run_id).execution_options(populate_existing=True)
         )
     ).scalar_one()
     return run
@@ -152,7 +153,7 @@ async def lock_leased_run(
 async def release_lease(session: AsyncSession, run_id: str, worker_id: str) -> None:
     await session.execute(
         update(WorkflowRun)
-        .where(WorkflowRun.id == run_id, WorkflowRun.lease_owner == worker_id)
+        .where(col(WorkflowRun.id) == run_id, col(WorkflowRun.lease_owner) == worker_id)
         .values(lease_owner=None, lease_expires_at=None)
     )
 
@@ -161,9 +162,9 @@ async def release_all_leases(session: AsyncSession, worker_id: str) -> int:
     """Hand back every lease this worker holds (at shutdown), so others continue at once."""
     result = await session.execute(
         update(WorkflowRun)
-        .where(WorkflowRun.lease_owner == worker_id)
+        .where(col(WorkflowRun.lease_owner) == worker_id)
         .values(lease_owner=None, lease_expires_at=None)
-        .returning(WorkflowRun.id)
+        .returning(col(WorkflowRun.id))
     )
     return len(result.scalars().all())
 
@@ -181,11 +182,11 @@ async def release_leases(
         values: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
         if due_again_at is not None:
             values["due_at"] = case(
-                (WorkflowRun.due_at < due_again_at, due_again_at),  # type: ignore[operator]
-                else_=WorkflowRun.due_at,
+                (col(WorkflowRun.due_at) < due_again_at, due_again_at),
+                else_=col(WorkflowRun.due_at),
             )
         await session.execute(
             update(WorkflowRun)
-            .where(WorkflowRun.id.in_(list(run_ids)), WorkflowRun.lease_owner == worker_id)  # type: ignore[attr-defined]
+            .where(col(WorkflowRun.id).in_(list(run_ids)), col(WorkflowRun.lease_owner) == worker_id)
             .values(**values)
         )

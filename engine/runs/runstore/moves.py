@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.states import (
@@ -41,12 +42,12 @@ async def move_run(
     result = await session.execute(
         update(WorkflowRun)
         .where(
-            WorkflowRun.id == run.id,
-            WorkflowRun.state.in_(allowed_from(target)),  # type: ignore[attr-defined]
-            WorkflowRun.lease_owner == worker_id,
+            col(WorkflowRun.id) == run.id,
+            col(WorkflowRun.state).in_(allowed_from(target)),
+            col(WorkflowRun.lease_owner) == worker_id,
         )
         .values(**values)
-        .returning(WorkflowRun.id)
+        .returning(col(WorkflowRun.id))
     )
     if result.scalar_one_or_none() is None:
         raise TransitionRefused(f"run {run.id} cannot move from {run.state} to {target}")
@@ -58,9 +59,9 @@ async def set_due(session: AsyncSession, run: WorkflowRun, *, worker_id: str, du
     """A later due time without a state change (a retry or a compensation waiting), lease held."""
     result = await session.execute(
         update(WorkflowRun)
-        .where(WorkflowRun.id == run.id, WorkflowRun.lease_owner == worker_id)
+        .where(col(WorkflowRun.id) == run.id, col(WorkflowRun.lease_owner) == worker_id)
         .values(due_at=due_at, updated_at=now)
-        .returning(WorkflowRun.id)
+        .returning(col(WorkflowRun.id))
     )
     if result.scalar_one_or_none() is None:
         raise TransitionRefused(f"run {run.id} is not held by {worker_id}")
@@ -71,8 +72,8 @@ async def set_due(session: AsyncSession, run: WorkflowRun, *, worker_id: str, du
 async def attempts_of_step(session: AsyncSession, run_id: str, step_id: str) -> list[StepAttempt]:
     rows = await session.execute(
         select(StepAttempt)
-        .where(StepAttempt.run_id == run_id, StepAttempt.step_id == step_id)
-        .order_by(StepAttempt.number)  # type: ignore[arg-type]
+        .where(col(StepAttempt.run_id) == run_id, col(StepAttempt.step_id) == step_id)
+        .order_by(col(StepAttempt.number))
     )
     return list(rows.scalars())
 
@@ -88,7 +89,7 @@ async def lock_attempt(session: AsyncSession, attempt_id: str) -> StepAttempt | 
     """An attempt, locked and read afresh (its endpoint call's outcome is about to be recorded)."""
     rows = await session.execute(
         select(StepAttempt)
-        .where(StepAttempt.id == attempt_id)
+        .where(col(StepAttempt.id) == attempt_id)
         .with_for_update()
         .execution_options(populate_existing=True)
     )
@@ -99,14 +100,14 @@ async def interrupt_started_attempts(session: AsyncSession, run_id: str, now: da
     """Close every attempt of the run still ``started`` (a call whose outcome was never recorded)."""
     result = await session.execute(
         update(StepAttempt)
-        .where(StepAttempt.run_id == run_id, StepAttempt.state == ATTEMPT_STARTED)  # type: ignore[arg-type]
+        .where(col(StepAttempt.run_id) == run_id, col(StepAttempt.state) == ATTEMPT_STARTED)
         .values(
             state=ATTEMPT_FAILED,
             error_category="interrupted",
             error_message="The worker stopped between the endpoint call and its outcome.",
             finished_at=now,
         )
-        .returning(StepAttempt.id)
+        .returning(col(StepAttempt.id))
     )
     return len(result.scalars().all())
 
@@ -116,11 +117,11 @@ async def next_compensation(session: AsyncSession, run_id: str) -> StepAttempt |
     rows = await session.execute(
         select(StepAttempt)
         .where(
-            StepAttempt.run_id == run_id,
-            StepAttempt.state == ATTEMPT_SUCCEEDED,
-            StepAttempt.compensation_state == COMP_PENDING,
+            col(StepAttempt.run_id) == run_id,
+            col(StepAttempt.state) == ATTEMPT_SUCCEEDED,
+            col(StepAttempt.compensation_state) == COMP_PENDING,
         )
-        .order_by(StepAttempt.step_index.desc(), StepAttempt.number.desc())  # type: ignore[attr-defined]
+        .order_by(col(StepAttempt.step_index).desc(), col(StepAttempt.number).desc())
         .limit(1)
         .with_for_update()
     )
@@ -129,8 +130,8 @@ async def next_compensation(session: AsyncSession, run_id: str) -> StepAttempt |
 
 async def compensation_summary(session: AsyncSession, run_id: str) -> dict[str, int]:
     rows = await session.execute(
-        select(StepAttempt.compensation_state, func.count())
-        .where(StepAttempt.run_id == run_id, StepAttempt.state == ATTEMPT_SUCCEEDED)
-        .group_by(StepAttempt.compensation_state)
+        select(col(StepAttempt.compensation_state), func.count())
+        .where(col(StepAttempt.run_id) == run_id, col(StepAttempt.state) == ATTEMPT_SUCCEEDED)
+        .group_by(col(StepAttempt.compensation_state))
     )
     return {str(state): int(count) for state, count in rows}

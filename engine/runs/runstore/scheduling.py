@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import String, literal, or_, text, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
 
 from engine.runs.models import WorkflowRun
 from engine.runs.states import COMPENSATING, FORWARD, RUNNING
@@ -26,10 +27,10 @@ async def request_cancel(
     result = await session.execute(
         update(WorkflowRun)
         .where(
-            WorkflowRun.id == run_id,
-            WorkflowRun.realm_id == realm_id,
-            WorkflowRun.state.in_(sorted(FORWARD)),  # type: ignore[attr-defined]
-            WorkflowRun.cancel_requested_at.is_(None),  # type: ignore[union-attr]
+            col(WorkflowRun.id) == run_id,
+            col(WorkflowRun.realm_id) == realm_id,
+            col(WorkflowRun.state).in_(sorted(FORWARD)),
+            col(WorkflowRun.cancel_requested_at).is_(None),
         )
         .values(
             cancel_requested_at=now,
@@ -38,7 +39,7 @@ async def request_cancel(
             due_at=now,
             updated_at=now,
             # A run paused by a disabled workflow is due now: the kept due time no longer applies.
-            context=WorkflowRun.context.op("-", return_type=JSONB)(literal("paused_due_at", String())),  # type: ignore[attr-defined]
+            context=col(WorkflowRun.context).op("-", return_type=JSONB)(literal("paused_due_at", String())),
         )
         .returning(WorkflowRun)
     )
@@ -54,12 +55,12 @@ async def retry_now(session: AsyncSession, run_id: str, realm_id: str, *, now: d
     result = await session.execute(
         update(WorkflowRun)
         .where(
-            WorkflowRun.id == run_id,
-            WorkflowRun.realm_id == realm_id,
-            WorkflowRun.state.in_([RUNNING, COMPENSATING]),  # type: ignore[attr-defined]
-            WorkflowRun.error_category.is_not(None),  # type: ignore[union-attr]
-            WorkflowRun.due_at > now,  # type: ignore[operator]
-            or_(WorkflowRun.lease_owner.is_(None), WorkflowRun.lease_expires_at <= now),  # type: ignore[union-attr, operator]
+            col(WorkflowRun.id) == run_id,
+            col(WorkflowRun.realm_id) == realm_id,
+            col(WorkflowRun.state).in_([RUNNING, COMPENSATING]),
+            col(WorkflowRun.error_category).is_not(None),
+            col(WorkflowRun.due_at) > now,
+            or_(col(WorkflowRun.lease_owner).is_(None), col(WorkflowRun.lease_expires_at) <= now),
         )
         .values(due_at=now, updated_at=now)
         .returning(WorkflowRun)
@@ -78,7 +79,7 @@ async def insert_runs(session: AsyncSession, rows: list[dict[str, Any]]) -> set[
     if not rows:
         return set()
     inserted = await session.execute(
-        insert(WorkflowRun).values(rows).on_conflict_do_nothing().returning(WorkflowRun.id)
+        insert(WorkflowRun).values(rows).on_conflict_do_nothing().returning(col(WorkflowRun.id))
     )
     return {str(run_id) for run_id in inserted.scalars()}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import delete
+from sqlmodel import col
 
 from engine.directory import roles
 from engine.directory.audit import record_audit
@@ -41,8 +42,8 @@ class AssignRole(StepType):
         assignment_id = (attempt.result or {}).get("assignment_id")
         removed = await ctx.session.execute(
             delete(RoleAssignment)
-            .where(RoleAssignment.id == assignment_id, RoleAssignment.source_run_id == ctx.run.id)
-            .returning(RoleAssignment.id)
+            .where(col(RoleAssignment.id) == assignment_id, col(RoleAssignment.source_run_id) == ctx.run.id)
+            .returning(col(RoleAssignment.id))
         )
         if removed.scalar_one_or_none() is None:
             return {"removed": False, "reason": "already_gone"}

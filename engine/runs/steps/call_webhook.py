@@ -21,6 +21,7 @@ from engine.directory.models import WebhookSubscription
 from engine.directory.webhooks import signing_secrets
 from engine.endpoints.calls import (
     COMPENSATION_TIMEOUT_MS,
+    CallAction,
     EndpointSettings,
     PreparedCall,
     signed_request,
@@ -112,7 +113,7 @@ class CallWebhook(StepType):
         attempt: StepAttempt,
         subscription: WebhookSubscription,
         secrets: list[str],
-        action: str,
+        action: CallAction,
         number: int,
         webhook_id: str,
         timeout_ms: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import delete
+from sqlmodel import col
 
 from engine.directory import organizations
 from engine.directory.audit import record_audit
@@ -37,11 +38,11 @@ class AddToGroup(StepType):
         removed = await ctx.session.execute(
             delete(GroupMember)
             .where(
-                GroupMember.group_id == group_id,
-                GroupMember.user_id == ctx.run.subject_id,
-                GroupMember.source_run_id == ctx.run.id,
+                col(GroupMember.group_id) == group_id,
+                col(GroupMember.user_id) == ctx.run.subject_id,
+                col(GroupMember.source_run_id) == ctx.run.id,
             )
-            .returning(GroupMember.group_id)
+            .returning(col(GroupMember.group_id))
         )
         if removed.scalar_one_or_none() is None:
             return {"removed": False, "reason": "already_gone"}

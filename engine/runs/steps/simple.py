@@ -7,6 +7,7 @@ Decided by :mod:`engine.runs.decisions`; written by ``organizations.apply_member
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlmodel import col
 
 from engine.directory import organizations
 from engine.directory import principals as directory
@@ -23,7 +24,7 @@ class RemoveMembership(StepType):
         membership = (
             await ctx.session.execute(
                 select(Membership).where(
-                    Membership.organization_id == organization_id, Membership.user_id == ctx.run.subject_id
+                    col(Membership.organization_id) == organization_id, col(Membership.user_id) == ctx.run.subject_id
                 )
             )
         ).scalar_one()
