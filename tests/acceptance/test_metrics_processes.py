@@ -14,8 +14,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
+from testing.factories import RealmHandle
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
-from tests.factories import RealmHandle
 from tests.integration.test_diagnostics import Team
 from tests.integration.test_diagnostics import start as start_run
 

@@ -11,8 +11,8 @@ from sqlalchemy import text
 
 from engine.runs import service as runs
 from engine.workflows import service as workflows
+from testing.factories import RealmHandle
 from testing.processes import cockpit_env, start
-from tests.factories import RealmHandle
 
 DEADLINE_S = 120  # generous: a loaded machine starts Python and PostgreSQL connections slowly
 

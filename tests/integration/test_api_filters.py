@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from engine.directory.audit import Actor
 from engine.directory.models import Organization, User
 from engine.runs import service as runs
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 from tests.integration.test_approvals import clock_now, definition, drain, make_runner, publish
 
 Client = AsyncTestClient[Litestar]

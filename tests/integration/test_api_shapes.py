@@ -19,7 +19,7 @@ from cockpit.api import schemas
 from cockpit.app import create_app
 from cockpit.openapi import declare_problem_responses
 from engine.platform.config import VERSION, Settings
-from tests.factories import RealmHandle, independent_admin
+from testing.factories import RealmHandle, independent_admin
 from tests.integration.test_runner import drain, runner
 
 Client = AsyncTestClient[Litestar]

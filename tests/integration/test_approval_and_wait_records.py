@@ -16,7 +16,7 @@ from engine.platform.clock import FixedClock
 from engine.runs import approvals, runstore
 from engine.runs.models import StepAttempt
 from engine.runs.runner import Runner
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start
 
 LEASE = timedelta(seconds=30)

@@ -15,7 +15,7 @@ from litestar.testing import AsyncTestClient
 
 from engine.directory.models import Role, User
 from engine.platform.clock import FixedClock
-from tests.factories import HTML, RealmHandle, bearer, browser_session
+from testing.factories import HTML, RealmHandle, bearer, browser_session
 from tests.integration.test_approvals import approval_of, definition, drain, make_runner, publish, rows, start
 
 Client = AsyncTestClient[Litestar]

@@ -15,9 +15,9 @@ from litestar.testing import AsyncTestClient
 from engine.platform.clock import FixedClock
 from engine.platform.config import get_settings
 from engine.runs.notices import LINK_PLACEHOLDER, deliver_due_notices
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.mail import Mailbox
 from tests.integration.test_approvals import definition, drain, make_runner, publish, rows, start
-from tests.mail import Mailbox
 
 Client = AsyncTestClient[Litestar]
 LINK = re.compile(r"/approval-links/(apl_[A-Za-z0-9_-]+)")

@@ -10,9 +10,9 @@ from litestar.testing import AsyncTestClient
 
 from engine.platform.clock import FixedClock
 from engine.runs.notices import deliver_due_notices
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.mail import Mailbox
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, rows, start
-from tests.mail import Mailbox
 
 Client = AsyncTestClient[Litestar]
 

@@ -20,8 +20,8 @@ from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.notices import deliver_due_notices
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle, bearer
-from tests.mail import Mailbox
+from testing.factories import RealmHandle, bearer
+from testing.mail import Mailbox
 
 Client = AsyncTestClient[Litestar]
 

@@ -14,7 +14,7 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 
 from engine.directory.authz import BUILTIN_ROLES, covers
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 
 ACCOUNT = "account"  # any credential of a user of the realm (self-service)
 

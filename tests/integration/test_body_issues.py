@@ -19,7 +19,7 @@ from cockpit.api.common import Body, check, email_issue
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.platform.errors import Issue
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 Client = AsyncTestClient[Litestar]
 PROBE = "/api/v1/probe/invitations"

@@ -20,7 +20,7 @@ from cockpit.pages.workflows.editor_text import parse_text
 from engine.directory.models import Group, User, WebhookSubscription
 from engine.platform.ids import new_id
 from engine.workflows.service import get_revision
-from tests.factories import HTML, RealmHandle
+from testing.factories import HTML, RealmHandle
 from tests.integration.test_workflow_pages import definition, htmx, make_workflow, signed_in, stage
 
 Client = AsyncTestClient[Litestar]

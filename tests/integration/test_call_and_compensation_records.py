@@ -23,8 +23,8 @@ from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner
 from engine.runs.states import TransitionRefused
+from testing.factories import RealmHandle
 from testing.receiver import Received, Receiver
-from tests.factories import RealmHandle
 from tests.integration.test_endpoint_calls import call_runner, calling, run_one, subscribe
 from tests.integration.test_engine_rules import (
     definition,

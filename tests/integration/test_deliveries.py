@@ -22,8 +22,8 @@ from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, coun
 from engine.runs import diagnostics
 from engine.runs.metrics import database_gauges
 from engine.runs.triggers import dispatch_outbox
+from testing.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session
 from testing.receiver import Received, Receiver
-from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from engine.runs import service as runs
 from engine.runs.retention import cleanup_finished_runs
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from engine.directory import identity, organizations
 from engine.directory.authz import load_authority
 from engine.platform.clock import FixedClock
-from tests.factories import HTML, RealmHandle, bearer, form_value, independent_admin
+from testing.factories import HTML, RealmHandle, bearer, form_value, independent_admin
 from tests.integration.test_engine_rules import definition, drain, events, in_group, load, make_runner, member_group
 from tests.integration.test_engine_rules import publish as publish_workflow
 from tests.integration.test_engine_rules import start as start_run

@@ -25,8 +25,8 @@ from engine.runs import service as runs
 from engine.runs import triggers
 from engine.runs.endpoint_calls import complete_call
 from engine.runs.runner import Runner, RunnerSettings
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.receiver import Received, Receiver
-from tests.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_runner import drain, load, publish, start, transition_once
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())

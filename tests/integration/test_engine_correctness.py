@@ -15,7 +15,7 @@ from engine.runs import controls as run_controls
 from engine.runs import runstore, triggers
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, runner, start
 
 Client = AsyncTestClient[Litestar]
@@ -207,7 +207,7 @@ class TestFairClaims:
     async def test_a_realm_with_only_new_runs_is_not_starved_by_older_backlogs(
         self, realm: RealmHandle, other_realm: RealmHandle
     ) -> None:
-        from tests.factories import make_realm
+        from testing.factories import make_realm
 
         third = await make_realm(realm.sessions)
         end = definition({"id": "done", "type": "end"})
@@ -230,7 +230,7 @@ class TestFairClaims:
         assert sorted(c.realm_id for c in claimed).count(realm.id) <= 2
 
     async def test_realms_are_visited_round_robin(self, realm: RealmHandle, other_realm: RealmHandle) -> None:
-        from tests.factories import make_realm
+        from testing.factories import make_realm
 
         third = await make_realm(realm.sessions)
         end = definition({"id": "done", "type": "end"})

@@ -23,8 +23,8 @@ from engine.platform.clock import FixedClock
 from engine.runs import runstore
 from engine.runs.fastpath import _AUTHORITY
 from engine.runs.runner import Runner, RunnerSettings
+from testing.factories import RealmHandle
 from testing.statements import recording
-from tests.factories import RealmHandle
 from tests.integration.test_runner import drain, load, publish, start
 
 

@@ -24,7 +24,7 @@ from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import CAP_MS
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 
 Client = AsyncTestClient[Litestar]
 HOUR = timedelta(hours=1)

@@ -28,7 +28,7 @@ from sqlalchemy import text
 from engine.directory import identity
 from engine.directory.models import RoleAssignment, ServicePrincipal, User
 from engine.platform.ids import new_id
-from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
+from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
 from tests.integration.test_authorization_matrix import ACCOUNT, MATRIX
 
 Client = AsyncTestClient[Litestar]

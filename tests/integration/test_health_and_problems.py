@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.platform.migrate import head_revision
-from tests.factories import make_worker_heartbeat
+from testing.factories import make_worker_heartbeat
 
 
 async def test_healthz_answers_while_the_process_is_up_with_its_version(client: AsyncTestClient[Litestar]) -> None:

@@ -20,7 +20,7 @@ from engine.runs import approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from tests.factories import TEST_SECRET_KEY, RealmHandle
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
 from tests.integration.test_diagnostics import Team, diagnostics_of
 from tests.integration.test_retention import existing, finish_runs

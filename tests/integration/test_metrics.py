@@ -14,7 +14,7 @@ from sqlalchemy import text
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.runs.runner import Runner, RunnerSettings
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_diagnostics import Client, Team, compensation_failed_run, start
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

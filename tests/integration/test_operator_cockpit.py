@@ -15,7 +15,7 @@ from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from tests.factories import HTML, RealmHandle, bearer
+from testing.factories import HTML, RealmHandle, bearer
 from tests.integration.test_run_pages import drain, manual, publish, run_state, signed_in, start, step_block
 
 Client = AsyncTestClient[Litestar]

@@ -19,7 +19,7 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.runs.runner import Runner
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_approval_and_wait_records import clock_now, decide
 from tests.integration.test_runner import drain, load, publish, runner, start
 

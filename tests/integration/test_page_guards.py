@@ -10,7 +10,7 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
 from tests.integration.test_authorization_matrix import DUMMY
 
 PUBLIC = {

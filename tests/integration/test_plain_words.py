@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import HTML, RealmHandle
+from testing.factories import HTML, RealmHandle
 from tests.integration.test_run_pages import manual, publish, signed_in
 
 Client = AsyncTestClient[Litestar]

@@ -25,7 +25,7 @@ from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle, make_realm
+from testing.factories import RealmHandle, make_realm
 
 T = TypeVar("T")
 

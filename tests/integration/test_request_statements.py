@@ -19,8 +19,8 @@ from sqlalchemy import text
 
 from cockpit.state import context_of
 from engine.directory import credentials
+from testing.factories import HTML, RealmHandle, bearer
 from testing.statements import StatementLog, recording
-from tests.factories import HTML, RealmHandle, bearer
 from tests.integration.test_run_pages import drain, manual, publish, signed_in, start
 
 Client = AsyncTestClient[Litestar]

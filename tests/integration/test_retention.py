@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_runner import drain, publish, runner, start
 
 END = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}

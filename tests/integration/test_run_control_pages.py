@@ -9,7 +9,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import SYSTEM_CLOCK
-from tests.factories import HTML, RealmHandle
+from testing.factories import HTML, RealmHandle
 from tests.integration.test_run_pages import drain, htmx, manual, publish, run_state, signed_in, start
 
 Client = AsyncTestClient[Litestar]

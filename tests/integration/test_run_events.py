@@ -16,8 +16,8 @@ from engine.directory.audit import APPROVAL_EVENT_TYPES, RUN_OUTCOME_EVENT_TYPES
 from engine.endpoints.deliveries import DeliveryDispatcher
 from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
+from testing.factories import RealmHandle, bearer
 from testing.receiver import Receiver
-from tests.factories import RealmHandle, bearer
 from tests.integration.test_approvals import approval_of, definition, publish, start
 from tests.integration.test_deliveries import dispatch, policy, settle, subscribe
 

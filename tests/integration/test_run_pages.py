@@ -18,7 +18,7 @@ from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.runner import Runner
 from engine.workflows import service as workflows
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]
 POLLING = 'hx-trigger="every 2s'

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from engine.directory import organizations
 from engine.directory.authz import load_authority
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 from tests.integration.test_runner import drain, load, publish, runner
 
 Client = AsyncTestClient[Litestar]

@@ -15,7 +15,7 @@ from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.transition import transition
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 
 async def publish(realm: RealmHandle, definition: dict[str, Any], name: str = "W") -> str:

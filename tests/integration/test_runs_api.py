@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 from tests.integration.test_runner import drain, load, publish, runner
 
 Client = AsyncTestClient[Litestar]

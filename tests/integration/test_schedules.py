@@ -18,7 +18,7 @@ from engine.runs import controls as run_controls
 from engine.runs import schedules
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows.models import Workflow, WorkflowRevision
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_runner import drain, publish
 
 

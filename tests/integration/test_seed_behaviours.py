@@ -25,7 +25,7 @@ from engine.runs.runner import Runner, RunnerSettings
 from engine.worker.runtime import wake_pass
 from engine.workflows import service as workflows
 from engine.workflows.definitions.canonical import input_version
-from tests.factories import TEST_SECRET_KEY, RealmHandle
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 from tests.integration.test_authorization_matrix import realm_routes
 from tests.integration.test_runner import drain, load
 

@@ -10,7 +10,7 @@ from engine.directory import organizations
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs import triggers
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 from tests.integration.test_runner import drain, publish, runner
 
 

@@ -18,7 +18,7 @@ from engine.worker import queue
 from engine.worker.drain import drain
 from engine.worker.runtime import wake_pass
 from testing.chaos import start_manual_runs
-from tests.factories import RealmHandle, make_realm
+from testing.factories import RealmHandle, make_realm
 from tests.integration.test_engine_rules import definition, publish
 
 END = definition({"id": "done", "type": "end"})  # one transition per run: start, end and succeed

@@ -23,7 +23,7 @@ from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json, line_diff, pretty_json
 from engine.workflows.models import Workflow
 from engine.workflows.templates import workflow_templates
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
+from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
 
