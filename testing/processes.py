@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -83,3 +84,14 @@ def descendants_alive(pid: int) -> list[int]:
         return [p.pid for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
     except psutil.NoSuchProcess:
         return []
+
+
+async def wait_for(condition: object, what: str, timeout: float = 120) -> object:  # noqa: ASYNC109
+    """The first true value of ``await condition()``, asked every 0.2 s; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await condition()  # type: ignore[operator]
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")

@@ -18,9 +18,8 @@ from engine.directory import webhooks
 from engine.runs import service as runs
 from engine.workflows import service as workflows
 from testing.factories import TEST_SECRET_KEY, RealmHandle
-from testing.processes import cockpit_env, start
+from testing.processes import cockpit_env, start, wait_for
 from testing.receiver import Received, Receiver
-from tests.acceptance.test_worker_shutdown import wait_for
 
 
 async def test_a_worker_killed_between_the_call_and_the_record(

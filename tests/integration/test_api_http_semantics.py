@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from engine.platform import idempotency
 from testing.factories import RealmHandle, bearer, independent_admin
-from tests.integration.test_runner import publish
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 

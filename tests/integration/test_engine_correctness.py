@@ -15,8 +15,10 @@ from engine.runs import controls as run_controls
 from engine.runs import runstore, triggers
 from engine.runs import service as runs
 from engine.workflows import service as workflows
+from testing.directory import refuse_role_changes
 from testing.factories import RealmHandle
-from tests.integration.test_runner import drain, load, publish, runner, start
+from testing.runs import drain, load, make_runner, start
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -26,41 +28,6 @@ def definition(*steps: dict[str, Any], retry: dict[str, Any] | None = None) -> d
     if retry:
         out["retry"] = retry
     return out
-
-
-async def refuse_role_changes(realm: RealmHandle) -> None:
-    """A database trigger that refuses changes to assignments of the roles listed in refused_roles.
-
-    The refusal is an ordinary database error inside the effect, so the engine treats it as a
-    transient failure and retries later.
-    """
-    async with realm.sessions() as session, session.begin():
-        await session.execute(text("CREATE TABLE refused_roles (role_id text NOT NULL, op text NOT NULL)"))
-        await session.execute(
-            text(
-                """
-                CREATE FUNCTION refuse_role_change() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    IF TG_OP = 'DELETE' THEN
-                        IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = OLD.role_id) THEN
-                            RAISE EXCEPTION 'assignment change refused';
-                        END IF;
-                        RETURN OLD;
-                    END IF;
-                    IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = NEW.role_id) THEN
-                        RAISE EXCEPTION 'assignment change refused';
-                    END IF;
-                    RETURN NEW;
-                END $$
-                """
-            )
-        )
-        await session.execute(
-            text(
-                "CREATE TRIGGER refuse_role_change BEFORE INSERT OR DELETE ON role_assignments "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_role_change()"
-            )
-        )
 
 
 async def refuse(realm: RealmHandle, role_id: str, op: str) -> None:
@@ -97,7 +64,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         for run_id in started:
             response = await client.post(f"{api}/workflow-runs/{run_id}/cancel", headers=realm.headers)
             assert response.status_code == 202, response.text
-        worker = runner(realm)
+        worker = make_runner(realm)
         await drain(worker)
         for run_id in started:
             run, _ = await load(realm, run_id)
@@ -137,7 +104,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         run_id = await start(realm, wid, subject.id)
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
         # Ahead of the real clock: the cancellation below is due at the real time, before this clock.
-        worker = runner(realm, clock)
+        worker = make_runner(realm, clock)
         await refuse(realm, second.id, "INSERT")
         await drain(worker)
         run, attempts = await load(realm, run_id)
@@ -170,7 +137,7 @@ class TestDatabaseInvariants:
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
         for change in (
@@ -395,7 +362,7 @@ class TestTriggersAndReferences:
         run_id = await start(realm, workflow.id, subject.id)
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM groups WHERE id = :g"), {"g": group.id})
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         run, attempts = await load(realm, run_id)
         assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("team", "failed", "group_missing")]
         assert run.error_category == "group_missing"
@@ -444,7 +411,7 @@ class TestWorkerWiring:
             return 0
 
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
-        assert await wake_pass(runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
+        assert await wake_pass(make_runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 

@@ -24,8 +24,9 @@ from engine.runs import runstore
 from engine.runs.fastpath import _AUTHORITY
 from engine.runs.runner import Runner, RunnerSettings
 from testing.factories import RealmHandle
+from testing.runs import drain, load, start
 from testing.statements import recording
-from tests.integration.test_runner import drain, load, publish, start
+from testing.workflows import publish
 
 
 def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:

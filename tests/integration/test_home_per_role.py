@@ -13,7 +13,7 @@ from sqlalchemy import text
 from engine.directory.models import User
 from engine.directory.seed import _ROLES as SEEDED_ROLES
 from testing.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_run_pages import signed_in
+from testing.pages import signed_in
 
 Client = AsyncTestClient[Litestar]
 

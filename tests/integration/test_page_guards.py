@@ -10,8 +10,8 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from testing.authorization import DUMMY
 from testing.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_authorization_matrix import DUMMY
 
 PUBLIC = {
     ("GET", "/realms/{realm}/sign-in"),

@@ -13,7 +13,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from testing.factories import HTML, RealmHandle
-from tests.integration.test_run_pages import manual, publish, signed_in
+from testing.pages import signed_in
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 

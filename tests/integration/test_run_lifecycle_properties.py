@@ -40,8 +40,8 @@ from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.states import FINISHED
 from engine.workflows import service as workflows
+from testing.directory import refuse_role_changes
 from testing.factories import RealmHandle, make_realm
-from tests.integration.test_engine_correctness import refuse_role_changes
 
 T = TypeVar("T")
 LEASE = timedelta(seconds=30)

@@ -19,9 +19,9 @@ from engine.worker.drain import drain
 from engine.worker.runtime import wake_pass
 from testing.chaos import start_manual_runs
 from testing.factories import RealmHandle, make_realm
-from tests.integration.test_engine_rules import definition, publish
+from testing.workflows import manual, publish
 
-END = definition({"id": "done", "type": "end"})  # one transition per run: start, end and succeed
+END = manual({"id": "done", "type": "end"})  # one transition per run: start, end and succeed
 
 
 class CountingRunner(Runner):
