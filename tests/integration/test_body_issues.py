@@ -52,7 +52,8 @@ async def invite(data: JSONBody[Invitation]) -> dict[str, Any]:
 
 @pytest.fixture
 async def probe(settings: Settings, database_url: str) -> AsyncIterator[Client]:
-    app = create_app(settings, database_url=database_url, extra_route_handlers=[invite])
+    app = create_app(settings, database_url=database_url)
+    app.register(invite)  # a probe beside the real routes, under the same guards and problem answers
     async with AsyncTestClient(app=app) as client:
         yield client
 

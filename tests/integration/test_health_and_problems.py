@@ -78,7 +78,8 @@ async def test_unexpected_errors_are_500_problems_without_a_stack_trace(
     async def boom() -> None:
         raise RuntimeError("secret internal detail")
 
-    app = create_app(settings, database_url=database_url, extra_route_handlers=[boom])
+    app = create_app(settings, database_url=database_url)
+    app.register(boom)
     with caplog.at_level(logging.ERROR, logger="cockpit.errors"):
         async with AsyncTestClient(app=app) as client:
             response = await client.get("/api/v1/boom")
