@@ -3,9 +3,11 @@ invariants on finished runs, provenance that only the engine makes, and fair cla
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
@@ -15,9 +17,9 @@ from engine.runs import controls as run_controls
 from engine.runs import runstore, triggers
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from testing.directory import refuse_role_changes
+from testing.directory import outage, refuse_role_changes
 from testing.factories import RealmHandle
-from testing.runs import drain, load, make_runner, start
+from testing.runs import drain, load, make_runner, rows, start
 from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
@@ -400,18 +402,25 @@ class TestWorkerWiring:
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 
-    async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(self, realm: RealmHandle) -> None:
+    async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(
+        self, realm: RealmHandle, caplog: pytest.LogCaptureFixture
+    ) -> None:
         from engine.worker.runtime import wake_pass
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
-
-        async def broken_dispatch(session: Any) -> int:
-            await session.execute(text("SELECT * FROM no_such_table"))
-            return 0
+        pending = "SELECT id FROM outbox_events WHERE realm_id = :r AND dispatched_at IS NULL ORDER BY id"
+        waiting = await rows(realm, pending, r=realm.id)
+        assert waiting  # the new user's event, at least
+        await outage(realm, "outbox_events", "UPDATE")  # the dispatch cannot mark an event dispatched
 
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
-        assert await wake_pass(make_runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
+        with caplog.at_level(logging.WARNING, logger="cockpit.worker"):
+            transitions, _ = await wake_pass(make_runner(realm, clock), realm.sessions)
+        assert transitions > 0
+        assert any("outbox dispatch after a notification failed" in r.getMessage() for r in caplog.records)
+        # Rolled back: every event that waited still waits for the periodic dispatch (the run's own are added).
+        assert set(waiting) <= set(await rows(realm, pending, r=realm.id))
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 
