@@ -5,7 +5,7 @@
 Uses the embedded PostgreSQL server (under COCKPIT_HOME, default .cockpit) unless
 COCKPIT_DATABASE_URL names a server (only the server is used, never the database in the URL).
 Creates a scratch database, migrates it, seeds due runs with one ``INSERT … SELECT FROM
-generate_series`` per size (not through the API), measures ``runstore.claim_due_runs`` exactly
+generate_series`` per size (not through the API), measures ``leases.claim_due_runs`` exactly
 as a worker calls it (batch 50, 10 runs per realm) in a transaction that is rolled back so every
 repetition sees the same backlog, and drops the database at the end whatever happens. For
 comparison it also times the previous claim query (a window over every due run) a few times.
@@ -39,7 +39,7 @@ from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
 from engine.platform.migrate import upgrade  # noqa: E402
-from engine.runs import runstore  # noqa: E402
+from engine.runs.runstore import leases  # noqa: E402
 from engine.workflows import service as workflows  # noqa: E402
 
 BATCH, SHARE, LEASE = 50, 10, timedelta(seconds=60)
@@ -133,7 +133,7 @@ async def time_claims(sessions: async_sessionmaker[AsyncSession], repeats: int) 
         async with sessions() as session:
             await session.begin()
             started = time.perf_counter()
-            taken = await runstore.claim_due_runs(
+            taken = await leases.claim_due_runs(
                 session,
                 f"worker-bench-{n}-aaaa",
                 now=datetime.now(UTC),
@@ -196,7 +196,7 @@ async def measure(url: str, sizes: list[int], realm_counts: list[int], repeats: 
                 timings, claimed = await time_claims(sessions, repeats)
                 p50 = statistics.median(timings)
                 p95 = statistics.quantiles(timings, n=20)[-1] if len(timings) >= 2 else timings[0]
-                select_p50 = statistics.median(await time_query(sessions, runstore.CLAIM_SQL, repeats))
+                select_p50 = statistics.median(await time_query(sessions, leases.CLAIM_SQL, repeats))
                 old_p50 = statistics.median(await time_query(sessions, OLD_CLAIM_SQL, OLD_REPEATS)) if old else None
                 row = (
                     f"| {size:,} | {realms} | {took:.1f} | {ms(p50)} | {ms(p95)} | {claimed} | {ms(select_p50)} | "
@@ -208,7 +208,7 @@ async def measure(url: str, sizes: list[int], realm_counts: list[int], repeats: 
                     params = {"now": datetime.now(UTC), "share": SHARE, "limit": BATCH, "after": ""}
                     plans.append(
                         f"claim, {size:,} due runs over {realms} realm(s):\n"
-                        + await explain(sessions, runstore.CLAIM_SQL.text, params)
+                        + await explain(sessions, leases.CLAIM_SQL.text, params)
                     )
                     if old:
                         plans.append(

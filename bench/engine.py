@@ -105,7 +105,7 @@ BURST_PHASE = Phase("1 worker after an API burst", 1, 50)
 
 # The mixed workflow: every internal step type, in an order each step can succeed in. The types
 # with a batched form today go through one statement per group commit; the others make their
-# transition alone (engine/runs/fastpath.py, FAST_STEP_TYPES).
+# transition alone (engine/runs/fastpath_forms.py, FAST_STEP_TYPES).
 MIXED_STEPS = (
     "assign_role",
     "add_to_group",

@@ -387,8 +387,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         realm_counts,
         workflow_kpis,
     )
-    from engine.runs import diagnostics
-    from engine.runs import service as runs
+    from engine.runs import attention, diagnostics, run_reads
     from engine.runs.metrics import database_gauges
 
     engine = make_engine(url, pool_size=1)
@@ -408,15 +407,15 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         label["now"] = "authority"
         await load_authority(session, realm_id, "user", facts["admin_id"])
         label["now"] = "run list (first page)"
-        await runs.list_run_lines(session, realm_id)
+        await run_reads.list_run_lines(session, realm_id)
         label["now"] = "run list (state = failed)"
-        await runs.list_run_lines(session, realm_id, state="failed")
+        await run_reads.list_run_lines(session, realm_id, state="failed")
         label["now"] = "run list (one workflow)"
-        await runs.list_run_lines(session, realm_id, workflow_id=targets["workflows"][0])
+        await run_reads.list_run_lines(session, realm_id, workflow_id=targets["workflows"][0])
         label["now"] = "timeline: run, workflow, steps"
-        context = await runs.get_run_context(session, realm_id, run_id)
+        context = await run_reads.get_run_context(session, realm_id, run_id)
         label["now"] = "timeline: attempts"
-        await runs.run_attempts(session, run_id)
+        await run_reads.run_attempts(session, run_id)
         label["now"] = "timeline: people"
         await people(session, realm_id, [context.run.subject_id, context.run.publisher_id])
         label["now"] = "home: counts"
@@ -432,7 +431,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
         label["now"] = "diagnostics: workflow"
         await diagnostics.workflow_diagnostics(session, realm_id, targets["workflows"][0])
         label["now"] = "needs attention: first page"
-        await diagnostics.needs_attention(session, realm_id)
+        await attention.needs_attention(session, realm_id)
         label["now"] = "/metrics: gauges"
         await database_gauges(session)
     event.remove(engine.sync_engine, "before_cursor_execute", on_execute)

@@ -39,9 +39,9 @@ from cockpit.problems import PROBLEM_CODES, PROBLEM_MEDIA_TYPE
 from engine.directory.roles import ROLE_BOUNDARIES
 from engine.directory.tokens import AUDIENCES
 from engine.platform.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from engine.runs.approvals import STATUSES as APPROVAL_STATUSES
+from engine.runs.approval_models import STATUSES as APPROVAL_STATUSES
 from engine.runs.controls import BULK_ACTIONS
-from engine.runs.service import STATE_GROUPS, TRIGGER_TYPES
+from engine.runs.run_reads import STATE_GROUPS, TRIGGER_TYPES
 from engine.runs.states import RUN_STATES
 
 ISSUE_SCHEMA = Schema(

@@ -13,7 +13,7 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
-from engine.runs import service as runs
+from engine.runs import run_reads
 from engine.runs.runner import Runner
 from testing.factories import RealmHandle
 from testing.runs import drain, make_runner, start
@@ -98,7 +98,7 @@ async def compensation_failed_run(realm: RealmHandle) -> tuple[str, str, User]:
     await drain(r)
     for _ in range(10):  # five tries in all, 30 s doubling
         async with realm.sessions() as session:
-            run = await runs.get_run(session, realm.id, run_id)
+            run = await run_reads.get_run(session, realm.id, run_id)
         if run.state != "compensating":
             break
         assert run.due_at is not None
@@ -106,6 +106,6 @@ async def compensation_failed_run(realm: RealmHandle) -> tuple[str, str, User]:
         await drain(r)
     async with realm.sessions() as session, session.begin():
         await session.execute(text("DROP TRIGGER diag_outage ON group_members"))
-        run = await runs.get_run(session, realm.id, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
     assert run.state == "compensation_failed", run.state
     return team.workflow_id, run_id, subject

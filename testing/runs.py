@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from engine.endpoints.calls import PreparedCall
 from engine.platform.clock import FixedClock
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
@@ -32,8 +33,8 @@ async def start(realm: RealmHandle, workflow_id: str, subject_id: str, organizat
 
 async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        return run, await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        return run, await run_reads.run_attempts(session, run_id)
 
 
 def make_runner(

@@ -18,7 +18,7 @@ from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.runs import approvals, notices
+from engine.runs import approval_views, approvals, notices
 
 ACCOUNT = {"audience": "account"}
 
@@ -47,7 +47,7 @@ class ApprovalsController(Controller):
         limit: FromQuery[int | None] = None,
     ) -> schemas.ApprovalPage:
         """What involves me: waiting for my decision (``status=pending``), or decided by me; ``run_id``: one run's."""
-        page = await approvals.list_for_user(
+        page = await approval_views.list_for_user(
             db_session,
             principal.realm.id,
             principal.id,
@@ -57,14 +57,14 @@ class ApprovalsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return typed(schemas.ApprovalPage, page_view(page, approvals.approval_view))
+        return typed(schemas.ApprovalPage, page_view(page, approval_views.approval_view))
 
     @get("/{approval_id:str}", operation_id="getApproval", opt={**ACCOUNT, "reads_only": True})
     async def show(
         self, approval_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Approval:
-        row = await approvals.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
-        return typed(schemas.Approval, approvals.approval_view(row))
+        row = await approval_views.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
+        return typed(schemas.Approval, approval_views.approval_view(row))
 
     @post("/{approval_id:str}/approve", operation_id="approveApproval", status_code=200, opt=ACCOUNT)
     async def approve(
@@ -84,7 +84,7 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=SYSTEM_CLOCK.now(),
         )
-        return typed(schemas.Approval, approvals.approval_view(row))
+        return typed(schemas.Approval, approval_views.approval_view(row))
 
     @post("/{approval_id:str}/reject", operation_id="rejectApproval", status_code=200, opt=ACCOUNT)
     async def reject(
@@ -104,7 +104,7 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=SYSTEM_CLOCK.now(),
         )
-        return typed(schemas.Approval, approvals.approval_view(row))
+        return typed(schemas.Approval, approval_views.approval_view(row))
 
     @post("/{approval_id:str}/delegate", operation_id="delegateApproval", status_code=200, opt=ACCOUNT)
     async def delegate(
@@ -124,7 +124,7 @@ class ApprovalsController(Controller):
             now=SYSTEM_CLOCK.now(),
             mail_configured=context_of(request.app).settings.mail is not None,
         )
-        return typed(schemas.Approval, approvals.approval_view(row))
+        return typed(schemas.Approval, approval_views.approval_view(row))
 
 
 class NoticesController(Controller):

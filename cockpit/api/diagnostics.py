@@ -15,7 +15,7 @@ from cockpit import health_cache
 from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.runs import diagnostics
+from engine.runs import attention, diagnostics
 
 
 class Window(msgspec.Struct):
@@ -129,7 +129,7 @@ class Resolution(msgspec.Struct):
     note: str
 
 
-def attention_line(run: diagnostics.AttentionRun) -> AttentionLine:
+def attention_line(run: attention.AttentionRun) -> AttentionLine:
     return AttentionLine(
         run_id=run.id,
         workflow_id=run.workflow_id,
@@ -184,7 +184,7 @@ class DiagnosticsController(Controller):
         cursor: FromQuery[str | None] = None,
     ) -> AttentionPage:
         """Runs that ended ``compensation_failed``, with what is left to undo by hand (``show=open|resolved|all``)."""
-        runs, next_cursor = await diagnostics.needs_attention(db_session, principal.realm.id, show=show, cursor=cursor)
+        runs, next_cursor = await attention.needs_attention(db_session, principal.realm.id, show=show, cursor=cursor)
         return AttentionPage(items=[attention_line(r) for r in runs], next_cursor=next_cursor)
 
     @post(
@@ -202,9 +202,9 @@ class DiagnosticsController(Controller):
         principal: CurrentPrincipal,
     ) -> Resolution:
         """Mark a ``compensation_failed`` run resolved, with a note on what was undone by hand (audited)."""
-        resolution = await diagnostics.resolve_run(
+        resolution = await attention.resolve_run(
             db_session, principal.actor(request_id_of(request)), run_id, note=data.note
         )
         health_cache.forget(principal.realm.id)
-        view: dict[str, Any] = diagnostics.resolution_view(resolution)
+        view: dict[str, Any] = attention.resolution_view(resolution)
         return msgspec.convert(view, Resolution)

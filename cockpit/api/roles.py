@@ -16,7 +16,7 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
 from engine.directory.authz import Authority, load_authority
-from engine.runs import approvals
+from engine.runs import approval_views, role_requests
 from engine.workflows.service import refuse_if_referenced
 
 
@@ -189,8 +189,8 @@ class RoleAssignmentsController(Controller):
         if isinstance(assignment, roles.ApprovalNeeded):
             # A role that requires approval: nothing is assigned until the approver approves.
             actor = principal.actor(request_id_of(request))
-            approval = await approvals.request_role_assignment(db_session, actor, assignment)
-            pending = {"status": "pending_approval", "approval": approvals.approval_view(approval)}
+            approval = await role_requests.request_role_assignment(db_session, actor, assignment)
+            pending = {"status": "pending_approval", "approval": approval_views.approval_view(approval)}
             return Response(typed(schemas.PendingRoleAssignment, pending), status_code=202)
         return Response(typed(schemas.RoleAssignment, roles.assignment_view(assignment)), status_code=201)
 

@@ -13,7 +13,7 @@ from cockpit.api.common import REALM_BASE, Body, page_view
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.runs import approvals, views
+from engine.runs import approval_views, approvals, run_reads, views
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.models import WorkflowRun
@@ -78,8 +78,8 @@ class ManualRunsController(Controller):
 
 async def run_document(session: DbSession, run: WorkflowRun) -> dict[str, Any]:
     """A run with its attempts, what was undone and its approvals (the ``Approval`` shape, as everywhere)."""
-    out = views.run_view(run, await runs.run_attempts(session, run.id))
-    out["approvals"] = [approvals.approval_view(a) for a in await approvals.for_run(session, run.id)]
+    out = views.run_view(run, await run_reads.run_attempts(session, run.id))
+    out["approvals"] = [approval_views.approval_view(a) for a in await approvals.for_run(session, run.id)]
     return out
 
 
@@ -110,7 +110,7 @@ class RunsController(Controller):
         ``finished``; ``trigger_type``: manual, event or schedule; ``created_after``/``created_before``;
         ``organization_id``; ``starter_id`` (who started it by hand).
         """
-        page = await runs.list_runs(
+        page = await run_reads.list_runs(
             db_session,
             principal.realm.id,
             workflow_id=workflow_id,
@@ -118,7 +118,7 @@ class RunsController(Controller):
             subject_id=subject_id,
             cursor=cursor,
             limit=limit,
-            where=runs.RunFilter(
+            where=run_reads.RunFilter(
                 state_group=state_group,
                 trigger_type=trigger_type,
                 created_after=created_after,
@@ -134,10 +134,10 @@ class RunsController(Controller):
         self, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.RunTimeline:
         """The run's timeline: every attempt, what was undone, its approvals and re-runs."""
-        run = await runs.get_run(db_session, principal.realm.id, run_id)
+        run = await run_reads.get_run(db_session, principal.realm.id, run_id)
         out = await run_document(db_session, run)
-        out["next_attempt_at"] = runs.next_attempt_at(run)
-        out["reruns"] = await runs.reruns_of(db_session, principal.realm.id, run.id)
+        out["next_attempt_at"] = run_reads.next_attempt_at(run)
+        out["reruns"] = await run_reads.reruns_of(db_session, principal.realm.id, run.id)
         return typed(schemas.RunTimeline, out)
 
     @post(
@@ -185,7 +185,7 @@ class RunsController(Controller):
         """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
         run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
         out = await run_document(db_session, run)
-        out["next_attempt_at"] = runs.next_attempt_at(run)
+        out["next_attempt_at"] = run_reads.next_attempt_at(run)
         return typed(schemas.RunWithAttempts, out)
 
     @post("/bulk", operation_id="bulkWorkflowRuns", status_code=200, opt={"permission": "realm.workflows.run"})
@@ -196,7 +196,7 @@ class RunsController(Controller):
         where = None
         if data.filter is not None:
             f = data.filter
-            where = runs.RunFilter(
+            where = run_reads.RunFilter(
                 workflow_id=f.workflow_id,
                 state=f.state,
                 state_group=f.state_group,

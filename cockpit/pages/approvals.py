@@ -23,7 +23,7 @@ from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
-from engine.runs import approvals
+from engine.runs import approval_links, approval_models, approval_views, approvals
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.runs.outcome import decided_then, people_in, run_outcome
@@ -120,7 +120,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
         run = runs.get(row.run_id or "")
         steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
         plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
-    words = await approvals.describe_steps(db_session, realm_id, plans)
+    words = await approval_views.describe_steps(db_session, realm_id, plans)
     names = {k: u.display_name or u.email for k, u in people.items()}
     moment = SYSTEM_CLOCK.now()
     out = []
@@ -136,7 +136,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
             started_by = f"a {run.trigger_type} trigger, published by {name(run.publisher_id)}"
         subject = people.get(row.subject_id)
         led_to = None
-        if row.status != approvals.PENDING and row.request is None:
+        if row.status != approval_models.PENDING and row.request is None:
             led_to = decided_then(row.status, run_outcome(run, names, now=moment) if run is not None else None)
         out.append(
             ApprovalCard(
@@ -162,7 +162,7 @@ async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApprova
 
 
 async def counts(db_session: DbSession, principal: Principal) -> dict[str, int]:
-    waiting = await approvals.count_waiting_for(db_session, principal.realm.id, principal.id)
+    waiting = await approval_views.count_waiting_for(db_session, principal.realm.id, principal.id)
     decided = int(
         await db_session.scalar(
             select(func.count()).where(
@@ -186,8 +186,8 @@ class ApprovalsPages(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
     ) -> Template:
-        found = await approvals.list_for_user(
-            db_session, principal.realm.id, principal.id, status=approvals.PENDING, cursor=cursor
+        found = await approval_views.list_for_user(
+            db_session, principal.realm.id, principal.id, status=approval_models.PENDING, cursor=cursor
         )
         return page(
             request,
@@ -208,7 +208,7 @@ class ApprovalsPages(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
     ) -> Template:
-        found = await approvals.list_for_user(
+        found = await approval_views.list_for_user(
             db_session, principal.realm.id, principal.id, decided_by_me=True, cursor=cursor
         )
         return page(
@@ -232,7 +232,7 @@ class ApprovalsPages(Controller):
         status_code: int = 200,
         **context: Any,
     ) -> Template:
-        row = await approvals.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
+        row = await approval_views.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
         [card] = await cards(db_session, principal.realm.id, [row])
         return page(
             request,
@@ -240,7 +240,7 @@ class ApprovalsPages(Controller):
             nav="approvals",
             status_code=status_code,
             card=card,
-            mine=principal.id in row.approvers and row.status == approvals.PENDING,
+            mine=principal.id in row.approvers and row.status == approval_models.PENDING,
             flash=FLASHES.get(request.query_params.get("done") or ""),
             now=SYSTEM_CLOCK.now(),
             **context,
@@ -330,7 +330,7 @@ class ApprovalLinkPages(Controller):
 
     @get("/{token:str}", operation_id="approvalLinkPage", opt=ACCOUNT)
     async def open(self, token: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:
-        approval_id = await approvals.redeem_link(
+        approval_id = await approval_links.redeem_link(
             db_session, principal.realm.id, principal.id, token, now=SYSTEM_CLOCK.now()
         )
         return Redirect(f"/realms/{principal.realm.slug}/approvals/{approval_id}", status_code=303)

@@ -27,7 +27,7 @@ from cockpit.pages import charts
 from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
 from engine.platform.errors import EngineError, NotFound
-from engine.runs import diagnostics
+from engine.runs import attention, diagnostics
 from engine.runs.retention import last_retention_cleanup
 
 READ = {"permission": "realm.workflows.read"}
@@ -89,7 +89,7 @@ class DiagnosticsPages(Controller):
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
-        runs, next_cursor = await diagnostics.needs_attention(db_session, realm_id, show=show, cursor=cursor)
+        runs, next_cursor = await attention.needs_attention(db_session, realm_id, show=show, cursor=cursor)
         # The same workflows the realm home's attention card lists, so the two always agree.
         workflows, _open = await diagnostics.realm_attention(db_session, realm_id, health=health_cache.health_of)
         return page(
@@ -117,7 +117,7 @@ class DiagnosticsPages(Controller):
         cursor: FromQuery[str | None] = None,
         done: FromQuery[str | None] = None,
     ) -> Template:
-        if show not in diagnostics.ATTENTION_FILTERS:
+        if show not in attention.ATTENTION_FILTERS:
             show = "open"
         flash = (
             "Marked resolved. The run keeps its state; the note is in the audit log." if done == "resolved" else None
@@ -134,7 +134,7 @@ class DiagnosticsPages(Controller):
         data: URLEncodedBody[ResolveForm],
     ) -> Response[Any]:
         try:
-            await diagnostics.resolve_run(db_session, principal.actor(request_id_of(request)), run_id, note=data.note)
+            await attention.resolve_run(db_session, principal.actor(request_id_of(request)), run_id, note=data.note)
             health_cache.forget(principal.realm.id)
         except NotFound:
             raise

@@ -35,7 +35,7 @@ from engine.directory import roles
 from engine.directory.authz import PERMISSIONS
 from engine.directory.models import Role
 from engine.platform.errors import EngineError, invalid
-from engine.runs import approvals
+from engine.runs import role_requests
 from engine.workflows.service import refuse_if_referenced
 
 ASSIGNMENTS_ID = "role-assignments"
@@ -229,7 +229,9 @@ class RolesPages(Controller):
                     approver_id=approver_id,
                 )
                 if isinstance(made, roles.ApprovalNeeded):
-                    await approvals.request_role_assignment(db_session, principal.actor(request_id_of(request)), made)
+                    await role_requests.request_role_assignment(
+                        db_session, principal.actor(request_id_of(request)), made
+                    )
         except EngineError as exc:
             return await self._detail(
                 request,

@@ -17,6 +17,10 @@ from engine.platform.tables import tz_column, utcnow
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "cancelled")
 NOTICE_STATES = ("queued", "sent", "failed", "not_configured")
+PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED = "pending", "approved", "rejected", "expired", "cancelled"
+WORKFLOW_STEP, ROLE_ASSIGNMENT = "workflow_step", "role_assignment"
+STATUSES = (PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED)
+DECISION_CATEGORY = "authorization"  # approval decisions (seed 000 "Authority and accountability")
 
 
 class WorkflowApproval(SQLModel, table=True):

@@ -18,11 +18,11 @@ from engine.directory.audit import record_audit
 from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
 from engine.platform.errors import error_summary
-from engine.runs import runstore
 from engine.runs.holder import CATEGORY, Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import COMPENSATION_BACKOFF_MS, COMPENSATION_MAX_ATTEMPTS, delay_ms
+from engine.runs.runstore import moves
 from engine.runs.states import (
     CANCELLED,
     COMP_DONE,
@@ -45,11 +45,11 @@ async def compensate(
 ) -> PreparedCall | bool:
     """Undo the newest step not yet undone (True), or return the endpoint's compensation call to send."""
     now = h.clock.now()
-    summary = await runstore.compensation_summary(session, run.id)
+    summary = await moves.compensation_summary(session, run.id)
     if summary.get(COMP_FAILED):
         await finish_compensation(h, session, run, summary)
         return True
-    attempt = await runstore.next_compensation(session, run.id)
+    attempt = await moves.next_compensation(session, run.id)
     if attempt is None:
         await finish_compensation(h, session, run, summary)
         return True
@@ -112,7 +112,7 @@ async def compensation_done(
         subject_id=run.id,
         details={"step_id": attempt.step_id, "attempt": attempt.number, "result": result},
     )
-    await runstore.set_due(session, run, worker_id=h.worker_id, due_at=now, now=now)
+    await moves.set_due(session, run, worker_id=h.worker_id, due_at=now, now=now)
 
 
 async def compensation_failed_try(
@@ -136,11 +136,11 @@ async def compensation_failed_try(
                 "tries": attempt.compensation_attempts,
             },
         )
-        await runstore.set_due(session, run, worker_id=h.worker_id, due_at=now, now=now)
+        await moves.set_due(session, run, worker_id=h.worker_id, due_at=now, now=now)
         return
     await session.flush()
     wait = delay_ms(COMPENSATION_BACKOFF_MS, attempt.compensation_attempts, rand=h.clock.random)
-    await runstore.set_due(session, run, worker_id=h.worker_id, due_at=now + timedelta(milliseconds=wait), now=now)
+    await moves.set_due(session, run, worker_id=h.worker_id, due_at=now + timedelta(milliseconds=wait), now=now)
 
 
 async def finish_compensation(h: Holder, session: AsyncSession, run: WorkflowRun, summary: dict[str, int]) -> None:
@@ -154,7 +154,7 @@ async def finish_compensation(h: Holder, session: AsyncSession, run: WorkflowRun
         final, event = COMPENSATED, "workflow.run.compensated"
     else:
         final, event = FAILED, "workflow.run.failed"
-    await runstore.move_run(session, run, final, worker_id=h.worker_id, due_at=None, now=now)
+    await moves.move_run(session, run, final, worker_id=h.worker_id, due_at=None, now=now)
     await emit_run_outcome(session, run)
     details: dict[str, Any] = {"error_category": run.error_category}
     if final == FAILED:

@@ -30,15 +30,13 @@ from engine.directory.models import Organization, User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
-from engine.runs import runstore
 from engine.runs.models import WorkflowRun
+from engine.runs.run_reads import RunFilter, _runs_query, get_run
+from engine.runs.runstore import scheduling
 from engine.runs.service import (
     CATEGORY,
-    RunFilter,
     StartRequest,
-    _runs_query,
     cancel_run,
-    get_run,
     published_revision,
     require_starter,
     start_run,
@@ -58,9 +56,9 @@ async def set_workflow_enabled(session: AsyncSession, actor: Actor, workflow_id:
     compensating runs and runs asked to cancel go on: they only remove access."""
     workflow = await workflows.set_enabled(session, actor, workflow_id, enabled)
     if enabled:
-        await runstore.resume_runs(session, workflow.id)
+        await scheduling.resume_runs(session, workflow.id)
     else:
-        await runstore.pause_runs(session, workflow.id)
+        await scheduling.pause_runs(session, workflow.id)
     return workflow
 
 
@@ -129,7 +127,7 @@ async def retry_now(session: AsyncSession, actor: Actor, run_id: str) -> Workflo
     """Make the run's waiting retry due now (409 ``nothing_waits`` when it waits for none)."""
     run = await get_run(session, actor.realm_id, run_id)
     moment = SYSTEM_CLOCK.now()
-    updated = await runstore.retry_now(session, run.id, actor.realm_id, now=moment)
+    updated = await scheduling.retry_now(session, run.id, actor.realm_id, now=moment)
     if updated is None:
         raise Conflict("The run is not waiting for a retry.", code="nothing_waits")
     await record_audit(
@@ -141,7 +139,7 @@ async def retry_now(session: AsyncSession, actor: Actor, run_id: str) -> Workflo
         subject_id=run.id,
         details={"was_due_at": run.due_at.isoformat() if run.due_at else None, "state": run.state},
     )
-    await runstore.notify_due(session)
+    await scheduling.notify_due(session)
     return updated
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.audit import Actor
 from engine.directory.seed import DemoRealm
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.runs import approvals
+from engine.runs import approval_models, approvals
 from engine.runs import service as runs
 from engine.workflows import service as workflows
 
@@ -78,7 +78,7 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
 
 async def approve_demo_request(session: AsyncSession, run_id: str) -> bool:
     """The demo approver approves the run's pending approval (False when none is pending yet)."""
-    pending = [a for a in await approvals.for_run(session, run_id) if a.status == approvals.PENDING]
+    pending = [a for a in await approvals.for_run(session, run_id) if a.status == approval_models.PENDING]
     if not pending:
         return False
     approval = pending[0]

@@ -1,5 +1,7 @@
 """Diagnostics of a workflow (seed 000 "Diagnostics") and the realm's runs that need a person.
 
+The list of those runs, and marking one resolved: engine/runs/attention.py.
+
 A workflow's diagnostics summarize its **last 500 runs** and the **last 1,000 attempts** of those
 runs — never their inputs, results, error messages or subjects: states, step ids, error
 categories, times and run ids only. Three statements whatever the size of the tables, sent to
@@ -35,14 +37,12 @@ from typing import Any, NamedTuple
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.directory.audit import Actor, record_audit
 from engine.endpoints.deliveries import count_failing_deliveries
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
-from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
+from engine.platform.errors import NotFound
 from engine.runs import states as st
-from engine.runs.approvals import count_pending_approvals
-from engine.runs.models import RunResolution, WorkflowRun
+from engine.runs.approval_views import count_pending_approvals
 from engine.runs.outcome import DECISION_CATEGORIES, is_decision
 
 RUN_WINDOW = 500
@@ -272,7 +272,7 @@ def attempt_view(a: AttemptRow) -> dict[str, Any]:
 
 
 # The workflow of the realm, with its approvals waiting for a decision (the rule of
-# ``approvals.count_pending_approvals``: status pending, by realm and workflow).
+# ``approval_views.count_pending_approvals``: status pending, by realm and workflow).
 _WORKFLOW_SQL = positional(
     """
     SELECT w.id, w.name,
@@ -463,156 +463,3 @@ async def realm_attention(
     found = [WorkflowHealth(w, names[w], h) for w, h in healths.items() if h.status in rank]
     found.sort(key=lambda w: (rank[w.health.status], w.name.lower()))
     return found, open_total
-
-
-# --- Needs attention: runs whose compensation failed ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class LeftToUndo:
-    """A step whose effect a failed compensation left in place."""
-
-    attempt_id: str
-    step_id: str
-    step_type: str
-    strategy: str
-    compensation_state: str
-    compensation_attempts: int
-    last_error: str | None
-
-
-@dataclass
-class AttentionRun:
-    id: str
-    workflow_id: str
-    workflow_name: str | None
-    subject_id: str
-    subject_email: str | None
-    error_category: str | None
-    finished_at: datetime | None
-    resolved_at: datetime | None = None
-    resolved_by: str | None = None
-    resolved_by_email: str | None = None
-    note: str | None = None
-    left: list[LeftToUndo] = field(default_factory=list)
-
-
-ATTENTION_PAGE = 50
-ATTENTION_FILTERS = ("open", "resolved", "all")
-
-_ATTENTION_SQL = text(
-    """
-    SELECT r.id, r.workflow_id, w.name, r.subject_id, u.email, r.error_category, r.finished_at,
-           res.resolved_at, res.resolved_by, ru.email, res.note
-      FROM workflow_runs r
-      LEFT JOIN workflows w ON w.id = r.workflow_id AND w.realm_id = r.realm_id
-      LEFT JOIN users u ON u.id = r.subject_id AND u.realm_id = r.realm_id
-      LEFT JOIN run_resolutions res ON res.run_id = r.id
-      LEFT JOIN users ru ON ru.id = res.resolved_by AND ru.realm_id = r.realm_id
-     WHERE r.realm_id = :r AND r.state = 'compensation_failed'
-       AND (CAST(:cursor AS text) IS NULL OR r.id < :cursor)
-       AND (:show = 'all' OR (:show = 'open') = (res.run_id IS NULL))
-     ORDER BY r.id DESC
-     LIMIT :limit
-    """
-)
-
-_LEFT_SQL = text(
-    """
-    SELECT a.run_id, a.id, a.step_id, a.step_type, a.compensation_strategy, a.compensation_state,
-           a.compensation_attempts, a.compensation_error
-      FROM step_attempts a
-     WHERE a.run_id = ANY(:ids) AND a.realm_id = :r AND a.state = 'succeeded'
-       AND a.compensation_state IN ('pending', 'failed')
-     ORDER BY a.run_id, a.step_index DESC
-    """
-)
-
-
-async def needs_attention(
-    session: AsyncSession, realm_id: str, *, show: str = "open", cursor: str | None = None, limit: int = ATTENTION_PAGE
-) -> tuple[list[AttentionRun], str | None]:
-    """Runs of the realm that ended ``compensation_failed``, newest first, with what is left to undo.
-
-    ``show``: ``open`` (not marked resolved), ``resolved`` or ``all``. Two statements per page.
-    """
-    if show not in ATTENTION_FILTERS:
-        raise ValidationFailed(
-            "The request is not valid.", issues=[Issue("query:show", "invalid", "must be open, resolved or all")]
-        )
-    rows = (
-        await session.execute(_ATTENTION_SQL, {"r": realm_id, "cursor": cursor, "show": show, "limit": limit + 1})
-    ).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    runs = [
-        AttentionRun(
-            id=row[0],
-            workflow_id=row[1],
-            workflow_name=row[2],
-            subject_id=row[3],
-            subject_email=row[4],
-            error_category=row[5],
-            finished_at=row[6],
-            resolved_at=row[7],
-            resolved_by=row[8],
-            resolved_by_email=row[9],
-            note=row[10],
-        )
-        for row in rows
-    ]
-    if runs:
-        by_id = {r.id: r for r in runs}
-        for row in await session.execute(_LEFT_SQL, {"ids": list(by_id), "r": realm_id}):
-            by_id[row[0]].left.append(LeftToUndo(*row[1:]))
-    return runs, (runs[-1].id if more and runs else None)
-
-
-MAX_NOTE = 2000
-
-
-async def resolve_run(session: AsyncSession, actor: Actor, run_id: str, *, note: str) -> RunResolution:
-    """Mark a ``compensation_failed`` run resolved: what it left was undone by hand (audited).
-
-    The run keeps its state. 404 for an unknown run or another realm's; 409 when the run did not
-    end ``compensation_failed`` or is resolved already; 422 without a note.
-    """
-    stripped = (note or "").strip()
-    if not stripped:
-        raise ValidationFailed(
-            "The request is not valid.", issues=[Issue("/note", "too_short", "say what was done by hand")]
-        )
-    if len(note) > MAX_NOTE:
-        raise ValidationFailed(
-            "The request is not valid.", issues=[Issue("/note", "too_long", f"must be at most {MAX_NOTE} characters")]
-        )
-    run = await session.get(WorkflowRun, run_id, with_for_update=True)
-    if run is None or run.realm_id != actor.realm_id:
-        raise NotFound("No such run.")
-    if run.state != st.COMPENSATION_FAILED:
-        raise Conflict("Only a run whose compensation failed can be marked resolved.", code="not_compensation_failed")
-    if await session.get(RunResolution, run_id) is not None:
-        raise Conflict("The run is marked resolved already.", code="already_resolved")
-    assert actor.id is not None
-    resolution = RunResolution(run_id=run.id, realm_id=run.realm_id, resolved_by=actor.id, note=stripped)
-    session.add(resolution)
-    await session.flush()
-    await record_audit(
-        session,
-        actor,
-        "workflow.run.resolved",
-        category="workflow",
-        subject_type="workflow_run",
-        subject_id=run.id,
-        details={"workflow_id": run.workflow_id, "note": stripped},
-    )
-    return resolution
-
-
-def resolution_view(resolution: RunResolution) -> dict[str, Any]:
-    return {
-        "run_id": resolution.run_id,
-        "resolved_by": resolution.resolved_by,
-        "resolved_at": resolution.resolved_at.isoformat(),
-        "note": resolution.note,
-    }

@@ -15,11 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.endpoints import transport
 from engine.endpoints.calls import PreparedCall
 from engine.endpoints.transport import CallOutcome
-from engine.runs import metrics, runstore
+from engine.runs import metrics
 from engine.runs.compensation import compensation_done, compensation_failed_try
 from engine.runs.holder import Holder
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcomes import record_failure, step_succeeded
+from engine.runs.runstore import leases, moves
 from engine.runs.states import ATTEMPT_STARTED, COMP_PENDING, COMPENSATING, FINISHED, RUNNING, TransitionRefused
 from engine.runs.steps import StepContext, StepFailure, StepType
 from engine.runs.steps.call_webhook import CallWebhook
@@ -40,9 +41,9 @@ async def complete_call(h: Holder, call: PreparedCall) -> bool:
         )
     now = h.clock.now()
     async with h.sessions() as session, session.begin():
-        run = await runstore.lock_leased_run(session, call.run_id, h.worker_id, now=now, lease=h.settings.lease)
+        run = await leases.lock_leased_run(session, call.run_id, h.worker_id, now=now, lease=h.settings.lease)
         before = run.state
-        attempt = await runstore.lock_attempt(session, call.attempt_id)
+        attempt = await moves.lock_attempt(session, call.attempt_id)
         if call.action == "execute":
             await record_call(h, session, run, attempt, result)
         else:
@@ -71,7 +72,7 @@ async def start_call(
         await record_failure(h, session, run, attempt, failure)
         return True
     attempt.state = ATTEMPT_STARTED
-    await runstore.record_attempt(session, attempt)
+    await moves.record_attempt(session, attempt)
     return call
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import record_audit
 from engine.platform.ids import new_id
-from engine.runs import approvals, runstore
+from engine.runs import approvals
 from engine.runs.decisions import (
     AuditEntry,
     run_compensating_entry,
@@ -26,6 +26,7 @@ from engine.runs.holder import Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcome_events import emit_run_outcome
 from engine.runs.retry import delay_ms
+from engine.runs.runstore import moves
 from engine.runs.states import (
     ATTEMPT_FAILED,
     ATTEMPT_SUCCEEDED,
@@ -89,12 +90,12 @@ async def step_succeeded(
     attempt.compensation_strategy = outcome.strategy
     attempt.compensation_state = outcome.compensation_state
     attempt.finished_at = now
-    await runstore.record_attempt(session, attempt)
+    await moves.record_attempt(session, attempt)
     await audit_step_succeeded(session, run, attempt)
     if outcome.ends_run or run.step_index + 1 >= steps:
         await succeed_run(h, session, run, step_index=run.step_index + 1)
     else:
-        await runstore.move_run(
+        await moves.move_run(
             session, run, RUNNING, worker_id=h.worker_id, due_at=now, now=now, step_index=run.step_index + 1
         )
 
@@ -115,7 +116,7 @@ async def record_failure(
     attempt.error_category = failure.category
     attempt.error_message = failure.message[:2000]
     attempt.finished_at = now
-    await runstore.record_attempt(session, attempt)
+    await moves.record_attempt(session, attempt)
     entry = step_failed_entry(run.id, attempt.step_id, attempt.number, failure.category)
     await write_entry(session, run, entry)
     if failure.permanent:
@@ -124,7 +125,7 @@ async def record_failure(
         await start_compensating(h, session, run, "retries_exhausted", failure.message)
     else:
         wait = delay_ms(attempt.backoff_ms, attempt.number, rand=h.clock.random)
-        await runstore.move_run(
+        await moves.move_run(
             session,
             run,
             RUNNING,
@@ -149,10 +150,10 @@ async def start_compensating(
     now = h.clock.now()
     more: dict[str, Any] = {} if context is None else {"context": context}
     # A call recorded as started and never finished is over: the run no longer waits for it.
-    await runstore.interrupt_started_attempts(session, run.id, now)
+    await moves.interrupt_started_attempts(session, run.id, now)
     if run.state == AWAITING_APPROVAL:
         await approvals.cancel_pending(session, run.id, now=now)
-    await runstore.move_run(
+    await moves.move_run(
         session,
         run,
         COMPENSATING,
@@ -173,6 +174,6 @@ async def fail_run(h: Holder, session: AsyncSession, run: WorkflowRun, category:
 
 async def succeed_run(h: Holder, session: AsyncSession, run: WorkflowRun, **values: Any) -> None:
     now = h.clock.now()
-    await runstore.move_run(session, run, SUCCEEDED, worker_id=h.worker_id, due_at=None, now=now, **values)
+    await moves.move_run(session, run, SUCCEEDED, worker_id=h.worker_id, due_at=None, now=now, **values)
     await emit_run_outcome(session, run)
     await write_entry(session, run, run_succeeded_entry(run.id))

@@ -20,11 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from engine.endpoints.calls import PreparedCall
 from engine.platform.clock import SYSTEM_CLOCK, Clock
-from engine.runs import runstore
 from engine.runs.endpoint_calls import complete_call
-from engine.runs.fastpath import FastPath, Move, Staged
+from engine.runs.fastpath import FastPath
+from engine.runs.fastpath_caches import Staged
+from engine.runs.fastpath_forms import Move
 from engine.runs.holder import RunnerSettings, run_actor
-from engine.runs.runstore import LeaseLost
+from engine.runs.runstore import leases
+from engine.runs.runstore.leases import LeaseLost
 from engine.runs.states import COMP_PENDING
 from engine.runs.transition import transition, transition_and_call
 
@@ -128,15 +130,15 @@ class Runner:
         worker draining its backlog claims again at once).
         """
         started = time.time()
-        limit = max(1, min(self.settings.batch_size, runstore.MAX_BATCH))
-        claimed: list[runstore.Claimed] = []
+        limit = max(1, min(self.settings.batch_size, leases.MAX_BATCH))
+        claimed: list[leases.Claimed] = []
         async with self.sessions() as session, session.begin():
             # Round after round of the fair claim (round-robin over realms, at most ``tenant_share``
             # runs of one realm per round) while the batch has room and some realm filled its share
             # (it may have more due runs): a realm alone fills the batch; realms that compete for
             # it share it by turns, and every realm with due runs is in the first round.
             while len(claimed) < limit:
-                found = await runstore.claim_due_runs(
+                found = await leases.claim_due_runs(
                     session,
                     self.worker_id,
                     now=self.clock.now(),
@@ -148,7 +150,7 @@ class Runner:
                 claimed += found
                 if found:
                     self._last_realm = found[-1].realm_id  # the next round starts with the realm after it
-                if not runstore.share_filled(found, self.settings.tenant_share):
+                if not leases.share_filled(found, self.settings.tenant_share):
                     break
         self.last_claim_full = len(claimed) >= limit
         if trace.isEnabledFor(logging.DEBUG):  # pragma: no mutate block
@@ -166,7 +168,7 @@ class Runner:
         """
         done = dict.fromkeys(run_ids, 0)
         going = list(run_ids)
-        group = max(1, min(self.settings.group_commit, runstore.MAX_BATCH))
+        group = max(1, min(self.settings.group_commit, leases.MAX_BATCH))
         async with _PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
             while going:
                 going = await self._round(conn, going, group, done)
@@ -204,8 +206,8 @@ class Runner:
         if idle or requeued:
             try:
                 async with self.sessions() as session, session.begin():
-                    await runstore.release_leases(session, idle, self.worker_id)
-                    await runstore.release_leases(session, requeued, self.worker_id, due_again_at=self.clock.now())
+                    await leases.release_leases(session, idle, self.worker_id)
+                    await leases.release_leases(session, requeued, self.worker_id, due_again_at=self.clock.now())
             except Exception:
                 # The leases expire by themselves; the other runs of the pass go on.
                 log.warning("could not hand back leases", exc_info=True, extra={"runs": len(idle) + len(requeued)})
@@ -279,7 +281,7 @@ class Runner:
             log.exception("advancing a run failed; its lease is handed back", extra={"run_id": run_id})
             try:
                 async with self.sessions() as session, session.begin():
-                    await runstore.release_lease(session, run_id, self.worker_id)
+                    await leases.release_lease(session, run_id, self.worker_id)
             except Exception:
                 log.warning("could not hand back a lease", exc_info=True, extra={"run_id": run_id})
             return _LOST
@@ -307,12 +309,12 @@ class Runner:
             log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
             return done
         async with self.sessions() as session, session.begin():
-            await runstore.release_lease(session, run_id, self.worker_id)
+            await leases.release_lease(session, run_id, self.worker_id)
         return done
 
     async def release_all(self) -> int:
         async with self.sessions() as session, session.begin():
-            return await runstore.release_all_leases(session, self.worker_id)
+            return await leases.release_all_leases(session, self.worker_id)
 
     # --- one transition --------------------------------------------------------------------------
 
@@ -331,7 +333,7 @@ class Runner:
             log.exception("recording an endpoint call failed; its lease is handed back", extra={"run_id": call.run_id})
             try:
                 async with self.sessions() as session, session.begin():
-                    await runstore.release_lease(session, call.run_id, self.worker_id)
+                    await leases.release_lease(session, call.run_id, self.worker_id)
             except Exception:
                 log.warning("could not hand back a lease", exc_info=True, extra={"run_id": call.run_id})
             return _LOST

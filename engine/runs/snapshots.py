@@ -3,7 +3,7 @@
 One function, :func:`load_snapshot`, reads what the step's type needs and nothing else, in the
 caller's transaction: the single-run executor in the step's own transaction (so what it decides
 on is what it writes against), the preview in a read-only one. The batched executor builds the
-same snapshots from its caches (engine/runs/fastpath.py).
+same snapshots from its caches (engine/runs/fastpath_forms.py).
 """
 
 from __future__ import annotations

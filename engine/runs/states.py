@@ -1,6 +1,6 @@
 """Run, attempt and compensation states, declared once, with the transitions allowed between them.
 
-Every transition of a run is a verb in engine/runs/runstore.py that updates
+Every transition of a run is a verb in engine/runs/runstore/moves.py that updates
 ``WHERE id = :id AND state = ANY(:allowed_from)`` and raises :class:`TransitionRefused` when
 nothing matched.
 """
@@ -52,7 +52,7 @@ RUN_TRANSITIONS: Final[dict[str, frozenset[str]]] = {
 }
 
 # Every edge of the table, as (from, to) pairs: the batched statement's advance only makes these
-# (engine/runs/runstore.py, ``FAST_TRANSITIONS``, generated from this list).
+# (engine/runs/runstore/batched.py, ``FAST_TRANSITIONS``, generated from this list).
 RUN_EDGES: Final = tuple(sorted((state, target) for state, targets in RUN_TRANSITIONS.items() for target in targets))
 
 

@@ -21,7 +21,7 @@ from engine.directory.authz import load_authority
 from engine.endpoints.calls import PreparedCall
 from engine.platform.errors import error_summary
 from engine.platform.ids import new_id
-from engine.runs import approvals, metrics, runstore
+from engine.runs import approval_models, approvals, metrics
 from engine.runs.compensation import compensate
 from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
 from engine.runs.endpoint_calls import complete_call, start_call
@@ -37,6 +37,7 @@ from engine.runs.outcomes import (
     succeed_run,
 )
 from engine.runs.retry import policy_for
+from engine.runs.runstore import leases, moves
 from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.states import (
     ATTEMPT_STARTED,
@@ -71,7 +72,7 @@ async def transition(h: Holder, run_id: str) -> tuple[bool, bool, PreparedCall |
     """
     now = h.clock.now()
     async with h.sessions() as session, session.begin():
-        run = await runstore.lock_leased_run(session, run_id, h.worker_id, now=now, lease=h.settings.lease)
+        run = await leases.lock_leased_run(session, run_id, h.worker_id, now=now, lease=h.settings.lease)
         before = run.state
         made = await dispatch(h, session, run, now)
     metrics.run_finished(before, run.state)  # committed: count a run that ended failing
@@ -106,7 +107,7 @@ async def dispatch(h: Holder, session: AsyncSession, run: WorkflowRun, now: date
         return True
     if run.state == PENDING:
         # Starting and the first step share one transaction (one commit less per run).
-        await runstore.move_run(session, run, RUNNING, worker_id=h.worker_id, due_at=now, now=now)
+        await moves.move_run(session, run, RUNNING, worker_id=h.worker_id, due_at=now, now=now)
     if run.state == RUNNING:
         return await run_step(h, session, run, revision)
     if run.state == AWAITING_APPROVAL:
@@ -127,13 +128,13 @@ async def run_step(h: Holder, session: AsyncSession, run: WorkflowRun, revision:
         return True
     step = steps[run.step_index]
     step_type = STEP_TYPES.get(step.get("type", ""))
-    attempts = await runstore.attempts_of_step(session, run.id, step["id"])
+    attempts = await moves.attempts_of_step(session, run.id, step["id"])
     if any(a.state == ATTEMPT_SUCCEEDED for a in attempts):
         # Already applied (by an earlier transaction that committed): skip, never apply again.
         if step.get("type") == "end" or run.step_index + 1 >= len(steps):
             await succeed_run(h, session, run, step_index=run.step_index + 1)
             return True
-        await runstore.move_run(
+        await moves.move_run(
             session, run, RUNNING, worker_id=h.worker_id, due_at=now, now=now, step_index=run.step_index + 1
         )
         return True
@@ -147,7 +148,7 @@ async def run_step(h: Holder, session: AsyncSession, run: WorkflowRun, revision:
         assert isinstance(wait, Effect)  # a wait is never refused
         until = wait.values["until"]
         context = {**run.context, "wait": {"step_id": step["id"], "since": now.isoformat()}}
-        await runstore.move_run(session, run, WAITING, worker_id=h.worker_id, due_at=until, now=now, context=context)
+        await moves.move_run(session, run, WAITING, worker_id=h.worker_id, due_at=until, now=now, context=context)
         return True
     policy = policy_for(definition, step)
     started = [a for a in attempts if a.state == ATTEMPT_STARTED]
@@ -243,7 +244,7 @@ async def request_approval(
         approvers=decision.values["approvers"],
     )
     due = min(d for d in (approval.remind_at, approval.expires_at) if d is not None)
-    await runstore.move_run(session, run, AWAITING_APPROVAL, worker_id=h.worker_id, due_at=due, now=now)
+    await moves.move_run(session, run, AWAITING_APPROVAL, worker_id=h.worker_id, due_at=due, now=now)
     return True
 
 
@@ -258,16 +259,16 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         failure = StepFailure("approval_missing", "The run's approval record is missing.", permanent=True)
         await record_failure(h, session, run, attempt, failure)
         return True
-    if approval.status == approvals.PENDING:
+    if approval.status == approval_models.PENDING:
         if approval.expires_at <= now:
             await approvals.expire(session, approval, now=now, correlation_id=run.id)
         elif approval.reminded_at is None and approval.remind_at is not None and approval.remind_at <= now:
             await approvals.remind(session, approval, now=now, mail_configured=h.settings.mail_configured)
-            await runstore.set_due(session, run, worker_id=h.worker_id, due_at=approval.expires_at, now=now)
+            await moves.set_due(session, run, worker_id=h.worker_id, due_at=approval.expires_at, now=now)
             return True
         else:
             due = approval.expires_at if approval.reminded_at else (approval.remind_at or approval.expires_at)
-            await runstore.set_due(session, run, worker_id=h.worker_id, due_at=due, now=now)
+            await moves.set_due(session, run, worker_id=h.worker_id, due_at=due, now=now)
             return False
     attempt = new_attempt(h, run, revision, step, STEP_TYPES["approval"], 1)
     attempt.started_at = approval.created_at
@@ -280,13 +281,13 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
         "comment": approval.comment,
     }
     context = {**run.context, "approvals": [*(run.context.get("approvals") or []), decision]}
-    if approval.status == approvals.APPROVED:
+    if approval.status == approval_models.APPROVED:
         attempt.state = ATTEMPT_SUCCEEDED
         attempt.result = {"approval_id": approval.id, "decided_by": approval.decided_by}
         attempt.finished_at = now
-        await runstore.record_attempt(session, attempt)
+        await moves.record_attempt(session, attempt)
         await audit_step_succeeded(session, run, attempt)
-        await runstore.move_run(
+        await moves.move_run(
             session,
             run,
             RUNNING,
@@ -297,7 +298,7 @@ async def resume_approval(h: Holder, session: AsyncSession, run: WorkflowRun, re
             context=context,
         )
         return True
-    category = {approvals.REJECTED: "approval_rejected", approvals.EXPIRED: "approval_expired"}.get(
+    category = {approval_models.REJECTED: "approval_rejected", approval_models.EXPIRED: "approval_expired"}.get(
         approval.status, "cancelled"
     )
     words = {
@@ -322,10 +323,10 @@ async def end_wait(h: Holder, session: AsyncSession, run: WorkflowRun, revision:
     attempt.state = ATTEMPT_SUCCEEDED
     attempt.result = {"waited": step.get("duration")}
     attempt.finished_at = now
-    await runstore.record_attempt(session, attempt)
+    await moves.record_attempt(session, attempt)
     await audit_step_succeeded(session, run, attempt)
     context = {k: v for k, v in run.context.items() if k != "wait"}
-    await runstore.move_run(
+    await moves.move_run(
         session,
         run,
         RUNNING,

@@ -67,7 +67,7 @@ async def expire_assignments(context: JobContext, timestamp: int) -> None:
         count = await expire_due_assignments(session, runtime.clock.now())
     if count:
         log.info("role assignments expired", extra={"count": count})
-    from engine.runs.approvals import expire_role_requests
+    from engine.runs.role_requests import expire_role_requests
 
     async with transaction(runtime.sessions) as session:
         requests = await expire_role_requests(session, runtime.clock.now())

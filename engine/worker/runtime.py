@@ -24,7 +24,7 @@ from engine.platform.database import asyncpg_connect_args, libpq_conninfo
 from engine.platform.db import make_engine, make_sessionmaker, transaction
 from engine.runs import metrics
 from engine.runs.runner import Runner, RunnerSettings
-from engine.runs.runstore import NOTIFY_CHANNEL
+from engine.runs.runstore.scheduling import NOTIFY_CHANNEL
 from engine.runs.triggers import dispatch_outbox
 from engine.worker import queue
 from engine.worker.drain import drain

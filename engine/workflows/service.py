@@ -897,11 +897,15 @@ async def publish_revision(
         raise Conflict("A superseded revision is not published again directly; roll back to it instead.")
     if revision.status == "rejected":
         raise Conflict("A rejected revision cannot be published.")
-    if revision.status != "approved" and (
-        workflow.requires_approval or await publish_approval_required(session, actor.realm_id)
-    ):
+    if revision.status != "approved" and await approval_needed(session, workflow):
         raise Forbidden("This workflow requires an approved revision before publishing.", code="approval_required")
     return await _publish(session, actor, workflow, revision, rollback=False, comment=comment)
+
+
+async def approval_needed(session: AsyncSession, workflow: Workflow) -> bool:
+    """Whether publishing ``workflow`` needs an approved revision: its own ``requires_approval``, or
+    the realm's publish-approval policy, a floor over every workflow of the realm while it is on."""
+    return workflow.requires_approval or await publish_approval_required(session, workflow.realm_id)
 
 
 async def rollback(session: AsyncSession, actor: Actor, workflow_id: str, number: int) -> Publication:

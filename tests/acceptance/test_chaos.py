@@ -34,9 +34,9 @@ from engine.directory import organizations, webhooks
 from engine.directory.authz import load_authority
 from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
-from engine.runs import runstore
 from engine.runs.runner import Runner, RunnerSettings
-from engine.runs.runstore import LeaseLost
+from engine.runs.runstore import leases
+from engine.runs.runstore.leases import LeaseLost
 from testing.chaos import (
     Directory,
     WorkerPool,
@@ -474,7 +474,7 @@ async def lease_of(realm: RealmHandle, run_id: str) -> tuple[str | None, str]:
 
 async def claim(runner: Runner) -> list[str]:
     async with runner.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session,
             runner.worker_id,
             now=runner.clock.now(),

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import text
 
 from engine.directory.models import User
-from engine.runs import runstore
 from engine.runs.models import StepAttempt
 from engine.runs.runner import Runner
+from engine.runs.runstore import leases
 from testing.approvals import approval_row, decide
 from testing.factories import RealmHandle
 from testing.runs import clock_now, drain, load, make_runner, rows, start
@@ -55,7 +55,7 @@ async def requests_sent(realm: RealmHandle, approver: User) -> int:
 
 async def claim(r: Runner, realm: RealmHandle) -> list[str]:
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, r.worker_id, now=r.clock.now(), lease=LEASE, batch_size=10, tenant_share=10
         )
     return [c.run_id for c in claimed]

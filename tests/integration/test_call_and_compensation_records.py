@@ -17,11 +17,11 @@ from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
 from engine.runs import controls as run_controls
-from engine.runs import runstore
 from engine.runs import service as runs
 from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner
+from engine.runs.runstore import leases, moves, scheduling
 from engine.runs.states import TransitionRefused
 from testing.directory import in_group, joins_then_fails, outage, outage_over
 from testing.factories import RealmHandle
@@ -61,7 +61,7 @@ def answering(compensation_tries: dict[int, int]) -> Any:
 
 async def claim(realm: RealmHandle, worker: Runner, clock: FixedClock) -> list[str]:
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, worker.worker_id, now=clock.now(), lease=LEASE, batch_size=10, tenant_share=10
         )
     return [c.run_id for c in claimed]
@@ -357,12 +357,8 @@ async def three_claimed_runs(realm: RealmHandle, now: datetime) -> tuple[str, st
     for _ in range(3):
         await start(realm, wid, subject.id)
     async with realm.sessions() as session, session.begin():
-        a = await runstore.claim_due_runs(
-            session, "worker-a-1-aaaa", now=now, lease=LEASE, batch_size=2, tenant_share=2
-        )
-        b = await runstore.claim_due_runs(
-            session, "worker-b-1-bbbb", now=now, lease=LEASE, batch_size=1, tenant_share=1
-        )
+        a = await leases.claim_due_runs(session, "worker-a-1-aaaa", now=now, lease=LEASE, batch_size=2, tenant_share=2)
+        b = await leases.claim_due_runs(session, "worker-b-1-bbbb", now=now, lease=LEASE, batch_size=1, tenant_share=1)
     (a1, a2), (b1,) = [c.run_id for c in a], [c.run_id for c in b]
     return a1, a2, b1
 
@@ -387,12 +383,12 @@ async def test_set_due_moves_only_the_named_run_and_is_refused_without_this_work
     async with realm.sessions() as session, session.begin():
         mine = await session.get(WorkflowRun, a1)
         assert mine is not None
-        await runstore.set_due(session, mine, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
+        await moves.set_due(session, mine, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
     with pytest.raises(TransitionRefused, match=f"^run {b1} is not held by worker-a-1-aaaa$"):
         async with realm.sessions() as session, session.begin():
             theirs = await session.get(WorkflowRun, b1)
             assert theirs is not None
-            await runstore.set_due(session, theirs, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
+            await moves.set_due(session, theirs, worker_id="worker-a-1-aaaa", due_at=later, now=moment)
     assert await rows(realm, a1, a2, b1) == [
         (later, moment, "worker-a-1-aaaa", now + LEASE),
         before[1],
@@ -405,10 +401,10 @@ async def test_release_lease_hands_back_only_the_named_run_and_only_this_workers
     now = datetime.now(UTC) + timedelta(seconds=1)
     a1, a2, b1 = await three_claimed_runs(realm, now)
     async with realm.sessions() as session, session.begin():
-        await runstore.release_lease(session, a1, "worker-a-1-aaaa")
-        await runstore.release_lease(session, b1, "worker-a-1-aaaa")
-    leases = [row[2:] for row in await rows(realm, a1, a2, b1)]
-    assert leases == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
+        await leases.release_lease(session, a1, "worker-a-1-aaaa")
+        await leases.release_lease(session, b1, "worker-a-1-aaaa")
+    held = [row[2:] for row in await rows(realm, a1, a2, b1)]
+    assert held == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
 
 
 async def test_release_leases_hands_back_only_the_named_runs_and_only_this_workers_leases(realm: RealmHandle) -> None:
@@ -417,9 +413,9 @@ async def test_release_leases_hands_back_only_the_named_runs_and_only_this_worke
     now = datetime.now(UTC) + timedelta(seconds=1)
     a1, a2, b1 = await three_claimed_runs(realm, now)
     async with realm.sessions() as session, session.begin():
-        await runstore.release_leases(session, [a1, b1], "worker-a-1-aaaa")
-    leases = [row[2:] for row in await rows(realm, a1, a2, b1)]
-    assert leases == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
+        await leases.release_leases(session, [a1, b1], "worker-a-1-aaaa")
+    held = [row[2:] for row in await rows(realm, a1, a2, b1)]
+    assert held == [(None, None), ("worker-a-1-aaaa", now + LEASE), ("worker-b-1-bbbb", now + LEASE)]
 
 
 async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_time(realm: RealmHandle) -> None:
@@ -459,7 +455,7 @@ async def test_the_cancel_statement_takes_only_runs_in_a_forward_state(realm: Re
     for run_id in (compensating_id, finished_id):
         before, _ = await load(realm, run_id)
         async with realm.sessions() as session, session.begin():
-            marked = await runstore.request_cancel(
+            marked = await scheduling.request_cancel(
                 session, run_id, realm.id, by=realm.admin.id, reason="stop", now=clock.now() + timedelta(seconds=5)
             )
         assert marked is None

@@ -14,7 +14,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.runs import service as runs
+from engine.runs import run_reads
 from engine.runs.retention import cleanup_finished_runs
 from testing.diagnostics import Team, compensation_failed_run, diagnostics_of
 from testing.factories import HTML, RealmHandle, browser_session
@@ -140,8 +140,8 @@ async def test_only_a_compensation_failed_run_can_be_resolved(client: Client, re
 async def test_diagnostics_never_carry_subjects_inputs_or_messages(client: Client, realm: RealmHandle) -> None:
     workflow_id, run_id, subject = await compensation_failed_run(realm)
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, run_id)
-        attempts = await runs.run_attempts(session, run_id)
+        run = await run_reads.get_run(session, realm.id, run_id)
+        attempts = await run_reads.run_attempts(session, run_id)
     secrets = {subject.id, subject.email, subject.display_name}
     secrets |= {str(v) for v in run.input.values() if v}
     secrets |= {

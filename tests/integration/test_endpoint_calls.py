@@ -301,9 +301,9 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
     first = call_runner(realm, clock=clock)
     # Prepare the call and commit the started attempt, but never send it or record it.
     async with realm.sessions() as session, session.begin():
-        from engine.runs import runstore
+        from engine.runs.runstore import leases
 
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, first.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
         )
     assert [c.run_id for c in claimed] == [run_id]
@@ -451,7 +451,7 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
 ) -> None:
     """Cancelling ends the wait for the call: the started attempt is closed as interrupted at that
     moment, only the run's own attempts, and the call's late outcome changes nothing."""
-    from engine.runs import runstore
+    from engine.runs.runstore import leases
 
     hook = await subscribe(realm, receiver)
     _, run_id = await run_one(realm, calling(hook))
@@ -459,7 +459,7 @@ async def test_a_run_cancelled_while_its_call_is_in_flight_closes_the_started_at
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     worker = call_runner(realm, clock=clock)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, worker.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=10, tenant_share=10
         )
     assert {c.run_id for c in claimed} == {run_id, bystander_id}

@@ -91,13 +91,13 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
         "only a named approver decides; an approved role assignment is made by roles.create_assignment (checked)"
     ),
     "engine.runs.approvals.delegate": "only a named approver hands their decision on",
-    "engine.runs.approvals.request_role_assignment": "records what roles.create_assignment (checked) answered",
+    "engine.runs.role_requests.request_role_assignment": "records what roles.create_assignment (checked) answered",
     "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
     "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
     "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.service.set_enabled's rules",
     "engine.runs.controls.retry_now": "changes only when a waiting attempt happens",
     "engine.runs.controls.bulk_action": "each run goes through its own cancel or re-run",
-    "engine.runs.diagnostics.resolve_run": "records a note on a finished run",
+    "engine.runs.attention.resolve_run": "records a note on a finished run",
     "engine.runs.service.start_manual_run": (
         "starts a run: the starter's authority over the subject and every step is checked there; the run's"
         " steps change principals through the functions registered here, with the publisher's authority"

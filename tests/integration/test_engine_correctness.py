@@ -14,8 +14,9 @@ from sqlalchemy import text
 
 from engine.platform.clock import SYSTEM_CLOCK, FixedClock
 from engine.runs import controls as run_controls
-from engine.runs import runstore, triggers
 from engine.runs import service as runs
+from engine.runs import triggers
+from engine.runs.runstore import leases
 from engine.workflows import service as workflows
 from testing.directory import outage, refuse_role_changes
 from testing.factories import RealmHandle
@@ -40,7 +41,7 @@ async def refuse(realm: RealmHandle, role_id: str, op: str) -> None:
 async def claimable(realm: RealmHandle, at: datetime) -> set[str]:
     """Every run a claim at ``at`` would take (the claim is rolled back)."""
     async with realm.sessions() as session, session.begin():
-        taken = await runstore.claim_due_runs(
+        taken = await leases.claim_due_runs(
             session, "worker-probe-1-pppp", now=at, lease=timedelta(seconds=1), batch_size=50, tenant_share=50
         )
         await session.rollback()
@@ -186,7 +187,7 @@ class TestFairClaims:
                 await start(handle, wid, (await handle.user(f"old{i}@example.com")).id)
         fresh = await start(third, await publish(third, end), (await third.user("new@example.com")).id)
         async with realm.sessions() as session, session.begin():
-            claimed = await runstore.claim_due_runs(
+            claimed = await leases.claim_due_runs(
                 session,
                 "worker-fair-1-aaaa",
                 now=datetime.now(UTC) + timedelta(seconds=5),
@@ -213,7 +214,7 @@ class TestFairClaims:
         now = datetime.now(UTC) + timedelta(seconds=5)
         for turn in range(3):
             async with realm.sessions() as session, session.begin():
-                claimed = await runstore.claim_due_runs(
+                claimed = await leases.claim_due_runs(
                     session,
                     f"worker-rr-{turn}-aaaa",
                     now=now,
@@ -384,13 +385,13 @@ class TestWorkerWiring:
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
         periodic.clock = listener.clock = clock
         async with realm.sessions() as session, session.begin():
-            taken = await runstore.claim_due_runs(
+            taken = await leases.claim_due_runs(
                 session, periodic.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
         assert [c.run_id for c in taken] == [run_id]
         clock.advance(seconds=31)  # the periodic pass is slow: its lease runs out
         async with realm.sessions() as session, session.begin():
-            taken = await runstore.claim_due_runs(
+            taken = await leases.claim_due_runs(
                 session, listener.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
         assert [c.run_id for c in taken] == [run_id]  # the listener takes it over

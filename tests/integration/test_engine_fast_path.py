@@ -20,15 +20,15 @@ from engine.directory.audit import Actor
 from engine.directory.authz import AUTHORITY_SQL, load_authority
 from engine.directory.models import Group, Role, User
 from engine.platform.clock import FixedClock
-from engine.runs import runstore
 from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import batched
 from testing.factories import RealmHandle
 from testing.runs import drain, load, start
 from testing.statements import recording
 from testing.workflows import publish
 
 # The statement that reads a principal's authority, as the fast path sends it.
-AUTHORITY = runstore.positional(AUTHORITY_SQL)
+AUTHORITY = batched.positional(AUTHORITY_SQL)
 
 
 def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:
@@ -737,7 +737,7 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
     clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
     r = runner(realm, clock)
     engine = realm.sessions.kw["bind"]
-    reads = (runstore.REVISION_BY_ID.sql, runstore.ROLE_BY_ID.sql, runstore.GROUP_WITH_ROLES.sql)
+    reads = (batched.REVISION_BY_ID.sql, batched.ROLE_BY_ID.sql, batched.GROUP_WITH_ROLES.sql)
 
     with recording(engine) as log:
         await engine.dispose()  # the connections made from here on note what they send
@@ -762,8 +762,8 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
     assert sent.count(AUTHORITY.sql) == 2 * 3
     # The pass: the claim, then one round per step, each the group's lock and one statement for the
     # whole group (each new subject's authority read between them), then a claim that finds nothing.
-    rounds = [q for q in sent if q in (runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql)]
-    assert rounds == [runstore.LOCK_FOR_TRANSITION.sql, runstore.FAST_TRANSITIONS.sql] * 3
+    rounds = [q for q in sent if q in (batched.LOCK_FOR_TRANSITION.sql, batched.FAST_TRANSITIONS.sql)]
+    assert rounds == [batched.LOCK_FOR_TRANSITION.sql, batched.FAST_TRANSITIONS.sql] * 3
     assert (log.count("BEGIN"), log.count("COMMIT")) == (5, 5), log.summary()
 
 

@@ -15,8 +15,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
-from engine.runs import runstore
 from engine.runs.retry import CAP_MS
+from engine.runs.runstore import leases
 from testing.directory import in_group, joins_then_fails, member_group, outage, outage_over
 from testing.factories import RealmHandle, bearer
 from testing.runs import drain, events, load, make_runner, start
@@ -226,7 +226,7 @@ async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: Rea
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
         )
     assert [c.run_id for c in claimed] == [run_id]
@@ -309,7 +309,7 @@ async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
         )
     assert sorted(c.run_id for c in claimed) == sorted([held, going])

@@ -16,7 +16,7 @@ from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
 from engine.platform.errors import Conflict, NotFound, Unauthorized
-from engine.runs import approvals, schedules
+from engine.runs import approval_links, approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
@@ -137,12 +137,12 @@ async def test_an_approval_link_opens_until_the_microsecond_its_approval_expires
     async with realm.sessions() as session, session.begin():
         row = await session.get(WorkflowApproval, approval.id)
         assert row is not None
-        token = await approvals.create_link(session, row, approver.id)
+        token = await approval_links.create_link(session, row, approver.id)
 
     async def redeem(now: datetime) -> str:
         async with realm.sessions() as session:
             try:
-                return await approvals.redeem_link(session, realm.id, approver.id, token, now=now)
+                return await approval_links.redeem_link(session, realm.id, approver.id, token, now=now)
             except NotFound:
                 return "not_found"
             finally:

@@ -21,6 +21,7 @@ from engine.endpoints.calls import EndpointSettings
 from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.ids import new_id
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
 from engine.runs.runner import Runner, RunnerSettings
@@ -135,7 +136,7 @@ async def example(world: World, state: dict[str, bool], kinds: list[str]) -> Non
         if not await runner.run_pass():
             break
     async with realm.sessions() as session:
-        attempts = await runs.run_attempts(session, run.id)
+        attempts = await run_reads.run_attempts(session, run.id)
     ran: dict[str, tuple[str, str | None, str | None]] = {}
     for attempt in attempts:
         if attempt.state == "succeeded":

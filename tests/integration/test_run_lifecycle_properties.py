@@ -35,9 +35,10 @@ from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict
 from engine.runs import controls as run_controls
-from engine.runs import runstore
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runstore import leases
 from engine.runs.states import FINISHED
 from engine.workflows import service as workflows
 from testing.directory import refuse_role_changes
@@ -171,17 +172,17 @@ class RunLifecycle(RuleBasedStateMachine):
 
         async def go() -> None:
             async with self.realm.sessions() as session, session.begin():
-                taken = await runstore.claim_due_runs(
+                taken = await leases.claim_due_runs(
                     session, runner.worker_id, now=self.clock.now(), lease=LEASE, batch_size=1, tenant_share=1
                 )
             for item in taken:
                 try:
                     await runner.transition(item.run_id)
-                except runstore.LeaseLost:
+                except leases.LeaseLost:
                     continue
                 if hand_back:
                     async with self.realm.sessions() as session, session.begin():
-                        await runstore.release_lease(session, item.run_id, runner.worker_id)
+                        await leases.release_lease(session, item.run_id, runner.worker_id)
 
         self.h.run(go())
 
@@ -208,7 +209,7 @@ class RunLifecycle(RuleBasedStateMachine):
 
         async def go() -> None:
             async with self.realm.sessions() as session:
-                before = await runs.get_run(session, self.realm.id, run_id)
+                before = await run_reads.get_run(session, self.realm.id, run_id)
                 refusable = before.state in FINISHED or before.state == "compensating" or before.cancel_requested_at
             try:
                 async with self.realm.sessions() as session, session.begin():
@@ -259,7 +260,7 @@ class RunLifecycle(RuleBasedStateMachine):
 
         async def go() -> None:
             async with self.realm.sessions() as session, session.begin():
-                await runstore.claim_due_runs(
+                await leases.claim_due_runs(
                     session, ghost, now=self.clock.now(), lease=LEASE, batch_size=1, tenant_share=1
                 )
 

@@ -230,7 +230,7 @@ async def _authority(realm: RealmHandle) -> Any:
 
 async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHandle, other_realm: RealmHandle) -> None:
     """A busy realm's backlog never hides another realm's runs; at most 50 per pass."""
-    from engine.runs import runstore
+    from engine.runs.runstore import leases
 
     end = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
     busy_wid = await publish(realm, end)
@@ -241,13 +241,13 @@ async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHan
         await start(other_realm, quiet_wid, (await other_realm.user(f"quiet{i}@example.com")).id)
     later = datetime.now(UTC) + timedelta(seconds=5)
     async with realm.sessions() as session, session.begin():
-        claimed = await runstore.claim_due_runs(
+        claimed = await leases.claim_due_runs(
             session, "worker-share-1-aaaa", now=later, lease=timedelta(seconds=30), batch_size=8, tenant_share=5
         )
     by_realm = {r: sum(1 for c in claimed if c.realm_id == r) for r in (realm.id, other_realm.id)}
     assert by_realm == {realm.id: 5, other_realm.id: 2}
     async with realm.sessions() as session, session.begin():
-        more = await runstore.claim_due_runs(
+        more = await leases.claim_due_runs(
             session, "worker-share-2-bbbb", now=later, lease=timedelta(seconds=30), batch_size=500, tenant_share=500
         )
     assert len(more) == 7 and not {c.run_id for c in more} & {c.run_id for c in claimed}  # leased runs are not taken
@@ -259,7 +259,7 @@ async def test_claims_take_at_most_the_batch_and_the_realm_share(realm: RealmHan
 async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
     realm: RealmHandle, other_realm: RealmHandle
 ) -> None:
-    from engine.runs import runstore
+    from engine.runs.runstore import scheduling
 
     subject = await realm.user("subject@example.com")
     role = await realm.role("viewer", ["realm.workflows.read"])
@@ -287,7 +287,7 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
                 await session.execute(
                     text(f"UPDATE workflow_runs SET {column} = :v WHERE id = :r"), {"v": value, "r": run_id}
                 )
-            moved = await runstore.retry_now(session, run_id, realm_id, now=at)
+            moved = await scheduling.retry_now(session, run_id, realm_id, now=at)
             answer = moved.due_at if moved is not None else None
             await session.rollback()
         return answer
@@ -302,7 +302,7 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
     assert await probe(realm.id, soon, lease_owner="worker-other-1-bbbb", lease_expires_at=held) is None
     assert await probe(realm.id, soon, lease_owner="worker-other-1-bbbb", lease_expires_at=soon) == soon
     async with realm.sessions() as session, session.begin():
-        moved = await runstore.retry_now(session, run_id, realm.id, now=soon)
+        moved = await scheduling.retry_now(session, run_id, realm.id, now=soon)
         assert moved is not None
     run, _ = await load(realm, run_id)
     assert (run.due_at, run.updated_at) == (soon, soon)
@@ -311,7 +311,7 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
 
 
 async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_handed_back(realm: RealmHandle) -> None:
-    from engine.runs import runstore
+    from engine.runs.runstore import leases
 
     subject = await realm.user("subject@example.com")
     definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
@@ -320,15 +320,15 @@ async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_hand
     now = datetime.now(UTC) + timedelta(seconds=1)
     lease = timedelta(seconds=30)
     async with realm.sessions() as session, session.begin():
-        await runstore.claim_due_runs(session, "worker-a-1-aaaa", now=now, lease=lease, batch_size=1, tenant_share=1)
-        await runstore.claim_due_runs(session, "worker-b-1-bbbb", now=now, lease=lease, batch_size=1, tenant_share=1)
+        await leases.claim_due_runs(session, "worker-a-1-aaaa", now=now, lease=lease, batch_size=1, tenant_share=1)
+        await leases.claim_due_runs(session, "worker-b-1-bbbb", now=now, lease=lease, batch_size=1, tenant_share=1)
     owners = {}
     for run_id in (mine, theirs):
         run, _ = await load(realm, run_id)
         owners[run.lease_owner] = run_id
     mine, theirs = owners["worker-a-1-aaaa"], owners["worker-b-1-bbbb"]
     async with realm.sessions() as session, session.begin():
-        locked = await runstore.lock_leased_run(
+        locked = await leases.lock_leased_run(
             session, mine, "worker-a-1-aaaa", now=now + lease - timedelta(microseconds=1), lease=lease
         )
         assert locked.lease_expires_at == now + 2 * lease - timedelta(microseconds=1)  # renewed
@@ -336,13 +336,13 @@ async def test_a_lease_is_ours_until_the_moment_it_expires_and_only_ours_is_hand
     for worker, at in (("worker-a-1-aaaa", expiry), ("worker-b-1-bbbb", now)):
         try:
             async with realm.sessions() as session, session.begin():
-                await runstore.lock_leased_run(session, mine, worker, now=at, lease=lease)
-        except runstore.LeaseLost as lost:
+                await leases.lock_leased_run(session, mine, worker, now=at, lease=lease)
+        except leases.LeaseLost as lost:
             assert str(lost) == f"worker {worker} no longer holds the lease of {mine}"
         else:
             raise AssertionError(f"{worker} locked a run it does not hold at {at}")
     async with realm.sessions() as session, session.begin():
-        await runstore.release_leases(session, [mine, theirs], "worker-a-1-aaaa")
+        await leases.release_leases(session, [mine, theirs], "worker-a-1-aaaa")
     run, _ = await load(realm, mine)
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
     run, _ = await load(realm, theirs)

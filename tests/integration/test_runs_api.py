@@ -157,15 +157,15 @@ class TestCancellation:
         clock = FixedClock(datetime.now(UTC))
         r = make_runner(realm, clock)
         # Advance only past the grant, one transition at a time: pending -> running -> grant.
-        from engine.runs import runstore
+        from engine.runs.runstore import leases
 
         async with realm.sessions() as session, session.begin():
-            await runstore.claim_due_runs(
+            await leases.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
         assert await r.transition(run_id)  # pending -> running, and the grant succeeded
         async with realm.sessions() as session, session.begin():
-            await runstore.release_lease(session, run_id, r.worker_id)
+            await leases.release_lease(session, run_id, r.worker_id)
         cancel_token = await realm.token(other_admin)
         cancelled = await client.post(
             f"{realm.api}/workflow-runs/{run_id}/cancel",
@@ -233,10 +233,10 @@ class TestRunTimeCeiling:
         ).json()["id"]
         clock = FixedClock(datetime.now(UTC))
         r = make_runner(realm, clock)
-        from engine.runs import runstore
+        from engine.runs.runstore import leases
 
         async with realm.sessions() as session, session.begin():
-            await runstore.claim_due_runs(
+            await leases.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
         assert await r.transition(run_id)  # running, and team: added to the group
@@ -244,7 +244,7 @@ class TestRunTimeCeiling:
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM role_assignments WHERE id = :a"), {"a": assignment.id})
         async with realm.sessions() as session, session.begin():
-            await runstore.release_lease(session, run_id, r.worker_id)
+            await leases.release_lease(session, run_id, r.worker_id)
         clock.advance(seconds=5)
         await drain(r)
         run, attempts = await load(realm, run_id)

@@ -20,6 +20,7 @@ from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
 from engine.platform.ids import new_id
+from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner, RunnerSettings
@@ -93,8 +94,8 @@ async def run_steps(
         if not await runner.run_pass():
             break
     async with realm.sessions() as session:
-        loaded = await runs.get_run(session, realm.id, run_id)
-        attempts = await runs.run_attempts(session, run_id)
+        loaded = await run_reads.get_run(session, realm.id, run_id)
+        attempts = await run_reads.run_attempts(session, run_id)
         rows = await session.execute(
             text(
                 "SELECT type, category, subject_id, details, subject_type FROM audit_events "
@@ -459,8 +460,8 @@ async def test_compensation_leaves_a_membership_the_run_did_not_make(realm: Real
         if not await runner.run_pass():
             break
     async with realm.sessions() as session:
-        run = await runs.get_run(session, realm.id, waiting.run.id)
-        join = (await runs.run_attempts(session, run.id))[0]
+        run = await run_reads.get_run(session, realm.id, waiting.run.id)
+        join = (await run_reads.run_attempts(session, run.id))[0]
         kept = await session.scalar(
             text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
             {"g": group_id, "u": subject.id},

@@ -286,6 +286,48 @@ async def test_the_realm_policy_locks_approval_on(client: Client, realm: RealmHa
         assert await session.scalar(text("SELECT requires_approval FROM workflows WHERE name = 'Quick'")) is True
 
 
+async def test_pages_say_approval_is_needed_once_the_policy_floor_covers_an_older_workflow(
+    client: Client, realm: RealmHandle
+) -> None:
+    await signed_in(client, realm)
+    workflow = await make_workflow(realm, body=MINIMAL, requires_approval=False)
+    base = f"/realms/{realm.slug}/workflows/{workflow.id}"
+
+    async def pages() -> dict[str, str]:
+        return {
+            "list": (await client.get(f"/realms/{realm.slug}/workflows", headers=HTML)).text,
+            "detail": (await client.get(base, headers=HTML)).text,
+            "revisions": (await client.get(f"{base}/revisions", headers=HTML)).text,
+            "revision": (await client.get(f"{base}/revisions/1", headers=HTML)).text,
+            "editor": (await client.get(f"{base}/edit", headers=HTML)).text,
+        }
+
+    before = await pages()
+    assert "requires approval" not in before["list"] and "not required" in before["detail"]
+    assert 'action="' + base + '/revisions/1/publish"' in before["revision"]
+    assert "publish it from its page" in before["editor"]
+    assert "approved → published" not in before["revisions"]
+
+    async with realm.sessions() as session, session.begin():
+        policy = await session.get(RealmPolicy, realm.id)
+        assert policy is not None
+        policy.extensions = {"workflow_publish_approval": True}
+    after = await pages()
+    # The workflow's own flag is unchanged; the policy is a floor over it, and every page says so.
+    async with realm.sessions() as session:
+        assert (
+            await session.scalar(text("SELECT requires_approval FROM workflows WHERE id = :w"), {"w": workflow.id})
+            is False
+        )
+        assert await workflows.approval_needed(session, workflow) is True
+    assert "requires approval" in after["list"]
+    assert "a revision is published only once someone other than its author approved it" in after["detail"]
+    assert 'action="' + base + '/revisions/1/publish"' not in after["revision"]
+    assert "publish it once it is approved" in after["revision"]
+    assert "someone other than you approves it" in after["editor"]
+    assert "approved → published" in after["revisions"]
+
+
 async def test_a_new_workflow_from_a_template_opens_in_the_editor_with_what_is_left_to_choose(
     client: Client, realm: RealmHandle
 ) -> None:

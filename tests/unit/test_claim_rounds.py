@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.runs.runstore import Claimed, share_filled
+from engine.runs.runstore.leases import Claimed, share_filled
 
 
 def claims(*realms: str) -> list[Claimed]:

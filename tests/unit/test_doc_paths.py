@@ -68,7 +68,7 @@ def test_every_path_a_doc_names_exists(doc: Path) -> None:
 
 def test_the_check_sees_a_path_that_is_gone(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
-    doc.write_text("See `engine/runs/no_such_module.py` and `engine/runs/runstore.py`.", encoding="utf-8")
+    doc.write_text("See `engine/runs/no_such_module.py` and `engine/runs/runstore/leases.py`.", encoding="utf-8")
     names = [named for named, path in named_paths(doc) if not exists(path)]
     assert names == ["engine/runs/no_such_module.py"]
 

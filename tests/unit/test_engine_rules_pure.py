@@ -141,7 +141,7 @@ def test_each_approval_refusal_says_which_rule() -> None:
 
 
 def test_named_parameters_become_numbered_once_each_in_order_of_first_use() -> None:
-    from engine.runs.runstore import positional
+    from engine.runs.runstore.batched import positional
 
     statement = positional("SELECT :run_id, :now::timestamptz, x::text, :run_id, :step")
     assert statement.sql == "SELECT $1, $2::timestamptz, x::text, $1, $3"
@@ -151,7 +151,7 @@ def test_named_parameters_become_numbered_once_each_in_order_of_first_use() -> N
 
 def test_every_step_type_with_a_fast_form_is_retried_like_its_ordinary_form() -> None:
     """The fast path records the retry policy of every step it makes (engine/runs/fastpath.py)."""
-    from engine.runs.fastpath import FAST_STEP_TYPES
+    from engine.runs.fastpath_forms import FAST_STEP_TYPES
     from engine.runs.steps import STEP_TYPES
 
     # Every internal step type has a batched form; approvals, waits and calls never do.

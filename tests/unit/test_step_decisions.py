@@ -631,9 +631,10 @@ def test_a_transition_ends_only_where_the_state_table_allows() -> None:
 def test_the_batched_statement_moves_runs_only_along_the_tables_edges() -> None:
     import re
 
-    from engine.runs import runstore, states
+    from engine.runs import states
+    from engine.runs.runstore import batched
 
-    listed = re.search(r"\(r\.state, a\.target\) IN \(VALUES (.*?)\)\s+--", runstore.FAST_TRANSITIONS.sql)
+    listed = re.search(r"\(r\.state, a\.target\) IN \(VALUES (.*?)\)\s+--", batched.FAST_TRANSITIONS.sql)
     assert listed is not None
     edges = set(re.findall(r"\('(\w+)', '(\w+)'\)", listed.group(1)))
     assert edges == {(a, b) for a, targets in states.RUN_TRANSITIONS.items() for b in targets} == set(states.RUN_EDGES)

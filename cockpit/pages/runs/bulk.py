@@ -17,7 +17,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import identity
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import controls as run_controls
-from engine.runs import service as runs
+from engine.runs import run_reads
 
 
 class BulkForm(msgspec.Struct):
@@ -85,7 +85,7 @@ class RunBulkPages(Controller):
                             "The request is not valid.",
                             issues=[Issue("/filter/created_after", "invalid", "times look like 2026-12-01T09:30")],
                         ) from None
-                    where = runs.RunFilter(
+                    where = run_reads.RunFilter(
                         workflow_id=data.workflow_id.strip() or None,
                         state=one_state,
                         state_group=group,

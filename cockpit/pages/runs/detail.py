@@ -33,6 +33,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, NotFound
+from engine.runs import approval_views, run_reads
 from engine.runs import approvals as approval_records
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
@@ -68,10 +69,10 @@ class RunPages(Controller):
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
-        found = await runs.get_run_context(db_session, realm_id, run_id)
+        found = await run_reads.get_run_context(db_session, realm_id, run_id)
         run, workflow, steps = found.run, found.workflow, found.steps
-        attempts = await runs.run_attempts(db_session, run.id)
-        approvals = [approval_records.approval_view(a) for a in await approval_records.for_run(db_session, run.id)]
+        attempts = await run_reads.run_attempts(db_session, run.id)
+        approvals = [approval_views.approval_view(a) for a in await approval_records.for_run(db_session, run.id)]
         users = await people(
             db_session,
             realm_id,
@@ -109,7 +110,7 @@ class RunPages(Controller):
             organization_name=org_names.get(run.organization_id or "", run.organization_id),
             finished=finished,
             duration=human_duration(run.created_at, run.finished_at if finished else SYSTEM_CLOCK.now()),
-            next_attempt_at=runs.next_attempt_at(run),
+            next_attempt_at=run_reads.next_attempt_at(run),
             cancellable=cancellable(run),
             can_cancel=may(principal, "realm.workflows.run"),
             paused=paused(run, workflow),

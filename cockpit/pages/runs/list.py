@@ -27,7 +27,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import identity
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
-from engine.runs import service as runs
+from engine.runs import run_reads
 from engine.runs.models import WorkflowRun
 from engine.runs.outcome import Outcome, people_in, run_outcome, run_title
 from engine.runs.states import FINISHED, RUN_STATES
@@ -89,7 +89,7 @@ class RunListPages(Controller):
                     subject_note = f"There is no user {subject} in this realm."
             else:
                 subject_id = subject
-        items: list[runs.RunLine] = []
+        items: list[run_reads.RunLine] = []
         next_cursor: str | None = None
         one_state, state_group = split_state(state)
         if subject_note is None:
@@ -101,14 +101,14 @@ class RunListPages(Controller):
                         "The request is not valid.",
                         issues=[Issue("query:created_after", "invalid", "times look like 2026-12-01T09:30")],
                     ) from None
-                found = await runs.list_run_lines(
+                found = await run_reads.list_run_lines(
                     db_session,
                     realm_id,
                     workflow_id=workflow_id,
                     state=one_state,
                     subject_id=subject_id,
                     cursor=cursor,
-                    where=runs.RunFilter(
+                    where=run_reads.RunFilter(
                         state_group=state_group,
                         trigger_type=trigger_type or None,
                         created_after=after,
@@ -152,7 +152,7 @@ class RunListPages(Controller):
         )
 
     @staticmethod
-    def _rows(items: Sequence[runs.RunLine], names: dict[str, str]) -> list[RunRow]:
+    def _rows(items: Sequence[run_reads.RunLine], names: dict[str, str]) -> list[RunRow]:
         moment = SYSTEM_CLOCK.now()
         rows: list[RunRow] = []
         for line in items:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from cockpit.pages.runs.shared import human_duration
-from engine.runs import service as runs
+from engine.runs import run_reads
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.states import (
     ATTEMPT_FAILED,
@@ -36,7 +36,7 @@ def retry_waiting(run: WorkflowRun) -> bool:
     return (
         run.state in (RUNNING, COMPENSATING)
         and run.error_category is not None
-        and runs.next_attempt_at(run) is not None
+        and run_reads.next_attempt_at(run) is not None
         and run.lease_owner is None
     )
 
@@ -87,7 +87,7 @@ def step_lines(run: WorkflowRun, steps: Sequence[dict[str, Any]], attempts: Sequ
     for attempt in attempts:
         by_step.setdefault(attempt.step_id, []).append(attempt)
     finished = run.state in FINISHED
-    retry_at = runs.next_attempt_at(run)
+    retry_at = run_reads.next_attempt_at(run)
     lines: list[StepLine] = []
     for index, step in enumerate(steps):
         step_id = str(step.get("id", f"step-{index}"))

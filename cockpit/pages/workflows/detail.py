@@ -43,6 +43,7 @@ class WorkflowPages(Controller):
         await db_session.refresh(workflow)  # current values, also after a change that was undone
         common = {
             "workflow": workflow,
+            "approval_needed": await workflows.approval_needed(db_session, workflow),
             "can_write": may(principal, "realm.workflows.write"),
             "can_publish": may(principal, "realm.workflows.publish"),
         }

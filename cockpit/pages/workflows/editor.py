@@ -135,6 +135,7 @@ class WorkflowEditorPages(Controller):
             nav="workflows",
             status_code=status_code,
             workflow=workflow,
+            approval_needed=await workflows.approval_needed(db_session, workflow),
             base=base,
             text=checked.text,
             issues=checked.issues,

@@ -65,6 +65,7 @@ class WorkflowListPages(Controller):
             state=state,
             states=WORKFLOW_STATES,
             list_error=list_error,
+            approval_floor=await publish_approval_required(db_session, principal.realm.id),
             names=await display_names(db_session, principal.realm, (w.owner_id for w in items)),
             health=await health_cache.health_of(db_session, principal.realm.id, [w.id for w in items]),
             reviews=await workflows.revisions_waiting_for_review(

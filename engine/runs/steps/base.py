@@ -2,7 +2,7 @@
 
 A step type says what kind of work it is, performs its effect inside the run's transaction
 (internal effects), and says how it is compensated. It never writes the engine's own tables:
-engine/runs/runstore.py does that around it.
+engine/runs/runstore/ does that around it.
 """
 
 from __future__ import annotations
