@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
@@ -12,7 +12,6 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import ControllerRouterHandler
 
 from cockpit.api.approvals import ApprovalsController, NoticesController
 from cockpit.api.audit import AuditEventsController
@@ -132,12 +131,8 @@ PAGE_CONTROLLERS: list[type] = [
 ]
 
 
-def create_app(
-    settings: Settings | None = None,
-    database_url: str | None = None,
-    extra_route_handlers: Sequence[ControllerRouterHandler] = (),
-) -> Litestar:
-    """Build the application; ``extra_route_handlers`` lets tests mount probes beside the real routes."""
+def create_app(settings: Settings | None = None, database_url: str | None = None) -> Litestar:
+    """Build the application."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -183,7 +178,6 @@ def create_app(
             *API_CONTROLLERS,
             *PAGE_CONTROLLERS,
             create_static_files_router(path="/static", directories=[RESOURCE_ROOT / "static"], include_in_schema=False),
-            *extra_route_handlers,
         ],
         dependencies={"db_session": Provide(provide_db_session), "principal": Provide(provide_principal)},
         guards=[realm_guard, api_guard],

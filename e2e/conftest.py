@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, BrowserType, expect
 from playwright.sync_api import Error as PlaywrightError
 
+from e2e.helpers import LiveServer
 from testing.browser import CHROMIUM_ARGS, chromium_executable, must_have_browser
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 
@@ -33,15 +33,6 @@ from testing.processes import cockpit_env, free_port, start, stop, wait_http
 ACTION_TIMEOUT_MS = 15_000
 expect.set_options(timeout=ACTION_TIMEOUT_MS)
 READY_TIMEOUT_S = 90
-
-
-@dataclass
-class LiveServer:
-    url: str
-    database_url: str
-    home: Path
-    env: dict[str, str]
-    log: Path
 
 
 @pytest.fixture

@@ -22,13 +22,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from e2e.conftest import LiveServer
-from e2e.helpers import sign_in_url
+from e2e.demo import LAYOUT_ENV, demo_pages
+from e2e.demo import demo as demo  # fixtures
+from e2e.demo import receiver as receiver
+from e2e.helpers import LiveServer, in_database, sign_in_url
 from e2e.pages import sign_in_with_link
-from e2e.test_layout import LAYOUT_ENV, _pages
-from e2e.test_layout import demo as demo  # the layout test's fixtures, reused
-from e2e.test_layout import receiver as receiver
-from e2e.test_runs import in_database
 from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG
 from engine.platform.config import PROJECT_ROOT
 from engine.runs.demo import DEMO_APPROVER
@@ -127,7 +125,7 @@ def test_no_axe_violation_on_any_page_or_state(
     page = admin.pages[0]
     for width in (1400, 800):
         page.set_viewport_size({"width": width, "height": 900})
-        for name, path in [*_pages(demo), ("timeline-waiting", f"{r}/runs/{waiting}")]:
+        for name, path in [*demo_pages(demo), ("timeline-waiting", f"{r}/runs/{waiting}")]:
             response = page.goto(path)
             assert response is not None and response.status == 200, (path, response and response.status)
             audit(page, f"{name}-{width}", found, review)

@@ -9,27 +9,13 @@ run timeline moves on to succeeded.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 from playwright.sync_api import BrowserContext, Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import FINISH_TIMEOUT, PASSWORD, LiveServer, publish, reload_until, setup_realm, sign_in
 from e2e.pages import TimelinePage
-from e2e.test_runs import FINISH_TIMEOUT, publish, setup_realm, sign_in
-
-PASSWORD = "a long enough password"
-
-
-def reload_until(page: Page, check: Callable[[], bool], *, seconds: float = 60) -> None:
-    """Server-rendered lists do not poll: reload until ``check`` holds (the worker is asynchronous)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("the page never showed what was expected")
-        page.wait_for_timeout(500)
-        page.reload()
 
 
 def test_an_approver_approves_and_the_timeline_moves_on(

@@ -13,8 +13,7 @@ import time
 
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import LiveServer
-from e2e.test_runs import publish, setup_realm, sign_in
+from e2e.helpers import LiveServer, publish, setup_realm, sign_in
 
 FINISH_S = 90
 FINISHED = {"succeeded", "failed", "compensated", "compensation_failed", "cancelled"}

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import LiveServer
-from e2e.helpers import create_realm, sign_in_url
+from e2e.helpers import LiveServer, create_realm, sign_in_url
 from e2e.pages import RealmHome, UsersPage, sign_in_with_link
 
 

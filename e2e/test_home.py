@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import LiveServer
 
 
 def test_start_page_shows_the_layout_and_links_to_readiness(live_server: LiveServer, page: Page) -> None:

@@ -14,11 +14,9 @@ from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import FINISH_TIMEOUT, LiveServer, admin_of, in_database, publish, setup_realm, sign_in, subject_id
 from e2e.pages import RunsPage, TimelinePage
 from e2e.pages.editor import EditorPage
-from e2e.test_run_controls import subject_id
-from e2e.test_runs import FINISH_TIMEOUT, _admin_of, in_database, publish, setup_realm, sign_in
 from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.runs import controls as run_controls
@@ -178,7 +176,7 @@ def test_the_editor_keeps_focus_and_says_its_verdict_once(live_server: LiveServe
     setup = setup_realm(live_server, "keys-editor")
 
     async def workflow(session: Any) -> str:
-        admin = await _admin_of(session, setup.realm, setup.admin_email)
+        admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
         made, _ = await workflows.create_workflow(
             session, actor, name="Movable", definition=MOVABLE, has_definition=True
@@ -254,7 +252,7 @@ def test_bulk_progress_keeps_focus(live_server: LiveServer, page: Page) -> None:
     workflow_id = publish(setup, "Paused", [{"id": "done", "type": "end"}])
 
     async def paused_runs(session: Any) -> None:
-        admin = await _admin_of(session, setup.realm, setup.admin_email)
+        admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
         subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None

@@ -17,11 +17,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import FINISH_TIMEOUT, PASSWORD, LiveServer, publish, reload_until, setup_realm, sign_in, sign_in_path
 from e2e.pages import TimelinePage
 from e2e.pages.base import sign_in_with_link
-from e2e.test_approvals import PASSWORD, reload_until
-from e2e.test_runs import FINISH_TIMEOUT, publish, setup_realm, sign_in, sign_in_path
 
 WIDTHS = (1400, 800)
 

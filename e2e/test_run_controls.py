@@ -11,9 +11,18 @@ from typing import Any
 from playwright.sync_api import Page, expect
 from sqlalchemy import text
 
-from e2e.conftest import LiveServer
+from e2e.helpers import (
+    FINISH_TIMEOUT,
+    LiveServer,
+    Setup,
+    admin_of,
+    in_database,
+    publish,
+    setup_realm,
+    sign_in,
+    subject_id,
+)
 from e2e.pages import RunsPage, TimelinePage
-from e2e.test_runs import FINISH_TIMEOUT, Setup, _admin_of, in_database, publish, setup_realm, sign_in
 from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.platform.ids import new_id
@@ -26,16 +35,6 @@ def start(live_server: LiveServer, setup: Setup, workflow_id: str) -> str:
     assert response.status_code == 202, response.text
     run_id: str = response.json()["id"]
     return run_id
-
-
-def subject_id(live_server: LiveServer, setup: Setup) -> str:
-    async def work(session: Any) -> str:
-        admin = await _admin_of(session, setup.realm, setup.admin_email)
-        user = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
-        assert user is not None
-        return str(user.id)
-
-    return in_database(live_server, work)
 
 
 def test_rerun_and_retry_now_from_the_timeline(live_server: LiveServer, page: Page) -> None:
@@ -76,7 +75,7 @@ def test_rerun_and_retry_now_from_the_timeline(live_server: LiveServer, page: Pa
     due = datetime.now(UTC) + timedelta(hours=1)
 
     async def waiting_run(session: Any) -> str:
-        admin = await _admin_of(session, setup.realm, setup.admin_email)
+        admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
         subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
@@ -122,7 +121,7 @@ def test_bulk_cancel_ticked_runs_then_all_matching_the_filter(live_server: LiveS
     workflow_id = publish(setup, "Paused", [{"id": "done", "type": "end"}])
 
     async def paused_runs(session: Any) -> list[str]:
-        admin = await _admin_of(session, setup.realm, setup.admin_email)
+        admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
         subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None

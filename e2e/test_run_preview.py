@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import LiveServer
-from e2e.test_runs import publish, setup_realm, sign_in
+from e2e.helpers import LiveServer, publish, setup_realm, sign_in
 
 # Screenshots for a person to look at, when asked for (COCKPIT_E2E_SCREENSHOTS=<folder>).
 SHOTS = os.environ.get("COCKPIT_E2E_SCREENSHOTS")

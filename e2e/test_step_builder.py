@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import LiveServer
 from e2e.pages import RevisionPage, sign_in_with_link
 from e2e.pages.editor import EditorPage
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.workflows import service as workflows
-from tests.factories import make_realm, sign_in_link
+from testing.factories import make_realm, sign_in_link
 
 MINIMAL = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
 

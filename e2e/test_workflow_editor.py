@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from playwright.sync_api import BrowserContext, Page, expect
 
-from e2e.conftest import LiveServer
+from e2e.helpers import LiveServer
 from e2e.pages import RevisionPage, WorkflowsPage, sign_in_with_link
 from engine.platform.db import make_engine, make_sessionmaker
-from tests.factories import independent_admin, make_realm, sign_in_link
+from testing.factories import independent_admin, make_realm, sign_in_link
 
 MINIMAL = '{"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}'
 

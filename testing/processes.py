@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -108,3 +109,14 @@ def postmaster_pid(data_directory: str | Path) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int((Path(data_directory) / "postmaster.pid").read_text().split()[0])
     return None
+
+
+async def wait_for(condition: object, what: str, timeout: float = 120) -> object:  # noqa: ASYNC109
+    """The first true value of ``await condition()``, asked every 0.2 s; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await condition()  # type: ignore[operator]
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")

@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.app import create_app
 from engine.platform.config import Settings
-from tests.factories import RealmHandle, make_realm
-from tests.mail import smtp_server  # noqa: F401
+from testing.factories import RealmHandle, make_realm
+from testing.mail import smtp_server  # noqa: F401
 
 
 @pytest.fixture

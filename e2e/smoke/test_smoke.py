@@ -24,7 +24,7 @@ from e2e.pages import (
     sign_in_with_link,
 )
 from e2e.signin import create_sign_in_link
-from e2e.smoke.conftest import Deployment, Person
+from e2e.smoke.deployment import Deployment, Person
 
 pytestmark = pytest.mark.smoke
 

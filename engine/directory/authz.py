@@ -118,18 +118,9 @@ class Authority:
     def holds(self, permission: str, organization_id: str | None = None) -> bool:
         return any(covers(p, permission) for g in self._scopes(organization_id) for p in g.permissions)
 
-    def holds_in_any_organization(self, permission: str) -> bool:
-        return any(covers(p, permission) for g in self.grants for p in g.permissions)
-
     def can_assign(self, role_permissions: Iterable[str], organization_id: str | None) -> bool:
         """The grant ceiling: every permission of the role, held in that scope."""
         return not authority_gaps(self, role_authority(role_permissions, organization_id))
-
-    def permissions_in(self, organization_id: str | None = None) -> set[str]:
-        out: set[str] = set()
-        for g in self._scopes(organization_id):
-            out |= g.permissions
-        return out
 
 
 # --- The one rule: may this actor act on that target? ---------------------------------------------

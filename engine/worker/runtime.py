@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import asyncpg
@@ -74,26 +73,15 @@ def make_runners(
     )
 
 
-async def wake_pass(
-    runner: Runner,
-    sessions: async_sessionmaker[AsyncSession],
-    *,
-    dispatch: Callable[[AsyncSession], Awaitable[int]] = dispatch_outbox,
-) -> int:
-    """What a notification triggers: dispatch the outbox, then drain the due runs (:func:`drain`).
+async def wake_pass(runner: Runner, sessions: async_sessionmaker[AsyncSession]) -> Drained:
+    """What a notification triggers: dispatch the outbox, then drain the due runs (:func:`drain`):
+    the transitions made, and whether due runs are left.
 
     A failing dispatch is logged and the run pass still happens (the periodic dispatch retries).
     """
-    transitions, _ = await _wake(runner, sessions, dispatch)
-    return transitions
-
-
-async def _wake(
-    runner: Runner, sessions: async_sessionmaker[AsyncSession], dispatch: Callable[[AsyncSession], Awaitable[int]]
-) -> Drained:
     try:
         async with transaction(sessions) as session:
-            await dispatch(session)
+            await dispatch_outbox(session)
     except Exception:
         log.warning("outbox dispatch after a notification failed; running the pass anyway", exc_info=True)
     return await drain(runner)
@@ -139,7 +127,7 @@ async def _listen(
                     continue
                 wake.clear()
                 try:
-                    _, more = await _wake(runner, sessions, dispatch_outbox)
+                    _, more = await wake_pass(runner, sessions)
                 except Exception:
                     log.warning("pass after a notification failed", exc_info=True)
                 else:

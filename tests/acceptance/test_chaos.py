@@ -48,9 +48,9 @@ from testing.chaos import (
     start_manual_runs,
     working_pids,
 )
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.processes import cockpit_env
 from testing.receiver import Receiver
-from tests.factories import TEST_SECRET_KEY, RealmHandle
 
 LEASE_SECONDS = 3
 MANUAL_WAVES = (8, 8, 8)  # manual runs, one wave per kill

@@ -17,10 +17,9 @@ from sqlalchemy import text
 from engine.directory import webhooks
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from testing.processes import cockpit_env, start
+from testing.factories import TEST_SECRET_KEY, RealmHandle
+from testing.processes import cockpit_env, start, wait_for
 from testing.receiver import Received, Receiver
-from tests.acceptance.test_worker_shutdown import wait_for
-from tests.factories import TEST_SECRET_KEY, RealmHandle
 
 
 async def test_a_worker_killed_between_the_call_and_the_record(

@@ -14,10 +14,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
+from testing.diagnostics import Team
+from testing.factories import RealmHandle
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
-from tests.factories import RealmHandle
-from tests.integration.test_diagnostics import Team
-from tests.integration.test_diagnostics import start as start_run
+from testing.runs import start as start_run
 
 DEADLINE_S = 120  # generous: a loaded machine starts Python and PostgreSQL connections slowly
 

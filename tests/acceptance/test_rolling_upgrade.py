@@ -45,9 +45,9 @@ from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.migrate import current_revision, head_revision
 from testing.browser import must_have_browser
 from testing.chaos import Directory, build_directory, leases_by_pid, publish, start_manual_runs
+from testing.factories import TEST_SECRET_KEY
 from testing.processes import cockpit_env, start, stop
 from testing.receiver import Receiver
-from tests.factories import TEST_SECRET_KEY
 
 # The release before revision 0019 (its head is 0018): main as it was before that migration.
 PREVIOUS_RELEASE = "59bc042f6196202e764d1f0b2239845cdfc6ecec"

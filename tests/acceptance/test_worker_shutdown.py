@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import time
 from pathlib import Path
 
 from sqlalchemy import text
 
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from testing.processes import cockpit_env, start
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
+from testing.processes import cockpit_env, start, wait_for
 
 DEADLINE_S = 120  # generous: a loaded machine starts Python and PostgreSQL connections slowly
-
-
-async def wait_for(condition: object, what: str, timeout: float = DEADLINE_S) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await condition()  # type: ignore[operator]
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 async def leases(realm: RealmHandle) -> dict[str, tuple[str | None, object]]:

@@ -11,8 +11,9 @@ from litestar.testing import AsyncTestClient
 from engine.directory.audit import Actor
 from engine.directory.models import Organization, User
 from engine.runs import service as runs
-from tests.factories import RealmHandle, bearer
-from tests.integration.test_approvals import clock_now, definition, drain, make_runner, publish
+from testing.factories import RealmHandle, bearer
+from testing.runs import clock_now, drain, make_runner
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -41,7 +42,7 @@ async def test_runs_are_filtered_by_organization_and_by_starter(client: Client, 
     subject = await realm.user("subject@example.com")
     await realm.member(acme, subject)
     await realm.member(globex, subject)
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     in_acme = await start_as(realm, realm.actor, wid, subject, acme)
     in_globex = await start_as(realm, second, wid, subject, globex)
     nowhere = await start_as(realm, second, wid, subject)
@@ -63,7 +64,7 @@ async def test_approvals_by_run_with_their_reminder_and_expiry_and_no_retry_time
     token = await realm.token(approver, audience="account")
     first, second = await realm.user("one@example.com"), await realm.user("two@example.com")
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "2h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "2h"})
     )
     clock = clock_now()
     run_one = await start_as(realm, realm.actor, wid, first)
@@ -94,7 +95,7 @@ async def test_approvals_by_run_with_their_reminder_and_expiry_and_no_retry_time
 
 async def test_audit_events_by_correlation_id(client: Client, realm: RealmHandle) -> None:
     subject = await realm.user("audited@example.com")
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     run_one = await start_as(realm, realm.actor, wid, subject)
     await start_as(realm, realm.actor, wid, await realm.user("other@example.com"))
     await drain(make_runner(realm, clock_now()))

@@ -12,8 +12,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform import idempotency
-from tests.factories import RealmHandle, bearer, independent_admin
-from tests.integration.test_runner import publish
+from testing.factories import RealmHandle, bearer, independent_admin
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 

@@ -17,7 +17,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.api.http_semantics import REALM_PREFIX
-from tests.factories import RealmHandle, independent_admin
+from testing.factories import RealmHandle, independent_admin
 
 Client = AsyncTestClient[Litestar]
 REALM_ROUTE = REALM_PREFIX + "{realm:str}"

@@ -29,8 +29,8 @@ from engine.runs.approval_models import NOTICE_STATES
 from engine.runs.attention import ATTENTION_FILTERS
 from engine.runs.diagnostics import HEALTH_STATES
 from engine.workflows.models import REVISION_STATUSES, WORKFLOW_STATES
-from tests.factories import RealmHandle, independent_admin
-from tests.integration.test_runner import drain, runner
+from testing.factories import RealmHandle, independent_admin
+from testing.runs import drain, make_runner
 
 Client = AsyncTestClient[Litestar]
 
@@ -390,7 +390,7 @@ async def test_typed_answers_are_the_views_byte_for_byte(
     diff = await call("GET", f"/workflows/{workflow['id']}/revisions/2/diff?against=1")
     assert diff["structured"]["steps"]["added"] and diff["structured"]["triggers"]["added"]
     run = await call("POST", f"/workflows/{workflow['id']}/runs", {"subject_id": approver.id}, 202)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     timeline = await call("GET", f"/workflow-runs/{run['id']}")
     assert timeline["attempts"], timeline
     await call("GET", "/workflow-runs?limit=5")

@@ -5,72 +5,30 @@ document")."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import text
 
-from engine.directory.audit import Actor
 from engine.directory.models import User
-from engine.platform.clock import FixedClock
-from engine.runs import approvals
 from engine.runs.models import StepAttempt
 from engine.runs.runner import Runner
 from engine.runs.runstore import leases
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, load, publish, runner, start
+from testing.approvals import approval_row, decide
+from testing.factories import RealmHandle
+from testing.runs import clock_now, drain, load, make_runner, rows, start
+from testing.workflows import manual, publish
 
 LEASE = timedelta(seconds=30)
-
-
-def definition(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
 
 
 def approval_step(step_id: str, approver: User, expires_in: str = "2h") -> dict[str, Any]:
     return {"id": step_id, "type": "approval", "approvers": [approver.id], "expires_in": expires_in}
 
 
-def clock_now() -> FixedClock:
-    return FixedClock(datetime.now(UTC) + timedelta(seconds=5))  # runs started now are due
-
-
-async def rows(realm: RealmHandle, sql: str, **params: Any) -> list[Any]:
-    async with realm.sessions() as session:
-        return list((await session.execute(text(sql), params)).all())
-
-
 async def execute(realm: RealmHandle, sql: str, **params: Any) -> None:
     async with realm.sessions() as session, session.begin():
         await session.execute(text(sql), params)
-
-
-async def approval_row(realm: RealmHandle, run_id: str, step_id: str) -> Any:
-    [row] = await rows(
-        realm,
-        "SELECT id, created_at, remind_at, expires_at, reminded_at, status FROM workflow_approvals"
-        " WHERE run_id = :r AND step_id = :s",
-        r=run_id,
-        s=step_id,
-    )
-    return row
-
-
-async def decide(
-    realm: RealmHandle, approver: User, run_id: str, step_id: str, *, approve: bool, comment: str | None, now: datetime
-) -> str:
-    """The approver decides (as the API does) at ``now``; the approval's id."""
-    approval_id = str((await approval_row(realm, run_id, step_id)).id)
-    async with realm.sessions() as session, session.begin():
-        await approvals.decide(
-            session,
-            Actor(type="user", id=approver.id, realm_id=realm.id),
-            approval_id,
-            approve=approve,
-            comment=comment,
-            now=now,
-        )
-    return approval_id
 
 
 async def step_events(realm: RealmHandle, run_id: str) -> list[tuple[str, str, str | None, str | None, Any]]:
@@ -116,10 +74,10 @@ async def test_each_decision_is_appended_to_the_runs_context_with_when_and_why(r
     subject, first, second = await realm.user(), await realm.user(), await realm.user()
     wid = await publish(
         realm,
-        definition(approval_step("manager", first), approval_step("security", second), {"id": "done", "type": "end"}),
+        manual(approval_step("manager", first), approval_step("security", second), {"id": "done", "type": "end"}),
     )
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     first_at = clock.now()
@@ -163,9 +121,9 @@ async def test_an_approved_step_succeeds_once_with_the_decider_as_its_result_and
     retried (at most 1 attempt, no backoff), runs from the request to the resume, and its
     ``workflow.step.succeeded`` event is a workflow event about the run."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     requested = await approval_row(realm, run_id, "approve")
@@ -216,9 +174,9 @@ async def test_a_rejection_fails_the_step_for_good_with_the_rejection_message(re
     """Rejected: the attempt fails ``approval_rejected`` / "The approval was rejected.", never
     retried, and the run fails with that reason."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     await decide(realm, approver, run_id, "approve", approve=False, comment="No", now=clock.now())
@@ -256,9 +214,9 @@ async def test_an_expiry_fails_the_step_for_good_with_the_expiry_message(realm: 
     """Nobody decided before ``expires_in``: the attempt fails ``approval_expired`` / "The approval
     expired before anyone decided.", and the run fails with that reason."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver, "1h"), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver, "1h"), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     clock.advance(minutes=61)
@@ -283,9 +241,9 @@ async def test_an_approval_closed_without_a_decision_fails_the_step_as_cancelled
     """An approval the run finds neither pending, approved, rejected nor expired fails the step
     ``cancelled`` / "The approval was cancelled.", for good."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     await execute(
@@ -313,14 +271,14 @@ async def test_a_missing_approval_record_fails_the_step_for_good_as_approval_mis
     viewer = await realm.role("viewer", ["realm.workflows.read"])
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "grant", "type": "assign_role", "role_id": viewer.id, "scope": "realm"},
             approval_step("approve", approver),
             {"id": "done", "type": "end"},
         ),
     )
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     await execute(realm, "DELETE FROM workflow_approvals WHERE run_id = :r", r=run_id)
@@ -368,9 +326,9 @@ async def test_the_reminder_moves_the_runs_next_wake_to_the_expiry_in_the_same_t
     lease, makes the run due again only at the approval's expiry (the run keeps waiting for its
     approver; the run's ``updated_at`` is the reminder's time)."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     approval = await approval_row(realm, run_id, "approve")
@@ -393,9 +351,9 @@ async def test_a_run_woken_before_the_reminder_goes_back_to_sleep_until_it_witho
     """A run found due while its approval is pending, not expired and not yet due a reminder makes
     no transition: it sleeps again until the reminder time, and nobody is reminded early."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     approval = await approval_row(realm, run_id, "approve")
@@ -421,9 +379,9 @@ async def test_a_run_woken_after_the_reminder_goes_back_to_sleep_until_the_expir
     """The reminder is sent once: a run found due between the reminder and the expiry makes no
     transition and sleeps again until the approval expires."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     approval = await approval_row(realm, run_id, "approve")
@@ -452,14 +410,14 @@ async def test_the_end_of_a_wait_is_audited_on_the_run_and_drops_only_the_wait_f
     subject, approver = await realm.user(), await realm.user()
     wid = await publish(
         realm,
-        definition(
+        manual(
             approval_step("approve", approver),
             {"id": "pause", "type": "wait", "duration": "1h"},
             {"id": "done", "type": "end"},
         ),
     )
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     await drain(r)
     approval_id = await decide(realm, approver, run_id, "approve", approve=True, comment="fine", now=clock.now())
@@ -508,11 +466,9 @@ async def test_advance_returns_the_number_of_transitions_it_made(realm: RealmHan
     """``Runner.advance`` counts one per transition: starting into a wait is one; ending the wait and
     then the end step are two more, after which the run is finished."""
     subject = await realm.user()
-    wid = await publish(
-        realm, definition({"id": "pause", "type": "wait", "duration": "1h"}, {"id": "done", "type": "end"})
-    )
+    wid = await publish(realm, manual({"id": "pause", "type": "wait", "duration": "1h"}, {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     assert await claim(r, realm) == [run_id]
     assert await r.advance(run_id) == 1
@@ -529,9 +485,9 @@ async def test_advance_returns_the_number_of_transitions_it_made(realm: RealmHan
 async def test_advance_counts_the_request_for_an_approval_as_a_transition(realm: RealmHandle) -> None:
     """Starting a run into its approval step is one transition; the run then sleeps without a lease."""
     subject, approver = await realm.user(), await realm.user()
-    wid = await publish(realm, definition(approval_step("approve", approver), {"id": "done", "type": "end"}))
+    wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     assert await claim(r, realm) == [run_id]
     assert await r.advance(run_id) == 1

@@ -15,8 +15,10 @@ from litestar.testing import AsyncTestClient
 
 from engine.directory.models import Role, User
 from engine.platform.clock import FixedClock
-from tests.factories import HTML, RealmHandle, bearer, browser_session
-from tests.integration.test_approvals import approval_of, definition, drain, make_runner, publish, rows, start
+from testing.approvals import approval_of
+from testing.factories import HTML, RealmHandle, bearer, browser_session
+from testing.runs import drain, make_runner, rows, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -159,9 +161,9 @@ async def test_a_run_approval_is_never_handed_to_its_starter_or_publisher(realm:
     approver = await realm.user()
     deputy = await realm.user()
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
-    await start(realm, wid, subject)  # started and published by the realm's administrator
+    await start(realm, wid, subject.id)  # started and published by the realm's administrator
     await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
     token = await realm.token(approver, audience="account")
     approval = await approval_of(client, realm, token)

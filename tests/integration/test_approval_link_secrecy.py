@@ -15,9 +15,10 @@ from litestar.testing import AsyncTestClient
 from engine.platform.clock import FixedClock
 from engine.platform.config import get_settings
 from engine.runs.notices import LINK_PLACEHOLDER, deliver_due_notices
-from tests.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_approvals import definition, drain, make_runner, publish, rows, start
-from tests.mail import Mailbox
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.mail import Mailbox
+from testing.runs import drain, make_runner, rows, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 LINK = re.compile(r"/approval-links/(apl_[A-Za-z0-9_-]+)")
@@ -28,11 +29,11 @@ async def asked(realm: RealmHandle, *, mail: bool) -> tuple[FixedClock, str]:
     subject = await realm.user()
     approver = await realm.user("approver@example.com")
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
-    await start(realm, wid, subject)
+    await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
-    await drain(make_runner(realm, clock, mail=mail))
+    await drain(make_runner(realm, clock, mail_configured=mail))
     return clock, approver.id
 
 

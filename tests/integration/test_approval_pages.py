@@ -10,9 +10,10 @@ from litestar.testing import AsyncTestClient
 
 from engine.platform.clock import FixedClock
 from engine.runs.notices import deliver_due_notices
-from tests.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_approvals import definition, drain, load, make_runner, publish, rows, start
-from tests.mail import Mailbox
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.mail import Mailbox
+from testing.runs import drain, load, make_runner, rows, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -26,14 +27,14 @@ async def test_an_approver_sees_names_and_decides_on_the_page(realm: RealmHandle
     role = await realm.role("Billing admin", ["realm.users.read"], boundary="organization", requires_approval=True)
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "72h"},
             {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "organization"},
             {"id": "tell", "type": "notify", "notice": "access_granted"},
         ),
         name="Billing access",
     )
-    run_id = await start(realm, wid, subject, org)
+    run_id = await start(realm, wid, subject.id, org.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
     await drain(make_runner(realm, clock))
 
@@ -107,11 +108,11 @@ async def test_the_one_time_link_opens_the_decision_page_once(
     subject = await realm.user()
     approver = await realm.user()
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
-    await start(realm, wid, subject)
+    await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
-    await drain(make_runner(realm, clock, mail=True))
+    await drain(make_runner(realm, clock, mail_configured=True))
     assert await deliver_due_notices(realm.sessions, smtp_server.settings, clock=clock) == 1
     [(approval_id,)] = await rows(realm, "SELECT approval_id FROM workflow_notices WHERE user_id = :u", u=approver.id)
     [mail] = smtp_server.messages

@@ -4,72 +4,22 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory.models import Organization, User
-from engine.platform.clock import FixedClock
-from engine.runs import diagnostics, run_reads
-from engine.runs import service as runs
+from engine.runs import diagnostics
 from engine.runs.metrics import database_gauges
-from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.notices import deliver_due_notices
-from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
-from tests.factories import RealmHandle, bearer
-from tests.mail import Mailbox
+from testing.approvals import approval_of
+from testing.factories import RealmHandle, bearer
+from testing.mail import Mailbox
+from testing.runs import clock_now, drain, load, make_runner, rows, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
-
-
-def definition(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
-
-
-async def publish(realm: RealmHandle, body: dict[str, Any], name: str = "Onboarding") -> str:
-    async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
-            session, realm.actor, name=name, definition=body, has_definition=True, requires_approval=False
-        )
-    async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
-    return workflow.id
-
-
-async def start(realm: RealmHandle, workflow_id: str, subject: User, org: Organization | None = None) -> str:
-    async with realm.sessions() as session, session.begin():
-        run = await runs.start_manual_run(
-            session, realm.actor, workflow_id, subject_id=subject.id, organization_id=org.id if org else None
-        )
-        return run.id
-
-
-async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
-    async with realm.sessions() as session:
-        run = await run_reads.get_run(session, realm.id, run_id)
-        return run, await run_reads.run_attempts(session, run_id)
-
-
-def make_runner(
-    realm: RealmHandle, clock: FixedClock, *, mail: bool = False, worker: str = "worker-appr-1-aaaa"
-) -> Runner:
-    settings = RunnerSettings(lease=timedelta(seconds=30), mail_configured=mail)
-    return Runner(realm.sessions, worker, settings=settings, clock=clock)
-
-
-async def drain(runner: Runner) -> None:
-    for _ in range(20):
-        if not await runner.run_pass():
-            return
-
-
-async def rows(realm: RealmHandle, sql: str, **params: Any) -> list[Any]:
-    async with realm.sessions() as session:
-        return list((await session.execute(text(sql), params)).all())
 
 
 async def audit(realm: RealmHandle, run_id: str) -> list[tuple[str, str | None, str | None, str]]:
@@ -83,18 +33,6 @@ async def audit(realm: RealmHandle, run_id: str) -> list[tuple[str, str | None, 
             r=run_id,
         )
     ]
-
-
-def clock_now() -> FixedClock:
-    return FixedClock(datetime.now(UTC) + timedelta(seconds=5))  # runs started now are due
-
-
-async def approval_of(client: Client, realm: RealmHandle, token: str, status: str = "pending") -> dict[str, Any]:
-    response = await client.get(f"{realm.api}/approvals", params={"status": status}, headers=bearer(token))
-    assert response.status_code == 200, response.text
-    items = response.json()["items"]
-    assert len(items) == 1, items
-    return dict(items[0])
 
 
 # --- The seed's onboarding, whole -----------------------------------------------------------------
@@ -117,7 +55,7 @@ async def test_onboarding_approval_grant_group_notice_then_a_failing_step_compen
     group_id = group.json()["id"]
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "72h"},
             {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm", "expires_in": "720h"},
             {"id": "team", "type": "add_to_group", "group_id": group_id},
@@ -125,10 +63,11 @@ async def test_onboarding_approval_grant_group_notice_then_a_failing_step_compen
             {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
             {"id": "done", "type": "end"},
         ),
+        name="Onboarding",
     )
     clock = clock_now()
-    runner = make_runner(realm, clock, mail=True)
-    run_id = await start(realm, wid, subject, org)
+    runner = make_runner(realm, clock, mail_configured=True)
+    run_id = await start(realm, wid, subject.id, org.id)
     await drain(runner)
     run, attempts = await load(realm, run_id)
     assert run.state == "awaiting_approval" and attempts == []
@@ -218,14 +157,14 @@ async def test_rejection_fails_the_run_permanently_and_it_compensates(realm: Rea
     viewer = await realm.role("viewer", ["realm.workflows.read"])
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "grant", "type": "assign_role", "role_id": viewer.id, "scope": "realm"},
             {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"},
             {"id": "done", "type": "end"},
         ),
     )
     runner = make_runner(realm, clock_now())
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(runner)
     token = await realm.token(approver, audience="account")
     pending = await approval_of(client, realm, token)
@@ -250,10 +189,10 @@ async def test_expiry_by_the_engine_clock_after_one_reminder(realm: RealmHandle,
     subject = await realm.user()
     approver = await realm.user("late@example.com")
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "2h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "2h"})
     )
     clock = clock_now()
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock))
     reminders = "SELECT count(*) FROM workflow_notices WHERE user_id = :u AND notice = 'approval_requested'"
     assert (await rows(realm, reminders, u=approver.id))[0][0] == 1
@@ -285,10 +224,10 @@ async def test_cancelling_a_run_cancels_its_pending_approval(realm: RealmHandle,
     subject = await realm.user()
     approver = await realm.user()
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
     runner = make_runner(realm, clock_now())
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(runner)
     # The waiting approval counts in the workflow's diagnostics, the realm's and the /metrics gauge.
     diagnosis = await client.get(f"{realm.api}/workflows/{wid}/diagnostics", headers=realm.headers)
@@ -324,7 +263,7 @@ async def test_the_subject_and_anyone_not_named_get_404_and_ineligible_approvers
     stranger = await realm.user()
     wid = await publish(
         realm,
-        definition(
+        manual(
             {
                 "id": "approve",
                 "type": "approval",
@@ -335,7 +274,7 @@ async def test_the_subject_and_anyone_not_named_get_404_and_ineligible_approvers
     )
     async with realm.sessions() as session, session.begin():
         await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": suspended.id})
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock_now()))
     [(approval_id, approvers)] = await rows(
         realm, "SELECT id, approvers FROM workflow_approvals WHERE run_id = :r", r=run_id
@@ -357,13 +296,11 @@ async def test_no_eligible_approver_fails_the_step(realm: RealmHandle) -> None:
     guest_to_be = await realm.user()
     wid = await publish(
         realm,
-        definition(
-            {"id": "approve", "type": "approval", "approvers": [subject.id, guest_to_be.id], "expires_in": "1h"}
-        ),
+        manual({"id": "approve", "type": "approval", "approvers": [subject.id, guest_to_be.id], "expires_in": "1h"}),
     )
     async with realm.sessions() as session, session.begin():
         await session.execute(text("UPDATE users SET guest = true WHERE id = :u"), {"u": guest_to_be.id})
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock_now()))
     run, attempts = await load(realm, run_id)
     assert (run.state, run.error_category) == ("failed", "no_eligible_approver")
@@ -377,9 +314,9 @@ async def test_concurrent_decisions_one_wins_the_other_gets_409(realm: RealmHand
     first, second = await realm.user(), await realm.user()
     wid = await publish(
         realm,
-        definition({"id": "approve", "type": "approval", "approvers": [first.id, second.id], "expires_in": "1h"}),
+        manual({"id": "approve", "type": "approval", "approvers": [first.id, second.id], "expires_in": "1h"}),
     )
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     runner = make_runner(realm, clock_now())
     await drain(runner)
     [(approval_id,)] = await rows(realm, "SELECT id FROM workflow_approvals WHERE run_id = :r", r=run_id)
@@ -411,9 +348,9 @@ async def test_delegation_hands_the_decision_on_never_to_the_subject(realm: Real
     approver = await realm.user()
     delegate = await realm.user("deputy@example.com")
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     runner = make_runner(realm, clock_now())
     await drain(runner)
     token = await realm.token(approver, audience="account")
@@ -442,11 +379,9 @@ async def test_delegation_hands_the_decision_on_never_to_the_subject(realm: Real
 
 async def test_wait_holds_the_run_until_due_and_survives_a_restart(realm: RealmHandle) -> None:
     subject = await realm.user()
-    wid = await publish(
-        realm, definition({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"})
-    )
+    wid = await publish(realm, manual({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"}))
     clock = clock_now()
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock))
     run, attempts = await load(realm, run_id)
     assert run.state == "waiting" and attempts == []
@@ -464,8 +399,8 @@ async def test_wait_holds_the_run_until_due_and_survives_a_restart(realm: RealmH
 
 async def test_notice_without_a_mail_server_is_recorded_not_configured(realm: RealmHandle, client: Client) -> None:
     subject = await realm.user("someone@example.com")
-    wid = await publish(realm, definition({"id": "tell", "type": "notify", "notice": "welcome"}))
-    run_id = await start(realm, wid, subject)
+    wid = await publish(realm, manual({"id": "tell", "type": "notify", "notice": "welcome"}))
+    run_id = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock_now()))
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded"
@@ -486,10 +421,10 @@ async def test_mail_failures_are_retried_with_backoff_and_a_claimed_notice_is_ne
     realm: RealmHandle, smtp_server: Mailbox
 ) -> None:
     subject = await realm.user("retry@example.com")
-    wid = await publish(realm, definition({"id": "tell", "type": "notify", "notice": "welcome"}))
+    wid = await publish(realm, manual({"id": "tell", "type": "notify", "notice": "welcome"}))
     clock = clock_now()
-    await start(realm, wid, subject)
-    await drain(make_runner(realm, clock, mail=True))
+    await start(realm, wid, subject.id)
+    await drain(make_runner(realm, clock, mail_configured=True))
     smtp_server.refuse = True
     assert await deliver_due_notices(realm.sessions, smtp_server.settings, clock=clock) == 0
     [(state, attempts, error, next_at)] = await rows(
@@ -514,10 +449,10 @@ async def test_a_sender_that_dies_after_claiming_leaves_the_notice_for_later(
     realm: RealmHandle, smtp_server: Mailbox
 ) -> None:
     subject = await realm.user("crash@example.com")
-    wid = await publish(realm, definition({"id": "tell", "type": "notify", "notice": "welcome"}))
+    wid = await publish(realm, manual({"id": "tell", "type": "notify", "notice": "welcome"}))
     clock = clock_now()
-    await start(realm, wid, subject)
-    await drain(make_runner(realm, clock, mail=True))
+    await start(realm, wid, subject.id)
+    await drain(make_runner(realm, clock, mail_configured=True))
     # A sender claims the notice and dies before sending: the claim committed, the send never happened.
     async with realm.sessions() as session, session.begin():
         await session.execute(

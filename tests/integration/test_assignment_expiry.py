@@ -11,7 +11,7 @@ from engine.directory.authz import load_authority
 from engine.directory.roles import expire_due_assignments
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.worker import queue
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:

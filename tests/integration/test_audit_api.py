@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.audit import Actor, record_audit
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 
 async def _record(realm: RealmHandle, type_: str, **kwargs: object) -> str:

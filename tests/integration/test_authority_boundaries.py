@@ -13,7 +13,7 @@ from engine.directory import identity
 from engine.directory.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
 from engine.platform.ids import new_id
 from engine.workflows import service as workflows
-from tests.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
+from testing.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]
 MINIMAL = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}

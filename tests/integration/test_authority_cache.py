@@ -21,7 +21,7 @@ from engine.directory.models import Group, GroupMember, GroupRole, ServicePrinci
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import driver_connection
 from engine.platform.ids import new_id
-from tests.factories import HTML, RealmHandle, bearer, browser_session
+from testing.factories import HTML, RealmHandle, bearer, browser_session
 
 Client = AsyncTestClient[Litestar]
 DEFINITION = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}

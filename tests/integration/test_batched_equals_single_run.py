@@ -37,7 +37,7 @@ from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
 from testing.databases import clone_database, drop_database
-from tests.factories import RealmHandle, make_realm
+from testing.factories import RealmHandle, make_realm
 
 T = TypeVar("T")
 

@@ -22,8 +22,9 @@ from engine.directory.audit import Actor
 from engine.directory.models import Organization, Role, User
 from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, load, publish, start
+from testing.factories import RealmHandle
+from testing.runs import drain, load, start
+from testing.workflows import publish
 
 
 @dataclass

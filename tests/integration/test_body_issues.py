@@ -19,7 +19,7 @@ from cockpit.api.common import Body, check, email_issue
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.platform.errors import Issue
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 Client = AsyncTestClient[Litestar]
 PROBE = "/api/v1/probe/invitations"
@@ -52,7 +52,8 @@ async def invite(data: JSONBody[Invitation]) -> dict[str, Any]:
 
 @pytest.fixture
 async def probe(settings: Settings, database_url: str) -> AsyncIterator[Client]:
-    app = create_app(settings, database_url=database_url, extra_route_handlers=[invite])
+    app = create_app(settings, database_url=database_url)
+    app.register(invite)  # a probe beside the real routes, under the same guards and problem answers
     async with AsyncTestClient(app=app) as client:
         yield client
 

@@ -20,8 +20,9 @@ from cockpit.pages.workflows.editor_text import parse_text
 from engine.directory.models import Group, User, WebhookSubscription
 from engine.platform.ids import new_id
 from engine.workflows.service import get_revision
-from tests.factories import HTML, RealmHandle
-from tests.integration.test_workflow_pages import definition, htmx, make_workflow, signed_in, stage
+from testing.factories import HTML, RealmHandle
+from testing.pages import htmx, signed_in
+from testing.workflows import make_workflow, manual_then_end, stage
 
 Client = AsyncTestClient[Litestar]
 
@@ -87,9 +88,9 @@ async def test_resolve_names_answers_every_kind_in_one_statement_and_never_anoth
 async def test_revision_page_diff_and_structure_show_names_linked(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     o = await directory_objects(realm)
-    first = definition({"id": "grant", "type": "assign_role", "role_id": o["role"].id, "scope": "realm"})
+    first = manual_then_end({"id": "grant", "type": "assign_role", "role_id": o["role"].id, "scope": "realm"})
     workflow = await make_workflow(realm, body=first)
-    second = definition(
+    second = manual_then_end(
         {"id": "ask", "type": "approval", "approvers": [o["user"].id], "expires_in": "72h"},
         {"id": "grant", "type": "assign_role", "role_id": o["role"].id, "scope": "realm"},
         {"id": "team", "type": "add_to_group", "group_id": o["group"].id},
@@ -180,7 +181,7 @@ async def test_builder_adds_a_step_and_sets_a_reference_and_the_json_follows(
 ) -> None:
     login = await signed_in(client, realm)
     o = await directory_objects(realm)
-    workflow = await make_workflow(realm, body=definition())
+    workflow = await make_workflow(realm, body=manual_then_end())
     u = f"/realms/{realm.slug}/workflows/{workflow.id}/edit"
     editor = await client.get(u, headers=HTML)
     text = textarea_of(editor.text)
@@ -231,7 +232,7 @@ async def test_builder_adds_a_step_and_sets_a_reference_and_the_json_follows(
 async def test_builder_edits_lists_choices_and_removes(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     o = await directory_objects(realm)
-    workflow = await make_workflow(realm, body=definition())
+    workflow = await make_workflow(realm, body=manual_then_end())
     u = f"/realms/{realm.slug}/workflows/{workflow.id}/edit/builder"
     headers = htmx(login, "builder")
 
@@ -242,7 +243,7 @@ async def test_builder_edits_lists_choices_and_removes(client: Client, realm: Re
         assert answer.status_code == 200, answer.text
         return textarea_of(answer.text)
 
-    text = json.dumps(definition())
+    text = json.dumps(manual_then_end())
     text = await change(text, "add_step", value="approval")
     text = await change(text, "add_item", "/steps/0/approvers", o["user"].id)
     text = await change(text, "set", "/steps/0/expires_in", "72h")

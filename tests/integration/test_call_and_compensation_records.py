@@ -23,17 +23,12 @@ from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner
 from engine.runs.runstore import leases, moves, scheduling
 from engine.runs.states import TransitionRefused
+from testing.directory import in_group, joins_then_fails, outage, outage_over
+from testing.factories import RealmHandle
 from testing.receiver import Received, Receiver
-from tests.factories import RealmHandle
-from tests.integration.test_endpoint_calls import call_runner, calling, run_one, subscribe
-from tests.integration.test_engine_rules import (
-    definition,
-    in_group,
-    joins_then_fails,
-    outage,
-    outage_over,
-)
-from tests.integration.test_runner import drain, load, publish, start, transition_once
+from testing.runs import drain, load, start, transition_once
+from testing.webhooks import call_runner, calling, run_one, subscribe
+from testing.workflows import manual, publish
 
 LEASE = timedelta(seconds=30)
 
@@ -358,7 +353,7 @@ async def test_a_run_its_endpoint_call_finished_is_done_for_the_pass(
 async def three_claimed_runs(realm: RealmHandle, now: datetime) -> tuple[str, str, str]:
     """Two runs leased by worker A and one by worker B (due, nothing done yet)."""
     subject = await realm.user("subject@example.com")
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     for _ in range(3):
         await start(realm, wid, subject.id)
     async with realm.sessions() as session, session.begin():
@@ -427,7 +422,7 @@ async def test_cancelling_a_paused_run_makes_it_due_now_and_drops_its_kept_due_t
     """Disabling the workflow keeps the run's due time in its context; cancelling makes it due now
     and drops the kept time, so enabling the workflow again gives it nothing back."""
     subject = await realm.user("subject@example.com")
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     run_id = await start(realm, wid, subject.id)
     async with realm.sessions() as session, session.begin():
         await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
@@ -449,7 +444,7 @@ async def test_the_cancel_statement_takes_only_runs_in_a_forward_state(realm: Re
     """Whatever the caller checked before: a run that finished, or compensates, is not marked for
     cancellation — no cancel fields, no new due time."""
     subject, _, compensating_wid = await joins_then_fails(realm, name="Compensates")
-    finished_wid = await publish(realm, definition({"id": "done", "type": "end"}), name="Finishes")
+    finished_wid = await publish(realm, manual({"id": "done", "type": "end"}), name="Finishes")
     compensating_id = await start(realm, compensating_wid, subject.id)
     finished_id = await start(realm, finished_wid, subject.id)
     await outage(realm, "group_members", "DELETE")  # the undo waits for its retry

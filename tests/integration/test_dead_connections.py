@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 
 
 async def terminate_the_app_s_connections(sessions: async_sessionmaker[AsyncSession]) -> int:

@@ -18,12 +18,12 @@ from sqlalchemy import select
 from engine.directory import principals as directory
 from engine.directory import webhooks
 from engine.directory.models import AuditEvent, WebhookDelivery
-from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, count_failing_deliveries
+from engine.endpoints.deliveries import DeliveryDispatcher, count_failing_deliveries
 from engine.runs import diagnostics
 from engine.runs.metrics import database_gauges
-from engine.runs.triggers import dispatch_outbox
+from testing.factories import HTML, RealmHandle, browser_session
 from testing.receiver import Received, Receiver
-from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session
+from testing.webhooks import deliveries_of, dispatch, policy, settle, subscribe
 
 
 @pytest.fixture
@@ -34,58 +34,6 @@ def receivers() -> Iterator[list[Receiver]]:
     finally:
         for r in made:
             r.stop()
-
-
-def policy(**overrides: object) -> DeliveryPolicy:
-    values: dict[str, object] = {
-        "operator_key": TEST_SECRET_KEY,
-        "allow_private_egress": True,
-        "timeout_ms": 10_000,
-        "max_attempts": 4,
-        "backoff_ms": 1,
-        "concurrency": 4,
-    }
-    values |= overrides
-    return DeliveryPolicy(**values)  # type: ignore[arg-type]
-
-
-async def subscribe(realm: RealmHandle, receiver: Receiver, event_types: list[str] | None = None) -> str:
-    async with realm.sessions() as session, session.begin():
-        subscription, secret = await webhooks.create_subscription(
-            session,
-            realm.actor,
-            TEST_SECRET_KEY,
-            destination=receiver.url,
-            allow_private_network=True,
-            event_types=event_types,
-        )
-    receiver.secrets.append(secret)
-    return subscription.id
-
-
-async def dispatch(realm: RealmHandle) -> None:
-    async with realm.sessions() as session, session.begin():
-        await dispatch_outbox(session)
-
-
-async def deliveries_of(realm: RealmHandle, hook: str) -> list[WebhookDelivery]:
-    async with realm.sessions() as session:
-        rows = await session.execute(
-            select(WebhookDelivery).where(WebhookDelivery.subscription_id == hook).order_by(WebhookDelivery.id)  # type: ignore[arg-type]
-        )
-        return list(rows.scalars())
-
-
-async def settle(realm: RealmHandle, dispatcher: DeliveryDispatcher, hooks: list[str], timeout: float = 60) -> None:
-    """Run sweeps until no delivery of ``hooks`` is pending (a generous deadline, no fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await dispatcher.run_once()
-        pending = [d for h in hooks for d in await deliveries_of(realm, h) if d.state == "pending"]
-        if not pending:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("deliveries still pending")
 
 
 async def test_events_are_delivered_signed_in_order_with_retries(realm: RealmHandle, receivers: list[Receiver]) -> None:

@@ -9,7 +9,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
+from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
 
 HTMX = HTML | {"HX-Request": "true"}
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from engine.directory.models import User
 from engine.platform import crypto
-from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
+from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
 
 
 async def _sign_in(

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from engine.directory import organizations, roles
 from engine.directory.authz import load_authority
 from engine.platform.errors import Conflict, ValidationFailed
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 Client = AsyncTestClient[Litestar]
 HELD = 0.5  # how long the first change keeps its transaction open while the second waits

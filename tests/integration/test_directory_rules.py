@@ -15,10 +15,12 @@ from sqlalchemy import text
 from engine.directory import identity, organizations
 from engine.directory.authz import load_authority
 from engine.platform.clock import FixedClock
-from tests.factories import HTML, RealmHandle, bearer, form_value, independent_admin
-from tests.integration.test_engine_rules import definition, drain, events, in_group, load, make_runner, member_group
-from tests.integration.test_engine_rules import publish as publish_workflow
-from tests.integration.test_engine_rules import start as start_run
+from testing.directory import in_group, member_group
+from testing.factories import HTML, RealmHandle, bearer, form_value, independent_admin
+from testing.runs import drain, events, load, make_runner
+from testing.runs import start as start_run
+from testing.workflows import manual
+from testing.workflows import publish as publish_workflow
 
 Client = AsyncTestClient[Litestar]
 PASSWORD = "correct horse battery staple"
@@ -46,7 +48,7 @@ async def test_removals_and_suspensions_happen_and_are_never_reversed(realm: Rea
     elsewhere = await realm.organization("Elsewhere")  # the last step fails there: not a member
     wid = await publish_workflow(
         realm,
-        definition(
+        manual(
             {"id": "out", "type": "remove_from_group", "group_id": group_id},
             {"id": "suspend", "type": "suspend_user"},
             {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
@@ -83,7 +85,7 @@ async def test_removing_from_a_group_the_subject_is_not_in_fails_permanently(rea
     _, group_id = await member_group(realm, subject.id)
     wid = await publish_workflow(
         realm,
-        definition(
+        manual(
             {"id": "out", "type": "remove_from_group", "group_id": group_id}, {"id": "suspend", "type": "suspend_user"}
         ),
     )

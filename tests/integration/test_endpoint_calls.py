@@ -18,62 +18,19 @@ from sqlalchemy import select, text
 
 from engine.directory import organizations, webhooks
 from engine.directory.models import AuditEvent, WebhookSubscription
-from engine.endpoints.calls import EndpointSettings
 from engine.platform.clock import FixedClock
 from engine.platform.ids import new_id
 from engine.runs import service as runs
 from engine.runs import triggers
 from engine.runs.endpoint_calls import complete_call
-from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runner import Runner
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.receiver import Received, Receiver
-from tests.factories import TEST_SECRET_KEY, RealmHandle
-from tests.integration.test_runner import drain, load, publish, start, transition_once
+from testing.runs import drain, load, transition_once
+from testing.webhooks import call_runner, calling, run_one, subscribe
+from testing.workflows import publish
 
 CONTRACT = json.loads((Path(__file__).parents[2] / "engine/workflows/definitions/step-call.v1.json").read_text())
-
-
-def call_runner(
-    realm: RealmHandle,
-    *,
-    clock: FixedClock | None = None,
-    allow_private: bool = True,
-    operator_key: str = TEST_SECRET_KEY,
-    timeout_ms: int = 10_000,
-) -> Runner:
-    settings = RunnerSettings(
-        lease=timedelta(seconds=30),
-        endpoints=EndpointSettings(
-            operator_key=operator_key, allow_private_egress=allow_private, timeout_ms=timeout_ms
-        ),
-    )
-    return Runner(realm.sessions, "worker-test-1-call", settings=settings, clock=clock or FixedClock(datetime.now(UTC)))
-
-
-async def subscribe(realm: RealmHandle, receiver: Receiver, *, url: str | None = None, private: bool = True) -> str:
-    async with realm.sessions() as session, session.begin():
-        subscription, secret = await webhooks.create_subscription(
-            session, realm.actor, TEST_SECRET_KEY, destination=url or receiver.url, allow_private_network=private
-        )
-    receiver.secrets.append(secret)
-    return subscription.id
-
-
-def calling(hook: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "triggers": [{"type": "manual"}],
-        "steps": [
-            {"id": "sync", "type": "call_webhook", "subscription_id": hook, **extra},
-            {"id": "done", "type": "end"},
-        ],
-        "retry": {"max_attempts": 3, "backoff": "1s"},
-    }
-
-
-async def run_one(realm: RealmHandle, definition: dict[str, Any]) -> tuple[str, str]:
-    subject = await realm.user()
-    wid = await publish(realm, definition, name=f"W {new_id('wfl')[-6:]}")
-    return wid, await start(realm, wid, subject.id)
 
 
 async def test_a_call_sends_the_contract_signed_and_completes_the_step(realm: RealmHandle, receiver: Receiver) -> None:

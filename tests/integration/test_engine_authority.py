@@ -31,7 +31,7 @@ from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
 from engine.directory.models import GroupMember
 from engine.platform.errors import Forbidden
-from tests.factories import RealmHandle, enrol_totp
+from testing.factories import RealmHandle, enrol_totp
 
 
 def _modules() -> list[ModuleType]:

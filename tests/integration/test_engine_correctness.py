@@ -3,9 +3,11 @@ invariants on finished runs, provenance that only the engine makes, and fair cla
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
@@ -16,8 +18,10 @@ from engine.runs import service as runs
 from engine.runs import triggers
 from engine.runs.runstore import leases
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, load, publish, runner, start
+from testing.directory import outage, refuse_role_changes
+from testing.factories import RealmHandle
+from testing.runs import drain, load, make_runner, rows, start
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -27,41 +31,6 @@ def definition(*steps: dict[str, Any], retry: dict[str, Any] | None = None) -> d
     if retry:
         out["retry"] = retry
     return out
-
-
-async def refuse_role_changes(realm: RealmHandle) -> None:
-    """A database trigger that refuses changes to assignments of the roles listed in refused_roles.
-
-    The refusal is an ordinary database error inside the effect, so the engine treats it as a
-    transient failure and retries later.
-    """
-    async with realm.sessions() as session, session.begin():
-        await session.execute(text("CREATE TABLE refused_roles (role_id text NOT NULL, op text NOT NULL)"))
-        await session.execute(
-            text(
-                """
-                CREATE FUNCTION refuse_role_change() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    IF TG_OP = 'DELETE' THEN
-                        IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = OLD.role_id) THEN
-                            RAISE EXCEPTION 'assignment change refused';
-                        END IF;
-                        RETURN OLD;
-                    END IF;
-                    IF EXISTS (SELECT 1 FROM refused_roles WHERE op = TG_OP AND role_id = NEW.role_id) THEN
-                        RAISE EXCEPTION 'assignment change refused';
-                    END IF;
-                    RETURN NEW;
-                END $$
-                """
-            )
-        )
-        await session.execute(
-            text(
-                "CREATE TRIGGER refuse_role_change BEFORE INSERT OR DELETE ON role_assignments "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_role_change()"
-            )
-        )
 
 
 async def refuse(realm: RealmHandle, role_id: str, op: str) -> None:
@@ -98,7 +67,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         for run_id in started:
             response = await client.post(f"{api}/workflow-runs/{run_id}/cancel", headers=realm.headers)
             assert response.status_code == 202, response.text
-        worker = runner(realm)
+        worker = make_runner(realm)
         await drain(worker)
         for run_id in started:
             run, _ = await load(realm, run_id)
@@ -138,7 +107,7 @@ class TestPausedRunsComeBackUnfinishedOnly:
         run_id = await start(realm, wid, subject.id)
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0)
         # Ahead of the real clock: the cancellation below is due at the real time, before this clock.
-        worker = runner(realm, clock)
+        worker = make_runner(realm, clock)
         await refuse(realm, second.id, "INSERT")
         await drain(worker)
         run, attempts = await load(realm, run_id)
@@ -171,7 +140,7 @@ class TestDatabaseInvariants:
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
         for change in (
@@ -208,7 +177,7 @@ class TestFairClaims:
     async def test_a_realm_with_only_new_runs_is_not_starved_by_older_backlogs(
         self, realm: RealmHandle, other_realm: RealmHandle
     ) -> None:
-        from tests.factories import make_realm
+        from testing.factories import make_realm
 
         third = await make_realm(realm.sessions)
         end = definition({"id": "done", "type": "end"})
@@ -231,7 +200,7 @@ class TestFairClaims:
         assert sorted(c.realm_id for c in claimed).count(realm.id) <= 2
 
     async def test_realms_are_visited_round_robin(self, realm: RealmHandle, other_realm: RealmHandle) -> None:
-        from tests.factories import make_realm
+        from testing.factories import make_realm
 
         third = await make_realm(realm.sessions)
         end = definition({"id": "done", "type": "end"})
@@ -396,7 +365,7 @@ class TestTriggersAndReferences:
         run_id = await start(realm, workflow.id, subject.id)
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM groups WHERE id = :g"), {"g": group.id})
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         run, attempts = await load(realm, run_id)
         assert [(a.step_id, a.state, a.error_category) for a in attempts] == [("team", "failed", "group_missing")]
         assert run.error_category == "group_missing"
@@ -434,18 +403,25 @@ class TestWorkerWiring:
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 
-    async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(self, realm: RealmHandle) -> None:
+    async def test_a_failing_outbox_dispatch_does_not_skip_the_run_pass(
+        self, realm: RealmHandle, caplog: pytest.LogCaptureFixture
+    ) -> None:
         from engine.worker.runtime import wake_pass
 
         wid = await publish(realm, definition({"id": "done", "type": "end"}))
         run_id = await start(realm, wid, (await realm.user("s@example.com")).id)
-
-        async def broken_dispatch(session: Any) -> int:
-            await session.execute(text("SELECT * FROM no_such_table"))
-            return 0
+        pending = "SELECT id FROM outbox_events WHERE realm_id = :r AND dispatched_at IS NULL ORDER BY id"
+        waiting = await rows(realm, pending, r=realm.id)
+        assert waiting  # the new user's event, at least
+        await outage(realm, "outbox_events", "UPDATE")  # the dispatch cannot mark an event dispatched
 
         clock = FixedClock(datetime.now(UTC) + timedelta(minutes=1))
-        assert await wake_pass(runner(realm, clock), realm.sessions, dispatch=broken_dispatch) > 0
+        with caplog.at_level(logging.WARNING, logger="cockpit.worker"):
+            transitions, _ = await wake_pass(make_runner(realm, clock), realm.sessions)
+        assert transitions > 0
+        assert any("outbox dispatch after a notification failed" in r.getMessage() for r in caplog.records)
+        # Rolled back: every event that waited still waits for the periodic dispatch (the run's own are added).
+        assert set(waiting) <= set(await rows(realm, pending, r=realm.id))
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 

@@ -17,15 +17,18 @@ from sqlalchemy import text
 from engine.directory import organizations, roles
 from engine.directory import principals as directory
 from engine.directory.audit import Actor
-from engine.directory.authz import load_authority
+from engine.directory.authz import AUTHORITY_SQL, load_authority
 from engine.directory.models import Group, Role, User
 from engine.platform.clock import FixedClock
-from engine.runs.fastpath_caches import _AUTHORITY
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import batched
+from testing.factories import RealmHandle
+from testing.runs import drain, load, start
 from testing.statements import recording
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, load, publish, start
+from testing.workflows import publish
+
+# The statement that reads a principal's authority, as the fast path sends it.
+AUTHORITY = batched.positional(AUTHORITY_SQL)
 
 
 def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:
@@ -720,7 +723,7 @@ async def test_a_subjects_kept_authority_is_read_again_once_a_role_it_holds_chan
     assert r.fast.moved == 1 + 3  # all three steps on the fast path
     # The publisher's authority (the realm's epoch moved), then the subject's before each of its
     # two changes: the kept copy of the subject's authority answered none of them.
-    assert log.queries.count(_AUTHORITY.sql) == 1 + 2
+    assert log.queries.count(AUTHORITY.sql) == 1 + 2
 
 
 async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_runs_changed(realm: RealmHandle) -> None:
@@ -744,7 +747,7 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
         await drain(r)
     assert r.fast.moved == 3 * 3
     assert [log.queries.count(q) for q in reads] == [1, 1, 1]
-    assert log.queries.count(_AUTHORITY.sql) == 1 + 2 * 3  # the publisher's, then each subject's twice
+    assert log.queries.count(AUTHORITY.sql) == 1 + 2 * 3  # the publisher's, then each subject's twice
 
     with recording(engine) as log:
         await engine.dispose()
@@ -756,7 +759,7 @@ async def test_a_group_reads_each_thing_once_and_the_next_group_only_what_its_ru
     assert r.fast.moved == 2 * 3 * 3
     sent = log.queries
     assert [sent.count(q) for q in reads] == [0, 0, 0]
-    assert sent.count(_AUTHORITY.sql) == 2 * 3
+    assert sent.count(AUTHORITY.sql) == 2 * 3
     # The pass: the claim, then one round per step, each the group's lock and one statement for the
     # whole group (each new subject's authority read between them), then a claim that finds nothing.
     rounds = [q for q in sent if q in (batched.LOCK_FOR_TRANSITION.sql, batched.FAST_TRANSITIONS.sql)]

@@ -14,145 +14,16 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import organizations
-from engine.directory.authz import load_authority
-from engine.directory.models import User
 from engine.platform.clock import FixedClock
-from engine.runs import run_reads
-from engine.runs import service as runs
-from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.retry import CAP_MS
-from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import leases
-from engine.workflows import service as workflows
-from tests.factories import RealmHandle, bearer
+from testing.directory import in_group, joins_then_fails, member_group, outage, outage_over
+from testing.factories import RealmHandle, bearer
+from testing.runs import drain, events, load, make_runner, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 HOUR = timedelta(hours=1)
-
-
-# --- helpers (public engine functions only) -------------------------------------------------------
-
-
-def definition(*steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps), **extra}
-
-
-async def publish(realm: RealmHandle, body: dict[str, Any], name: str = "Rules") -> str:
-    async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
-            session, realm.actor, name=name, definition=body, has_definition=True, requires_approval=False
-        )
-    async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
-    return workflow.id
-
-
-async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
-    async with realm.sessions() as session, session.begin():
-        run = await runs.start_manual_run(
-            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=None
-        )
-        return run.id
-
-
-async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
-    async with realm.sessions() as session:
-        run = await run_reads.get_run(session, realm.id, run_id)
-        return run, await run_reads.run_attempts(session, run_id)
-
-
-async def events(realm: RealmHandle, run_id: str, prefix: str = "workflow.") -> list[tuple[str, str | None, Any]]:
-    """(type, actor, details) of the run's audit events, oldest first."""
-    async with realm.sessions() as session:
-        rows = await session.execute(
-            text(
-                "SELECT type, actor_id, details FROM audit_events "
-                "WHERE correlation_id = :r AND type LIKE :p ORDER BY id"
-            ),
-            {"r": run_id, "p": prefix + "%"},
-        )
-        return [(t, a, d) for t, a, d in rows]
-
-
-def make_runner(realm: RealmHandle, clock: FixedClock, **settings: Any) -> Runner:
-    return Runner(
-        realm.sessions,
-        "worker-rules-1-aaaa",
-        settings=RunnerSettings(lease=timedelta(seconds=30), **settings),
-        clock=clock,
-    )
-
-
-async def drain(runner: Runner, rounds: int = 10) -> None:
-    for _ in range(rounds):
-        if not await runner.run_pass():
-            return
-
-
-async def outage(realm: RealmHandle, table: str, operation: str) -> None:
-    """From now on PostgreSQL refuses ``operation`` on ``table`` (the directory is unavailable)."""
-    async with realm.sessions() as session, session.begin():
-        await session.execute(
-            text(
-                "CREATE OR REPLACE FUNCTION rules_outage() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'the directory is unavailable'; END $$"
-            )
-        )
-        await session.execute(
-            text(
-                f"CREATE TRIGGER rules_outage BEFORE {operation} ON {table} FOR EACH ROW EXECUTE FUNCTION rules_outage()"
-            )
-        )
-
-
-async def outage_over(realm: RealmHandle, table: str) -> None:
-    async with realm.sessions() as session, session.begin():
-        await session.execute(text(f"DROP TRIGGER rules_outage ON {table}"))
-
-
-async def member_group(realm: RealmHandle, subject_id: str, name: str = "Team") -> tuple[str, str]:
-    """An organization the subject belongs to and a group of it; returns (organization id, group id)."""
-    org = await realm.organization(f"Org {name}")
-    async with realm.sessions() as session:
-        from engine.directory.models import User
-
-        subject = await session.get(User, subject_id)
-    assert subject is not None
-    await realm.member(org, subject)
-    async with realm.sessions() as session, session.begin():
-        authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name=name)
-    return org.id, group.id
-
-
-async def joins_then_fails(realm: RealmHandle, *between: dict[str, Any], name: str = "Rules") -> tuple[User, str, str]:
-    """A subject, a group of an organization they belong to, and a published workflow that puts
-    them in the group, makes the steps ``between``, then fails for good (``leave``: the subject is
-    no member of that other organization), so that the join (``team``) is undone. Returns
-    (subject, group id, workflow id)."""
-    subject = await realm.user("subject@example.com")
-    _, group_id = await member_group(realm, subject.id)
-    elsewhere = await realm.organization("Elsewhere")
-    wid = await publish(
-        realm,
-        definition(
-            {"id": "team", "type": "add_to_group", "group_id": group_id},
-            *between,
-            {"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id},
-        ),
-        name=name,
-    )
-    return subject, group_id, wid
-
-
-async def in_group(realm: RealmHandle, group_id: str, user_id: str) -> bool:
-    async with realm.sessions() as session:
-        found = await session.scalar(
-            text("SELECT count(*) FROM group_members WHERE group_id = :g AND user_id = :u"),
-            {"g": group_id, "u": user_id},
-        )
-    return bool(found)
 
 
 # --- retries: jitter after the 6 h cap, and the runner really uses it -----------------------------
@@ -165,7 +36,7 @@ async def test_retry_waits_double_are_capped_at_six_hours_then_jittered(realm: R
     _, group_id = await member_group(realm, subject.id)
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "team", "type": "add_to_group", "group_id": group_id, "retry": {"max_attempts": 5, "backoff": "1h"}}
         ),
     )
@@ -333,7 +204,7 @@ async def forty_transitions(realm: RealmHandle) -> str:
         role = await realm.role(f"reader-{i:02d}", ["realm.workflows.read"])
         steps.append({"id": f"grant{i:02d}", "type": "assign_role", "role_id": role.id, "scope": "realm"})
     steps.append({"id": "leave", "type": "remove_membership", "organization_id": elsewhere.id})
-    wid = await publish(realm, definition(*steps))
+    wid = await publish(realm, manual(*steps))
     run_id = await start(realm, wid, subject.id)
     return run_id
 
@@ -380,7 +251,7 @@ async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: Rea
 
 
 async def test_one_pass_claims_at_most_50_runs_whatever_the_settings(realm: RealmHandle) -> None:
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     run_ids = [await start(realm, wid, (await realm.user(f"u{i:02d}@example.com")).id) for i in range(53)]
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock, batch_size=500, tenant_share=500)
@@ -399,7 +270,7 @@ async def test_one_pass_claims_at_most_50_runs_whatever_the_settings(realm: Real
 
 
 async def test_a_batch_or_realm_share_of_one_claims_one_run(realm: RealmHandle) -> None:
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     for i in range(3):
         await start(realm, wid, (await realm.user(f"u{i}@example.com")).id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
@@ -415,7 +286,7 @@ async def test_a_cancelled_run_waiting_for_a_retry_stops_at_once(client: Client,
     _, group_id = await member_group(realm, subject.id)
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "team", "type": "add_to_group", "group_id": group_id, "retry": {"max_attempts": 3, "backoff": "1h"}}
         ),
     )
@@ -442,8 +313,8 @@ async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_
     disabled is checked again when it moves: it stays where it was and hands its lease back; a run
     of another, active workflow goes on (its own workflow's state is read, not another's)."""
     subject = await realm.user("subject@example.com")
-    paused = await publish(realm, definition({"id": "done", "type": "end"}), name="Paused")
-    active = await publish(realm, definition({"id": "done", "type": "end"}), name="Active")
+    paused = await publish(realm, manual({"id": "done", "type": "end"}), name="Paused")
+    active = await publish(realm, manual({"id": "done", "type": "end"}), name="Active")
     held, going = await start(realm, paused, subject.id), await start(realm, active, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
     runner = make_runner(realm, clock)
@@ -467,7 +338,7 @@ async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_
 async def test_a_realm_alone_fills_the_batch_share_by_share_and_never_beyond_it(realm: RealmHandle) -> None:
     """Batch 4, share 2, five runs due in one realm: two rounds of the claim take two runs each, and
     the pass stops at the batch; the fifth run waits for the next pass."""
-    wid = await publish(realm, definition({"id": "done", "type": "end"}))
+    wid = await publish(realm, manual({"id": "done", "type": "end"}))
     run_ids = [await start(realm, wid, (await realm.user(f"u{i}@example.com")).id) for i in range(5)]
     runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=1)), batch_size=4, tenant_share=2)
 

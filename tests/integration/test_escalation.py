@@ -28,8 +28,8 @@ from sqlalchemy import text
 from engine.directory import identity
 from engine.directory.models import RoleAssignment, ServicePrincipal, User
 from engine.platform.ids import new_id
-from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
-from tests.integration.test_authorization_matrix import ACCOUNT, MATRIX
+from testing.authorization import ACCOUNT, MATRIX
+from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
 
 Client = AsyncTestClient[Litestar]
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}

@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import Organization, User
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.platform.migrate import head_revision
-from tests.factories import make_worker_heartbeat
+from testing.factories import make_worker_heartbeat
 
 
 async def test_healthz_answers_while_the_process_is_up_with_its_version(client: AsyncTestClient[Litestar]) -> None:
@@ -78,7 +78,8 @@ async def test_unexpected_errors_are_500_problems_without_a_stack_trace(
     async def boom() -> None:
         raise RuntimeError("secret internal detail")
 
-    app = create_app(settings, database_url=database_url, extra_route_handlers=[boom])
+    app = create_app(settings, database_url=database_url)
+    app.register(boom)
     with caplog.at_level(logging.ERROR, logger="cockpit.errors"):
         async with AsyncTestClient(app=app) as client:
             response = await client.get("/api/v1/boom")

@@ -12,8 +12,8 @@ from sqlalchemy import text
 
 from engine.directory.models import User
 from engine.directory.seed import _ROLES as SEEDED_ROLES
-from tests.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_run_pages import signed_in
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.pages import signed_in
 
 Client = AsyncTestClient[Litestar]
 

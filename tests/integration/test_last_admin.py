@@ -19,7 +19,7 @@ from engine.directory.authz import load_authority
 from engine.directory.models import Group, GroupMember, GroupRole, User
 from engine.platform.errors import Conflict
 from engine.platform.ids import new_id
-from tests.factories import HTML, RealmHandle, bearer, browser_session
+from testing.factories import HTML, RealmHandle, bearer, browser_session
 
 Client = AsyncTestClient[Litestar]
 

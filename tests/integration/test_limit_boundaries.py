@@ -20,10 +20,10 @@ from engine.runs import approval_links, approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from tests.factories import TEST_SECRET_KEY, RealmHandle
-from tests.integration.test_approvals import definition, drain, load, make_runner, publish, start
-from tests.integration.test_diagnostics import Team, diagnostics_of
-from tests.integration.test_retention import existing, finish_runs
+from testing.diagnostics import Team, diagnostics_of
+from testing.factories import TEST_SECRET_KEY, RealmHandle
+from testing.runs import drain, existing, finish_runs, load, make_runner, start
+from testing.workflows import manual, publish
 
 MICROSECOND = timedelta(microseconds=1)
 
@@ -81,10 +81,10 @@ async def pending_approval(realm: RealmHandle) -> tuple[str, User, WorkflowAppro
     subject, approver = await realm.user(), await realm.user()
     wid = await publish(
         realm,
-        definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"}),
+        manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"}),
         name=f"Approval {approver.id[-6:]}",
     )
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
     await drain(make_runner(realm, clock))
     async with realm.sessions() as session:
@@ -235,10 +235,10 @@ async def test_a_wait_ends_at_the_very_instant_its_duration_is_over(realm: Realm
     subject = await realm.user()
     wid = await publish(
         realm,
-        definition({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"}),
+        manual({"id": "pause", "type": "wait", "duration": "2h"}, {"id": "done", "type": "end"}),
         name="Exact wait",
     )
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
     started = clock.now()
     await drain(make_runner(realm, clock))

@@ -7,7 +7,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 Client = AsyncTestClient[Litestar]
 

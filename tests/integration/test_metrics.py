@@ -14,8 +14,10 @@ from sqlalchemy import text
 from cockpit.app import create_app
 from engine.platform.config import Settings
 from engine.runs.runner import Runner, RunnerSettings
-from tests.factories import RealmHandle
-from tests.integration.test_diagnostics import Client, Team, compensation_failed_run, start
+from testing.diagnostics import Team, compensation_failed_run
+from testing.factories import RealmHandle
+from testing.pages import Client
+from testing.runs import start
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

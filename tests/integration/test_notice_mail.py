@@ -5,8 +5,8 @@ from __future__ import annotations
 from engine.directory import notice_templates
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs.notices import deliver_due_notices, record_notice
-from tests.factories import RealmHandle
-from tests.mail import Mailbox
+from testing.factories import RealmHandle
+from testing.mail import Mailbox
 
 WORDING = 'Hello,\n\n<a href="https://evil.example/login">Sign in here</a> & {{notice}}\n\n<img src=x onerror=alert(1)> {{workflow}}'
 

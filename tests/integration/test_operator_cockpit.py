@@ -15,8 +15,10 @@ from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.workflows import service as workflows
-from tests.factories import HTML, RealmHandle, bearer
-from tests.integration.test_run_pages import drain, manual, publish, run_state, signed_in, start, step_block
+from testing.factories import HTML, RealmHandle, bearer
+from testing.pages import signed_in, step_block
+from testing.runs import drain_realm, run_state, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -121,7 +123,7 @@ async def test_the_failing_step_is_marked_failed_with_its_error(client: Client, 
     # The role goes (forced: a published workflow names it), and the run then fails at the grant.
     response = await client.delete(f"{realm.api}/roles/{role.id}", params={"force": "true"}, headers=realm.headers)
     assert response.status_code == 204, response.text
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) in {"compensated", "failed"}
     page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     grant = step_block(page.text, "grant")
@@ -140,7 +142,7 @@ async def test_a_cancellation_is_shown_as_such_with_actor_and_reason(client: Cli
     run_id = await start(realm, workflow_id, subject.id)
     async with realm.sessions() as session, session.begin():
         await runs.cancel_run(session, realm.actor, run_id, reason="Hired by mistake")
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "cancelled"
     page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     cancellation = page.text.split('data-testid="cancellation"', 1)[1].split("</dd>", 1)[0]
@@ -160,7 +162,7 @@ async def test_a_run_paused_by_its_disabled_workflow_says_why_and_how_to_resume(
     async with realm.sessions() as session, session.begin():
         await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, False)
     run_id = await start_paused(realm, workflow_id, subject)
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "pending"
     page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     paused = page.text.split('data-testid="paused"', 1)[1].split("</div>", 1)[0]
@@ -168,7 +170,7 @@ async def test_a_run_paused_by_its_disabled_workflow_says_why_and_how_to_resume(
     assert f'href="/realms/{realm.slug}/workflows/{workflow_id}"' in paused and "enable it" in paused
     async with realm.sessions() as session, session.begin():
         await run_controls.set_workflow_enabled(session, realm.actor, workflow_id, True)
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "succeeded"
     after = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     assert 'data-testid="paused"' not in after.text

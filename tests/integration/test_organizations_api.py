@@ -6,7 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:

@@ -19,9 +19,10 @@ from engine.directory import organizations
 from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.runs.runner import Runner
-from tests.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_approval_and_wait_records import clock_now, decide
-from tests.integration.test_runner import drain, load, publish, runner, start
+from testing.approvals import decide
+from testing.factories import HTML, RealmHandle, browser_session
+from testing.runs import clock_now, drain, load, make_runner, start
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -51,9 +52,9 @@ class Desk:
             ],
         }
         workflow_id = await publish(realm, definition, "Lab access")
-        desk = cls(realm, approver, org.id, workflow_id, runner(realm))
+        desk = cls(realm, approver, org.id, workflow_id, make_runner(realm))
         desk.clock = clock_now()
-        desk.runner = runner(realm, desk.clock)
+        desk.runner = make_runner(realm, desk.clock)
         return desk
 
     async def run(self, *, approve: bool, member: bool = True, comment: str | None = None) -> str:

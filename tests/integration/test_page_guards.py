@@ -10,8 +10,8 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import HTML, RealmHandle, browser_session
-from tests.integration.test_authorization_matrix import DUMMY
+from testing.authorization import DUMMY
+from testing.factories import HTML, RealmHandle, browser_session
 
 PUBLIC = {
     ("GET", "/realms/{realm}/sign-in"),

@@ -12,8 +12,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import HTML, RealmHandle
-from tests.integration.test_run_pages import manual, publish, signed_in
+from testing.factories import HTML, RealmHandle
+from testing.pages import signed_in
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 

@@ -34,7 +34,7 @@ from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import TEST_SECRET_KEY, RealmHandle, bearer, make_realm
+from testing.factories import TEST_SECRET_KEY, RealmHandle, bearer, make_realm
 
 T = TypeVar("T")
 Client = AsyncTestClient[Litestar]

@@ -19,9 +19,11 @@ from sqlalchemy import text
 
 from cockpit.state import context_of
 from engine.directory import credentials
+from testing.factories import HTML, RealmHandle, bearer
+from testing.pages import signed_in
+from testing.runs import drain_realm, start
 from testing.statements import StatementLog, recording
-from tests.factories import HTML, RealmHandle, bearer
-from tests.integration.test_run_pages import drain, manual, publish, signed_in, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -71,7 +73,7 @@ async def test_a_read_sends_its_queries_alone(client: Client, app: Litestar, rea
         "Onboarding",
     )
     run_ids = [await start(realm, workflow_id, grace.id) for _ in range(3)]
-    await drain(realm)
+    await drain_realm(realm)
     url = read.path.format(api=realm.api, page=f"/realms/{realm.slug}", run=run_ids[0])
     headers = HTML if read.browser else bearer(realm.admin_token)
     if not read.browser:

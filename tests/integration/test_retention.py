@@ -8,30 +8,11 @@ from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
 from engine.runs.retention import cleanup_finished_runs, last_retention_cleanup
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, publish, runner, start
+from testing.factories import RealmHandle
+from testing.runs import existing, finish_runs, start
+from testing.workflows import publish
 
 END = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
-
-
-async def finish_runs(realm: RealmHandle, count: int, *, days_ago: int) -> list[str]:
-    """``count`` runs that really ran to their end, then dated as if they had ended ``days_ago`` days ago."""
-    wid = await publish(realm, END, name=f"W{days_ago}-{count}")
-    subject = await realm.user()
-    ids = [await start(realm, wid, subject.id) for _ in range(count)]
-    await drain(runner(realm))
-    async with realm.sessions() as session, session.begin():
-        await session.execute(
-            text("UPDATE workflow_runs SET finished_at = now() - make_interval(days => :d) WHERE id = ANY(:ids)"),
-            {"d": days_ago, "ids": ids},
-        )
-    return ids
-
-
-async def existing(realm: RealmHandle, ids: list[str]) -> set[str]:
-    async with realm.sessions() as session:
-        rows = await session.execute(text("SELECT id FROM workflow_runs WHERE id = ANY(:ids)"), {"ids": ids})
-        return set(rows.scalars())
 
 
 async def attempts_of(realm: RealmHandle, ids: list[str]) -> int:

@@ -25,7 +25,7 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle, bearer, browser_session, independent_admin
+from testing.factories import RealmHandle, bearer, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
 WINDOW = timedelta(days=30)

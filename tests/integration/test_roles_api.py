@@ -8,7 +8,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.authz import PERMISSIONS
-from tests.factories import RealmHandle, bearer, independent_admin
+from testing.factories import RealmHandle, bearer, independent_admin
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:

@@ -9,8 +9,10 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import SYSTEM_CLOCK
-from tests.factories import HTML, RealmHandle
-from tests.integration.test_run_pages import drain, htmx, manual, publish, run_state, signed_in, start
+from testing.factories import HTML, RealmHandle
+from testing.pages import htmx, signed_in
+from testing.runs import drain_realm, run_state, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -23,7 +25,7 @@ async def test_rerun_from_the_timeline_links_both_ways(client: Client, realm: Re
     url = f"/realms/{realm.slug}/runs/{original}"
     in_flight = await client.get(url, headers=HTML)
     assert 'data-testid="rerun"' not in in_flight.text  # only finished runs are re-run
-    await drain(realm)
+    await drain_realm(realm)
     page = await client.get(url, headers=HTML)
     assert 'data-testid="rerun"' in page.text and "same subject" in page.text
     answer = await client.post(f"{url}/rerun", headers=htmx(login, "run-timeline"))
@@ -74,7 +76,7 @@ async def test_retry_now_on_the_timeline(client: Client, realm: RealmHandle) -> 
     done = await client.post(f"{url}/retry-now", headers=htmx(login, "run-timeline"))
     assert done.status_code == 200 and "The retry is due now" in done.text
     assert 'data-testid="retry-wait"' not in done.text
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "succeeded"
 
 
@@ -83,7 +85,7 @@ async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: Real
     wid = await publish(realm, manual({"id": "done", "type": "end"}), "Bulky")
     subjects = [await realm.user() for _ in range(3)]
     finished = await start(realm, wid, subjects[0].id)
-    await drain(realm)
+    await drain_realm(realm)
     waiting = [await start(realm, wid, s.id) for s in subjects]  # 3 pending runs
     base = f"/realms/{realm.slug}/runs"
 
@@ -118,7 +120,7 @@ async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: Real
         )
     assert list(reasons) == ["wrong import"] * 3
 
-    await drain(realm)  # the cancelled runs finish cancelled
+    await drain_realm(realm)  # the cancelled runs finish cancelled
     # All matching a filter, worked through 50 at a time: the answer asks for the next part itself.
     many = [await start(realm, wid, subjects[i % 3].id) for i in range(60)]
     part = await client.post(
@@ -164,7 +166,7 @@ async def test_readers_get_no_controls(client: Client, realm: RealmHandle) -> No
     subject = await realm.user("subject@example.com")
     wid = await publish(realm, manual({"id": "done", "type": "end"}), "Readable")
     run_id = await start(realm, wid, subject.id)
-    await drain(realm)
+    await drain_realm(realm)
     page = await client.get(f"/realms/{realm.slug}/runs/{run_id}", headers=HTML)
     assert 'data-testid="rerun"' not in page.text
     listed = await client.get(f"/realms/{realm.slug}/runs", headers=HTML)

@@ -12,8 +12,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
-from tests.factories import RealmHandle, bearer
-from tests.integration.test_runner import drain, load, publish, runner, start
+from testing.factories import RealmHandle, bearer
+from testing.runs import drain, load, make_runner, start
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -35,7 +36,7 @@ async def audit_types(realm: RealmHandle, subject_id: str) -> list[str]:
 
 async def finished_run(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
     run_id = await start(realm, workflow_id, subject_id)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     return run_id
 
 
@@ -96,7 +97,7 @@ class TestRerun:
         shown = (await client.get(f"{realm.api}/workflow-runs/{original}", headers=realm.headers)).json()
         assert shown["reruns"] == [again["id"]]
         assert "workflow.run.rerun_requested" in await audit_types(realm, original)
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         assert (await load(realm, again["id"]))[0].state == "succeeded"
 
     async def test_rerun_refuses_runs_in_flight_self_and_foreign_realms(
@@ -107,7 +108,7 @@ class TestRerun:
         in_flight = await start(realm, wid, subject.id)
         busy = await client.post(f"{realm.api}/workflow-runs/{in_flight}/rerun", headers=realm.headers)
         assert busy.status_code == 409 and busy.json()["code"] == "run_in_flight"
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         foreign = await client.post(f"{other_realm.api}/workflow-runs/{in_flight}/rerun", headers=other_realm.headers)
         assert foreign.status_code == 404
         # A starter without realm.workflows.run is refused by the route; one whose authority does not
@@ -141,7 +142,7 @@ class TestRetryNow:
         wid, subject = await group_workflow(realm)
         run_id = await start(realm, wid, subject.id)
         clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
-        await drain(runner(realm, clock))
+        await drain(make_runner(realm, clock))
         shown = (await client.get(f"{realm.api}/workflow-runs/{run_id}", headers=realm.headers)).json()
         assert shown["state"] == "running" and shown["error_category"] == "error"
         assert shown["next_attempt_at"] is not None  # an hour away
@@ -150,7 +151,7 @@ class TestRetryNow:
         assert response.status_code == 202, response.text
         assert response.json()["next_attempt_at"] is None
         assert "workflow.run.retry_requested" in await audit_types(realm, run_id)
-        await drain(runner(realm))  # the real clock: no waiting an hour
+        await drain(make_runner(realm))  # the real clock: no waiting an hour
         run, attempts = await load(realm, run_id)
         assert run.state == "succeeded"
         assert [(a.step_id, a.number, a.state) for a in attempts] == [
@@ -216,7 +217,7 @@ class TestBulk:
         failed = await start(realm, wid, subject.id)
         succeeded = await finished_run(realm, ok_wid, other.id)
         clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
-        r = runner(realm, clock)
+        r = make_runner(realm, clock)
         for _ in range(4):
             await drain(r)
             clock.advance(seconds=10)
@@ -234,7 +235,7 @@ class TestBulk:
         assert response.status_code == 200, response.text
         (result,) = response.json()["results"]
         assert result["run_id"] == failed and result["status"] == "done"
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         assert (await load(realm, result["new_run_id"]))[0].state == "succeeded"
         assert (await load(realm, succeeded))[0].state == "succeeded"
 

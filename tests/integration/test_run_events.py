@@ -16,10 +16,12 @@ from engine.directory.audit import APPROVAL_EVENT_TYPES, RUN_OUTCOME_EVENT_TYPES
 from engine.endpoints.deliveries import DeliveryDispatcher
 from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
+from testing.approvals import approval_of
+from testing.factories import RealmHandle, bearer
 from testing.receiver import Receiver
-from tests.factories import RealmHandle, bearer
-from tests.integration.test_approvals import approval_of, definition, publish, start
-from tests.integration.test_deliveries import dispatch, policy, settle, subscribe
+from testing.runs import start
+from testing.webhooks import dispatch, policy, settle, subscribe
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 AUTOMATION = [*RUN_OUTCOME_EVENT_TYPES, *APPROVAL_EVENT_TYPES]
@@ -75,7 +77,7 @@ async def test_a_finished_run_is_delivered_signed_alike_from_the_fast_path_and_t
     role = await realm.role("viewer", ["realm.workflows.read"])
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
             {"id": "done", "type": "end"},
         ),
@@ -84,7 +86,7 @@ async def test_a_finished_run_is_delivered_signed_alike_from_the_fast_path_and_t
     for fast in (True, False):
         subject = await realm.user()
         await realm.member(org, subject)
-        run_id = await start(realm, wid, subject, org)
+        run_id = await start(realm, wid, subject.id, org.id)
         runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)), fast=fast)
         await drain(runner)
         assert runner.fast.moved == (2 if fast else 0)
@@ -128,13 +130,13 @@ async def test_an_approval_asked_then_rejected_and_the_run_compensated(
     role = await realm.role("viewer", ["realm.workflows.read"])
     wid = await publish(
         realm,
-        definition(
+        manual(
             {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"},
             {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"},
         ),
     )
     runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(runner)
     await deliver(realm, [hook])
     [asked] = receiver.requests()
@@ -175,10 +177,10 @@ async def test_an_approval_approved_and_the_run_succeeded_shaped_like_directory_
     subject = await realm.user()
     approver = await realm.user()
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
     runner = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
-    run_id = await start(realm, wid, subject)
+    run_id = await start(realm, wid, subject.id)
     await drain(runner)
     token = await realm.token(approver, audience="account")
     pending = await approval_of(client, realm, token)
@@ -212,12 +214,12 @@ async def test_an_approval_that_expires_fails_the_run_and_a_cancelled_run_says_s
     subject = await realm.user()
     approver = await realm.user()
     wid = await publish(
-        realm, definition({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
     )
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=5))
-    expiring = await start(realm, wid, subject)
+    expiring = await start(realm, wid, subject.id)
     await drain(make_runner(realm, clock))
-    cancelled = await start(realm, wid, subject)
+    cancelled = await start(realm, wid, subject.id)
     clock.advance(seconds=1)
     await drain(make_runner(realm, clock))
     answer = await client.post(f"{realm.api}/workflow-runs/{cancelled}/cancel", json={}, headers=realm.headers)

@@ -41,8 +41,8 @@ from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import leases
 from engine.runs.states import FINISHED
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle, make_realm
-from tests.integration.test_engine_correctness import refuse_role_changes
+from testing.directory import refuse_role_changes
+from testing.factories import RealmHandle, make_realm
 
 T = TypeVar("T")
 LEASE = timedelta(seconds=30)

@@ -4,74 +4,25 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.pages.runs.start import start_choices
-from engine.directory.models import User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import ValidationFailed
 from engine.platform.ids import new_id
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.runner import Runner
-from engine.workflows import service as workflows
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle
+from testing.pages import htmx, signed_in, step_block
+from testing.runs import drain_realm, run_state, start
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 POLLING = 'hx-trigger="every 2s'
-
-
-async def signed_in(client: Client, realm: RealmHandle, user: User | None = None) -> BrowserLogin:
-    login = await browser_session(realm, user or realm.admin, mfa=True)
-    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
-    return login
-
-
-def htmx(login: BrowserLogin, target: str) -> dict[str, str]:
-    return HTML | {"HX-Request": "true", "HX-Target": target, "X-CSRF-Token": login.csrf}
-
-
-def manual(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": list(steps)}
-
-
-async def publish(realm: RealmHandle, definition: dict[str, Any], name: str) -> str:
-    async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
-            session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
-        )
-    async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
-    return workflow.id
-
-
-async def start(realm: RealmHandle, workflow_id: str, subject_id: str) -> str:
-    async with realm.sessions() as session, session.begin():
-        run = await runs.start_manual_run(
-            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=None
-        )
-        return run.id
-
-
-async def drain(realm: RealmHandle, rounds: int = 10) -> None:
-    runner = Runner(realm.sessions, "worker-test-pages-aaaa")
-    for _ in range(rounds):
-        if not await runner.run_pass():
-            return
-
-
-async def run_state(realm: RealmHandle, run_id: str) -> str:
-    async with realm.sessions() as session:
-        return str(await session.scalar(text("SELECT state FROM workflow_runs WHERE id = :r"), {"r": run_id}))
-
-
-def step_block(page: str, step_id: str) -> str:
-    """The HTML of one step of the timeline."""
-    return page.split(f'id="step-{step_id}"', 1)[1].split("</li>", 1)[0]
 
 
 # --- Lists ----------------------------------------------------------------------------------------
@@ -84,7 +35,7 @@ async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, re
     onboarding = await publish(realm, manual({"id": "done", "type": "end"}), "Onboarding")
     offboarding = await publish(realm, manual({"id": "bye", "type": "end"}), "Offboarding")
     first = await start(realm, onboarding, grace.id)
-    await drain(realm)
+    await drain_realm(realm)
     second = await start(realm, offboarding, linus.id)  # stays pending
 
     base = f"/realms/{realm.slug}/runs"
@@ -195,7 +146,7 @@ async def test_the_timeline_shows_attempts_and_compensation_and_polls_only_until
     assert "subject@example.com" in before.text and realm.admin.display_name in before.text
     assert "Cancel run" in before.text
 
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "compensated"
     fragment = await client.get(url, headers=HTML | {"HX-Request": "true", "HX-Target": "run-timeline"})
     assert fragment.status_code == 200 and "<html" not in fragment.text
@@ -365,7 +316,7 @@ async def test_cancel_asks_for_a_reason_and_answers_409_when_it_cannot(client: C
     assert again.status_code == 409
     assert "A cancellation was requested already." in again.text and "<code>conflict</code>" in again.text
 
-    await drain(realm)
+    await drain_realm(realm)
     assert await run_state(realm, run_id) == "cancelled"
     finished = await client.get(url, headers=HTML)
     assert 'class="badge tone-stopped" data-state="cancelled"' in finished.text and "hx-trigger" not in finished.text

@@ -11,8 +11,9 @@ from sqlalchemy import text
 
 from engine.directory import organizations
 from engine.directory.authz import load_authority
-from tests.factories import RealmHandle, bearer
-from tests.integration.test_runner import drain, load, publish, runner
+from testing.factories import RealmHandle, bearer
+from testing.runs import drain, load, make_runner
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -120,7 +121,7 @@ async def test_a_refusal_names_its_category_and_the_steps_after_it_are_not_reach
         "permanent": True,
     }
     # The run, started with nothing changed in between, meets the very same refusal.
-    r = runner(realm)
+    r = make_runner(realm)
     started = await client.post(
         f"{realm.api}/workflows/{wid}/runs", json={"subject_id": subject.id}, headers=realm.headers
     )

@@ -7,62 +7,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine.endpoints.calls import PreparedCall
 from engine.platform.clock import FixedClock
-from engine.runs import run_reads
-from engine.runs import service as runs
-from engine.runs.endpoint_calls import complete_call
-from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.runner import Runner, RunnerSettings
-from engine.runs.transition import transition
-from engine.workflows import service as workflows
-from tests.factories import RealmHandle
-
-
-async def publish(realm: RealmHandle, definition: dict[str, Any], name: str = "W") -> str:
-    async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
-            session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
-        )
-    async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
-    return workflow.id
-
-
-async def start(realm: RealmHandle, workflow_id: str, subject_id: str, organization_id: str | None = None) -> str:
-    async with realm.sessions() as session, session.begin():
-        run = await runs.start_manual_run(
-            session, realm.actor, workflow_id, subject_id=subject_id, organization_id=organization_id
-        )
-        return run.id
-
-
-async def load(realm: RealmHandle, run_id: str) -> tuple[WorkflowRun, list[StepAttempt]]:
-    async with realm.sessions() as session:
-        run = await run_reads.get_run(session, realm.id, run_id)
-        return run, await run_reads.run_attempts(session, run_id)
-
-
-def runner(realm: RealmHandle, clock: FixedClock | None = None, worker: str = "worker-test-1-aaaa") -> Runner:
-    return Runner(realm.sessions, worker, settings=RunnerSettings(lease=timedelta(seconds=30)), clock=clock)
-
-
-async def transition_once(r: Runner, run_id: str, calls: list[PreparedCall] | None = None) -> tuple[bool, bool]:
-    """One transition of the run: (progress made, run finished). The endpoint call it starts is
-    sent at once, or kept in ``calls`` (as a pass keeps a round's calls) and counted as progress."""
-    progressed, finished, call = await transition(r, run_id)
-    if call is None:
-        return progressed, finished
-    if calls is None:
-        return True, await complete_call(r, call)
-    calls.append(call)
-    return True, False
-
-
-async def drain(r: Runner, *, rounds: int = 10) -> None:
-    for _ in range(rounds):
-        if not await r.run_pass():
-            return
+from engine.runs.models import StepAttempt
+from testing.directory import member_group, outage
+from testing.factories import RealmHandle
+from testing.runs import drain, load, make_runner, start
+from testing.workflows import publish
 
 
 async def test_internal_steps_run_once_with_attempts_and_audit(realm: RealmHandle) -> None:
@@ -80,7 +30,7 @@ async def test_internal_steps_run_once_with_attempts_and_audit(realm: RealmHandl
     }
     wid = await publish(realm, definition)
     run_id = await start(realm, wid, subject.id)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded", (run.error_category, run.last_error)
     assert [(a.step_id, a.state, a.idempotency_key) for a in attempts] == [
@@ -122,7 +72,6 @@ async def test_transient_failures_back_off_by_the_steps_policy_and_exhaust_then_
     """A step's own retry policy overrides the definition's: a transient failure (the directory
     refuses the join) waits the step's 5 s backoff (not yet due after 4 s), fails again, and with
     its 2 attempts exhausted the run compensates the grant made before it."""
-    from tests.integration.test_engine_rules import member_group, outage
 
     subject = await realm.user("subject@example.com")
     _, group_id = await member_group(realm, subject.id)
@@ -140,7 +89,7 @@ async def test_transient_failures_back_off_by_the_steps_policy_and_exhaust_then_
     await outage(realm, "group_members", "INSERT")
     run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     await drain(r)
     run, attempts = await load(realm, run_id)
     assert [(a.step_id, a.number, a.state, a.error_category) for a in attempts] == [
@@ -195,7 +144,7 @@ async def test_a_permanent_failure_is_tried_once_whatever_its_retry_policy_then_
     wid = await publish(realm, definition)
     run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC), jitter=0.0)
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     await drain(r)
     run, attempts = await load(realm, run_id)
     # remove_membership of a non-member is a permanent failure: compensation undoes the grant.
@@ -237,7 +186,7 @@ async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeyp
     wid = await publish(realm, definition)
     run_id = await start(realm, wid, subject.id)
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     await drain(r)
     run, attempts = await load(realm, run_id)
     assert [a.error_category for a in attempts] == ["error"]
@@ -311,7 +260,6 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
     realm: RealmHandle, other_realm: RealmHandle
 ) -> None:
     from engine.runs.runstore import scheduling
-    from tests.integration.test_engine_rules import outage
 
     subject = await realm.user("subject@example.com")
     role = await realm.role("viewer", ["realm.workflows.read"])
@@ -326,7 +274,7 @@ async def test_retry_now_takes_only_a_run_of_this_realm_waiting_for_its_retry(
     run_id = await start(realm, wid, subject.id)
     beside = await start(realm, wid, (await realm.user("beside@example.com")).id)  # waits for its retry too
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1), jitter=0.0)
-    await drain(runner(realm, clock))
+    await drain(make_runner(realm, clock))
     due = clock.now() + timedelta(hours=1)
     for waiting in (run_id, beside):
         run, _ = await load(realm, waiting)
@@ -442,7 +390,7 @@ async def test_a_step_already_applied_is_skipped_never_applied_again(realm: Real
     run_id = await start(realm, wid, subject.id)
     await _already_applied(realm, run_id, "grant", 0, "assign_role")
     clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
-    r = runner(realm, clock)
+    r = make_runner(realm, clock)
     made = 0
     while passed := await r.run_pass():
         made += passed
@@ -490,7 +438,7 @@ async def test_a_transition_that_breaks_unexpectedly_hands_its_lease_back_and_th
             {"w": broken_wid},
         )
     broken, fine = await start(realm, broken_wid, subject.id), await start(realm, fine_wid, subject.id)
-    r = runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
+    r = make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5)))
 
     assert await r.run_pass() == 1
     run, attempts = await load(realm, broken)
@@ -514,7 +462,7 @@ async def test_a_stored_step_of_a_type_this_worker_does_not_know_fails_the_run_f
             {"w": wid},
         )
     run_id = await start(realm, wid, subject.id)
-    await drain(runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
+    await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
     run, attempts = await load(realm, run_id)
     assert (run.state, run.error_category, run.last_error) == (
         "failed",
@@ -549,7 +497,7 @@ async def test_a_change_the_database_refuses_fails_the_step_for_good_as_a_confli
     step = {"id": "team", "type": "add_to_group", "group_id": group.id, "retry": {"max_attempts": 3, "backoff": "10s"}}
     wid = await publish(realm, {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [step]})
     run_id = await start(realm, wid, subject.id)
-    await drain(runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5), jitter=0.0)))
+    await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5), jitter=0.0)))
     run, attempts = await load(realm, run_id)
     assert (run.state, run.error_category) == ("failed", "conflict"), run.last_error
     assert [(a.number, a.state, a.error_category) for a in attempts] == [(1, "failed", "conflict")]

@@ -11,8 +11,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
-from tests.factories import RealmHandle, bearer
-from tests.integration.test_runner import drain, load, publish, runner
+from testing.factories import RealmHandle, bearer
+from testing.runs import drain, load, make_runner
+from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -43,7 +44,7 @@ class TestManualRuns:
         run = response.json()
         assert run["id"].startswith("wrn_") and run["state"] == "pending" and run["revision"] == 1
         assert run["trigger"]["type"] == "manual" and run["publisher_id"] == realm.admin.id
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         shown = (await client.get(f"{realm.api}/workflow-runs/{run['id']}", headers=realm.headers)).json()
         assert shown["state"] == "succeeded"
         assert [(a["step_id"], a["number"], a["state"], a["idempotency_key"]) for a in shown["attempts"]] == [
@@ -154,7 +155,7 @@ class TestCancellation:
             )
         ).json()["id"]
         clock = FixedClock(datetime.now(UTC))
-        r = runner(realm, clock)
+        r = make_runner(realm, clock)
         # Advance only past the grant, one transition at a time: pending -> running -> grant.
         from engine.runs.runstore import leases
 
@@ -231,7 +232,7 @@ class TestRunTimeCeiling:
             )
         ).json()["id"]
         clock = FixedClock(datetime.now(UTC))
-        r = runner(realm, clock)
+        r = make_runner(realm, clock)
         from engine.runs.runstore import leases
 
         async with realm.sessions() as session, session.begin():
@@ -298,7 +299,7 @@ class TestWorkflowOnboardingApprovalAndCompensation:
                 headers=realm.headers,
             )
         ).json()["id"]
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded", run.last_error
         async with realm.sessions() as session:
@@ -328,7 +329,7 @@ class TestWorkflowOnboardingApprovalAndCompensation:
                 headers=realm.headers,
             )
         ).json()["id"]
-        await drain(runner(realm))
+        await drain(make_runner(realm))
         shown = (await client.get(f"{realm.api}/workflow-runs/{run2}", headers=realm.headers)).json()
         assert shown["state"] == "compensated" and shown["error_category"] == "not_a_member"
         assert [(c["step_id"], c["strategy"], c["state"]) for c in shown["compensations"]] == [

@@ -18,8 +18,9 @@ from engine.runs import controls as run_controls
 from engine.runs import schedules
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows.models import Workflow, WorkflowRevision
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, publish
+from testing.factories import RealmHandle
+from testing.runs import drain
+from testing.workflows import publish
 
 
 def schedule(select: dict[str, Any], steps: list[dict[str, Any]] | None = None, every: str = "24h") -> dict[str, Any]:
@@ -285,7 +286,7 @@ async def test_the_workflow_shows_the_next_slot_and_the_last_firing(realm: Realm
 
 
 async def test_the_workflow_page_names_the_schedule_and_its_last_firing(client: Any, realm: RealmHandle) -> None:
-    from tests.integration.test_run_pages import signed_in
+    from testing.pages import signed_in
 
     await signed_in(client, realm)
     org = await realm.organization("Night shift")

@@ -8,7 +8,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from engine.platform.config import PROJECT_ROOT
-from tests.factories import HTML, RealmHandle, browser_session
+from testing.factories import HTML, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]
 

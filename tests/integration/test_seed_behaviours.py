@@ -25,9 +25,9 @@ from engine.runs.runner import Runner, RunnerSettings
 from engine.worker.runtime import wake_pass
 from engine.workflows import service as workflows
 from engine.workflows.definitions.canonical import input_version
-from tests.factories import TEST_SECRET_KEY, RealmHandle
-from tests.integration.test_authorization_matrix import realm_routes
-from tests.integration.test_runner import drain, load
+from testing.authorization import realm_routes
+from testing.factories import TEST_SECRET_KEY, RealmHandle
+from testing.runs import drain, load
 
 LEASE = timedelta(seconds=30)
 

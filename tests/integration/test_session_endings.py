@@ -14,7 +14,7 @@ from engine.directory import identity
 from engine.directory import principals as directory
 from engine.directory.models import User
 from engine.platform.errors import Conflict, Unauthorized
-from tests.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
+from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]
 

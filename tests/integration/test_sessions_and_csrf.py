@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from cockpit.app import create_app
 from engine.platform.config import Settings, load_settings
-from tests.factories import HTML, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
+from testing.factories import HTML, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
 Client = AsyncTestClient[Litestar]

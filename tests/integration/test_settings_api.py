@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory import notice_templates, policy
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 
 async def _audit(realm: RealmHandle, type_: str) -> list[tuple[str | None, dict]]:  # type: ignore[type-arg]

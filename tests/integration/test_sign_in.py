@@ -23,7 +23,7 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
-from tests.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
+from testing.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
 WRONG = "The email or password is not right."

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from cockpit.admin_cli import public_base_url, sign_in_link_url
 from cockpit.app import create_app
 from engine.platform.config import Settings
-from tests.factories import HTML, RealmHandle, bearer, browser_session, form_value
+from testing.factories import HTML, RealmHandle, bearer, browser_session, form_value
 
 Client = AsyncTestClient[Litestar]
 

@@ -25,8 +25,8 @@ from engine.platform.ids import new_id
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.steps import STEP_TYPES, StepContext, StepFailure
 from engine.runs.steps.call_webhook import CallWebhook
-from tests.factories import TEST_SECRET_KEY, RealmHandle
-from tests.integration.test_engine_rules import member_group
+from testing.directory import member_group
+from testing.factories import TEST_SECRET_KEY, RealmHandle
 
 
 def run_about(realm: RealmHandle, subject_id: str) -> WorkflowRun:

@@ -25,8 +25,8 @@ from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner, RunnerSettings
 from engine.workflows import service as workflows
-from tests.factories import RealmHandle
-from tests.integration.test_engine_rules import member_group
+from testing.directory import member_group
+from testing.factories import RealmHandle
 
 RETRY = {"max_attempts": 3, "backoff": "1s"}  # a refusal still gets one attempt only
 

@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform import crypto
-from tests.factories import RealmHandle, bearer, browser_session
+from testing.factories import RealmHandle, bearer, browser_session
 
 
 async def _session_headers(

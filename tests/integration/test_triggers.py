@@ -10,8 +10,9 @@ from engine.directory import organizations
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs import triggers
-from tests.factories import RealmHandle
-from tests.integration.test_runner import drain, publish, runner
+from testing.factories import RealmHandle
+from testing.runs import drain, make_runner
+from testing.workflows import publish
 
 
 def on_membership(*steps: dict[str, Any], organization_id: str | None = None) -> dict[str, Any]:
@@ -61,7 +62,7 @@ async def test_a_membership_event_starts_a_run_once_with_the_organization_pin(re
     assert await dispatch(realm) == 0  # every event is dispatched once
     started = await runs_of(realm, wid)
     assert [(r.subject_id, r.trigger_type, r.depth) for r in started] == [(alice.id, "event", 0)]
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     assert (await runs_of(realm, wid))[0].state == "succeeded"
     async with realm.sessions() as session:
         org = await session.scalar(
@@ -92,7 +93,7 @@ async def test_an_event_caused_by_a_run_never_triggers_the_same_workflow(realm: 
     async with realm.sessions() as session, session.begin():
         await organizations.add_member(session, realm.actor, ops.id, alice.id, authority=None)
     await dispatch(realm)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     first = await runs_of(realm, wid)
     assert [r.state for r in first] == ["succeeded"]  # removed from Ops: emits membership.removed caused by the run
     await dispatch(realm)
@@ -143,7 +144,7 @@ async def test_runs_deeper_than_three_are_not_started(realm: RealmHandle) -> Non
             await organizations.add_member(session, realm.actor, org.id, alice.id, authority=None)
     async with realm.sessions() as session, session.begin():
         await organizations.remove_member(session, realm.actor, orgs[0].id, alice.id, authority=None)
-    r = runner(realm)
+    r = make_runner(realm)
     for _ in range(8):
         await dispatch(realm)
         await drain(r)
@@ -173,13 +174,13 @@ async def test_a_disabled_workflows_runs_pause_until_enabled(realm: RealmHandle)
         run = await runs.start_manual_run(session, realm.actor, wid, subject_id=subject.id, organization_id=None)
     async with realm.sessions() as session, session.begin():
         await run_controls.set_workflow_enabled(session, realm.actor, wid, False)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     assert [r.state for r in await runs_of(realm, wid)] == ["pending"]
     async with realm.sessions() as session:
         due = await session.scalar(text("SELECT due_at FROM workflow_runs WHERE workflow_id = :w"), {"w": wid})
     assert due is None  # paused runs leave the due index
     async with realm.sessions() as session, session.begin():
         await run_controls.set_workflow_enabled(session, realm.actor, wid, True)
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     assert [r.state for r in await runs_of(realm, wid)] == ["succeeded"]
     del run

@@ -4,7 +4,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 
 async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(

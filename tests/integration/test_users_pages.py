@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session
+from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
 Client = AsyncTestClient[Litestar]
 
@@ -213,7 +213,8 @@ async def test_the_realm_home_shows_counts_activity_and_status(client: Client, r
 
 
 async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: RealmHandle) -> None:
-    from tests.integration.test_runner import drain, publish, runner, start
+    from testing.runs import drain, make_runner, start
+    from testing.workflows import publish
 
     subject = await realm.user("s@example.com")
     wid = await publish(
@@ -230,7 +231,7 @@ async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: Re
     assert '<span class="kpi" data-testid="kpi-value">1</span>' in tile(home, "runs-in-flight")
     assert "<time" in tile(home, "oldest-due")
     assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "pending-approvals")  # counted
-    await drain(runner(realm))
+    await drain(make_runner(realm))
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
     assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "runs-in-flight")
     assert '<span class="kpi" data-testid="kpi-value">0</span>' in tile(home, "failed")

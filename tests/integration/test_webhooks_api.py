@@ -10,7 +10,7 @@ from engine.directory import webhooks
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 KEY = "test-secret-key-0123456789abcdef0123456789"  # the settings fixture's operator key
 

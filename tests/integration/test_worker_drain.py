@@ -18,10 +18,10 @@ from engine.worker import queue
 from engine.worker.drain import drain
 from engine.worker.runtime import wake_pass
 from testing.chaos import start_manual_runs
-from tests.factories import RealmHandle, make_realm
-from tests.integration.test_engine_rules import definition, publish
+from testing.factories import RealmHandle, make_realm
+from testing.workflows import manual, publish
 
-END = definition({"id": "done", "type": "end"})  # one transition per run: start, end and succeed
+END = manual({"id": "done", "type": "end"})  # one transition per run: start, end and succeed
 
 
 class CountingRunner(Runner):
@@ -65,10 +65,7 @@ async def test_a_wake_up_drains_the_due_runs_of_several_realms_in_one_go(
     backlog = {handle.id: await due_runs(handle, 25) for handle in (realm, other_realm, third)}
     worker = runner(realm, batch_size=10, tenant_share=3)
 
-    async def no_dispatch(_: Any) -> int:
-        return 0
-
-    assert await wake_pass(worker, realm.sessions, dispatch=no_dispatch) == 75
+    assert await wake_pass(worker, realm.sessions) == (75, False)
     for handle in (realm, other_realm, third):
         assert await succeeded(handle, backlog[handle.id]) == 25
     assert 8 <= worker.passes <= 9  # eight full claims of 10 (the last one 5), then one that finds nothing

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import RealmHandle
+from testing.factories import RealmHandle
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),

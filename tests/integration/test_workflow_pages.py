@@ -21,9 +21,10 @@ from engine.directory.audit import Actor
 from engine.directory.models import RealmPolicy, User
 from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json, line_diff, pretty_json
-from engine.workflows.models import Workflow
 from engine.workflows.templates import workflow_templates
-from tests.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
+from testing.factories import HTML, RealmHandle, independent_admin
+from testing.pages import htmx, signed_in
+from testing.workflows import make_workflow, manual_then_end, stage
 
 Client = AsyncTestClient[Litestar]
 
@@ -32,10 +33,6 @@ MINIMAL: dict[str, Any] = {
     "triggers": [{"type": "manual"}],
     "steps": [{"id": "done", "type": "end"}],
 }
-
-
-def definition(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [*steps, {"id": "done", "type": "end"}]}
 
 
 # --- Pointer → line (no database) -----------------------------------------------------------------
@@ -107,7 +104,7 @@ def test_text_that_is_not_json_gives_one_issue_at_its_line_and_column() -> None:
 
 
 def test_side_by_side_pairs_lines_and_folds_long_unchanged_runs() -> None:
-    old = definition(*({"id": f"s{i}", "type": "wait", "duration": "1h"} for i in range(6)))
+    old = manual_then_end(*({"id": f"s{i}", "type": "wait", "duration": "1h"} for i in range(6)))
     new = json.loads(json.dumps(old))
     new["steps"][5]["duration"] = "2h"
     rows = side_by_side(line_diff(old, new))
@@ -128,44 +125,6 @@ def test_side_by_side_pairs_lines_and_folds_long_unchanged_runs() -> None:
 
 
 # --- Helpers --------------------------------------------------------------------------------------
-
-
-async def signed_in(client: Client, realm: RealmHandle, user: User | None = None) -> BrowserLogin:
-    login = await browser_session(realm, user or realm.admin, mfa=True)
-    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
-    return login
-
-
-def htmx(login: BrowserLogin, target: str) -> dict[str, str]:
-    return HTML | {"HX-Request": "true", "HX-Target": target, "X-CSRF-Token": login.csrf}
-
-
-async def make_workflow(
-    realm: RealmHandle,
-    name: str = "Onboarding",
-    *,
-    body: dict[str, Any] | None = None,
-    requires_approval: bool = False,
-    author: User | None = None,
-) -> Workflow:
-    actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
-    async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
-            session,
-            actor,
-            name=name,
-            requires_approval=requires_approval,
-            definition=body,
-            has_definition=body is not None,
-        )
-    return workflow
-
-
-async def stage(realm: RealmHandle, workflow: Workflow, body: dict[str, Any], author: User | None = None) -> int:
-    actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
-    async with realm.sessions() as session, session.begin():
-        staged = await workflows.stage_revision(session, actor, workflow.id, body)
-        return staged.revision.number
 
 
 async def second_admin(realm: RealmHandle, email: str = "second@example.com") -> User:
@@ -438,7 +397,7 @@ async def test_the_editor_starts_from_the_latest_revision_or_a_skeleton(client: 
     assert "✓ Valid" in page.text and '<code class="step-id">done</code>' in page.text
 
     full = await make_workflow(realm, "Full", body=MINIMAL)
-    later = definition({"id": "pause", "type": "wait", "duration": "1h"})
+    later = manual_then_end({"id": "pause", "type": "wait", "duration": "1h"})
     await stage(realm, full, later)
     page = await client.get(f"/realms/{realm.slug}/workflows/{full.id}/edit", headers=HTML)
     textarea = page.text.split('id="definition-text"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
@@ -516,7 +475,7 @@ async def test_saving_stages_a_draft_or_shows_the_api_errors_keeping_the_text(
     not_json = await client.post(url, data={"_csrf": login.csrf, "definition": "{"}, headers=HTML)
     assert not_json.status_code == 422 and issues_of(not_json.text)[0][1] == "invalid_json"
 
-    body = definition({"id": "pause", "type": "wait", "duration": "2h"})
+    body = manual_then_end({"id": "pause", "type": "wait", "duration": "2h"})
     saved = await client.post(
         url, data={"_csrf": login.csrf, "definition": json.dumps(body)}, headers=HTML, follow_redirects=False
     )
@@ -541,14 +500,14 @@ async def test_the_revision_page_diffs_against_the_published_revision_or_any_oth
     client: Client, realm: RealmHandle
 ) -> None:
     await signed_in(client, realm)
-    first = definition(
+    first = manual_then_end(
         {"id": "ask", "type": "approval", "approvers": [realm.admin.id], "expires_in": "72h"},
         {"id": "pause", "type": "wait", "duration": "1h"},
     )
     workflow = await make_workflow(realm, body=first)
     async with realm.sessions() as session, session.begin():
         await workflows.publish_revision(session, realm.actor, workflow.id, 1)
-    second = definition(
+    second = manual_then_end(
         {"id": "pause", "type": "wait", "duration": "1h"},
         {"id": "ask", "type": "approval", "approvers": [realm.admin.id], "expires_in": "48h"},
         {"id": "bye", "type": "suspend_user"},
@@ -590,7 +549,7 @@ async def test_the_author_cannot_approve_another_admin_approves_and_the_author_p
     client: Client, realm: RealmHandle
 ) -> None:
     workflow = await make_workflow(realm, body=MINIMAL, requires_approval=True)
-    await stage(realm, workflow, definition({"id": "pause", "type": "wait", "duration": "1h"}))
+    await stage(realm, workflow, manual_then_end({"id": "pause", "type": "wait", "duration": "1h"}))
     base = f"/realms/{realm.slug}/workflows/{workflow.id}/revisions"
 
     login = await signed_in(client, realm)
@@ -648,7 +607,7 @@ async def test_the_author_cannot_approve_another_admin_approves_and_the_author_p
 async def test_publish_and_roll_back_without_approval(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     workflow = await make_workflow(realm, body=MINIMAL)
-    await stage(realm, workflow, definition({"id": "pause", "type": "wait", "duration": "1h"}))
+    await stage(realm, workflow, manual_then_end({"id": "pause", "type": "wait", "duration": "1h"}))
     base = f"/realms/{realm.slug}/workflows/{workflow.id}/revisions"
     for number in (1, 2):
         done = await client.post(
@@ -666,7 +625,7 @@ async def test_publish_and_roll_back_without_approval(client: Client, realm: Rea
 
 async def test_publishing_past_the_delegation_ceiling_names_the_steps(client: Client, realm: RealmHandle) -> None:
     powerful = await realm.role("user-admins", ["realm.users.write", "realm.users.suspend"])
-    body = definition(
+    body = manual_then_end(
         {"id": "pause", "type": "wait", "duration": "1h"},
         {"id": "grant", "type": "assign_role", "role_id": powerful.id, "scope": "realm"},
     )

@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from tests.factories import RealmHandle, bearer, independent_admin
+from testing.factories import RealmHandle, bearer, independent_admin
 
 Client = AsyncTestClient[Litestar]
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from cockpit.openapi_definition import definition_components
 from engine.workflows.definitions.contract import contract
-from tests.unit.test_definition_properties import pinned_definitions, unpinned_definitions
+from testing.definitions import pinned_definitions, unpinned_definitions
 
 COMPONENTS = definition_components()
 DOCUMENT = {"$ref": "#/components/schemas/WorkflowDefinition", "components": {"schemas": COMPONENTS}}

@@ -154,7 +154,7 @@ import re  # noqa: E402
 
 from engine.platform import crypto  # noqa: E402
 
-TEST_SECRET_KEY = "test-secret-key-0123456789abcdef0123456789"  # the operator key of the test settings
+TEST_SECRET_KEY = "test-secret-key-0123456789abcdef0123456789"  # noqa: S105 (the operator key of the test settings)
 HTML = {"Accept": "text/html"}
 
 
