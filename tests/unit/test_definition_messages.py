@@ -1,0 +1,109 @@
+"""Definition validation's words and paths: the messages a person reads, the pointers that say where,
+the largest whole number a definition carries, and the grant ceiling's answer (code and what is missing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.directory.authz import Authority, Grant
+from engine.workflows.definitions import Requirement, validate_definition
+from engine.workflows.definitions.validation import requirement_problem
+
+ORG = "org_" + "1" * 26
+ROLE = "rol_" + "1" * 26
+GROUP = "grp_" + "1" * 26
+
+
+def minimal(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": list(steps) or [{"id": "done", "type": "end"}],
+    }
+
+
+def messages(raw: Any) -> dict[str, tuple[str, str]]:
+    return {issue.path: (issue.code, issue.message) for issue in validate_definition(raw)}
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    def __hash__(self) -> int:
+        return 1
+
+
+def test_a_member_name_that_cannot_be_written_as_text_is_shown_as_a_question_mark() -> None:
+    assert messages({Unprintable(): 1}) == {"/?": ("not_json", "Member names are text.")}
+
+
+def test_pointers_of_values_json_cannot_carry_escape_tilde_and_slash() -> None:
+    found = messages({"a~b/c": float("nan")})
+    assert found == {"/a~0b~1c": ("not_json", "JSON has no NaN or infinite numbers.")}
+
+
+def test_a_lone_surrogate_is_named_as_such() -> None:
+    found = messages({"name": "\ud800"})
+    assert found == {"/name": ("not_json", "This text is not valid Unicode (a lone surrogate).")}
+
+
+@pytest.mark.parametrize("number", [2**63 - 1, -(2**63) + 1])
+def test_a_whole_number_of_63_bits_is_carried(number: int) -> None:
+    found = messages({**minimal(), "retry": {"max_attempts": number, "backoff": "30s"}})
+    assert found["/retry/max_attempts"][0] == "out_of_range"
+    assert found["/retry/max_attempts"][1] != "This number is too large."
+
+
+@pytest.mark.parametrize("number", [2**63, -(2**63)])
+def test_a_whole_number_of_64_bits_is_too_large(number: int) -> None:
+    found = messages({**minimal(), "retry": {"max_attempts": number, "backoff": "30s"}})
+    assert found == {"/retry/max_attempts": ("out_of_range", "This number is too large.")}
+
+
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [
+        ({"id": "a", "type": "assign_role", "role_id": ROLE, "scope": "realm"}, "an assign_role step"),
+        ({"id": "a", "type": "end"}, "an end step"),
+        ({"id": "a", "type": "notify", "template": "x", "to": "subject"}, "a notify step"),
+        ({"id": "a", "type": "wait", "duration": "1h"}, "a wait step"),
+    ],
+)
+def test_an_unknown_member_of_a_step_names_the_step_type_with_its_article(step: dict[str, Any], words: str) -> None:
+    found = messages(minimal({**step, "bogus": 1}))
+    assert found["/steps/0/bogus"] == ("unknown_member", f"bogus is not a member of {words}.")
+
+
+def test_a_text_shorter_than_its_minimum_reads_as_the_expected_form() -> None:
+    found = messages(minimal({"id": "", "type": "end"}))
+    assert found["/steps/0/id"] == (
+        "invalid_value",
+        "id must be a step id: a lowercase letter, then up to 39 lowercase letters, digits, _ or -.",
+    )
+
+
+def test_a_role_ceiling_not_held_names_each_permission_missing_where_it_is_missing() -> None:
+    authority = Authority("user", "usr_x", [Grant(frozenset({"org.members.read"}), ORG)])
+    requirement = Requirement("role_ceiling", "organization", role_id=ROLE, organization_id=ORG)
+    role = ("Payroll", ["org.members.read", "org.members.write", "org.groups.write"], "organization")
+    issue = requirement_problem(requirement, authority, None, "/steps/0", role=role)
+    assert issue is not None
+    assert (issue.code, issue.missing) == (
+        "grant_ceiling_exceeded",
+        (f"org.groups.write in {ORG}", f"org.members.write in {ORG}"),
+    )
+    held = Authority("user", "usr_x", [Grant(frozenset({"org.*"}), ORG)])
+    assert requirement_problem(requirement, held, None, "/steps/0", role=role) is None
+
+
+def test_a_group_ceiling_not_held_names_the_role_and_each_permission_missing() -> None:
+    authority = Authority("user", "usr_x", [Grant(frozenset({"org.groups.write"}), ORG)])
+    requirement = Requirement("group_ceiling", "organization", group_id=GROUP)
+    roles = [("Readers", ["org.groups.write"], "organization"), ("Admins", ["realm.users.suspend"], "realm")]
+    issue = requirement_problem(requirement, authority, None, "/steps/0", group_org=ORG, group_roles=roles)
+    assert issue is not None
+    assert (issue.code, issue.missing) == ("grant_ceiling_exceeded", ("realm.users.suspend",))
+    assert issue.message == "Publishing this step needs every permission of Admins: realm.users.suspend."
