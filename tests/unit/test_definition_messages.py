@@ -107,3 +107,76 @@ def test_a_group_ceiling_not_held_names_the_role_and_each_permission_missing() -
     assert issue is not None
     assert (issue.code, issue.missing) == ("grant_ceiling_exceeded", ("realm.users.suspend",))
     assert issue.message == "Publishing this step needs every permission of Admins: realm.users.suspend."
+
+
+def nested(depth: int) -> Any:
+    """Objects nested so that the innermost value sits ``depth`` levels below the top."""
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_objects_nested_32_levels_are_read_and_33_are_too_deep() -> None:
+    assert "too_deep" not in {code for code, _ in messages(nested(32)).values()}
+    deepest = "/a" * 33
+    assert messages(nested(33))[deepest] == ("too_deep", "Values are nested more than 32 levels deep here.")
+
+
+def test_objects_nested_beside_a_value_json_cannot_carry_are_too_deep_from_33_levels() -> None:
+    assert messages({"nan": float("nan"), "a": nested(31)}) == {
+        "/nan": ("not_json", "JSON has no NaN or infinite numbers.")
+    }
+    found = messages({"nan": float("nan"), "a": nested(32)})
+    assert found["/a" * 33][0] == "too_deep"
+
+
+def test_a_value_of_65536_nodes_is_walked_and_one_of_65537_is_too_large() -> None:
+    walked = messages([0] * 65534 + [{1}])  # the list and its 65,535 items
+    assert walked == {"/65534": ("not_json", "A set is not a JSON value.")}
+    too_many = messages([0] * 65535 + [{1}])
+    assert [code for code, _ in too_many.values()] == ["too_large"]
+
+
+def test_a_long_member_name_is_cut_to_60_characters_in_the_message() -> None:
+    name = "m" * 100
+    found = messages({**minimal(), name: 1})
+    assert found["/" + name] == ("unknown_member", f"{'m' * 59}… is not a member of a definition.")
+    assert messages({**minimal(), "m" * 60: 1})["/" + "m" * 60][1].startswith("m" * 60 + " is not")
+
+
+def test_an_item_of_a_list_is_named_by_its_list_and_index() -> None:
+    assert messages({**minimal(), "steps": [5]})["/steps/0"] == ("wrong_type", "steps[0] must be an object.")
+
+
+def test_an_unknown_member_of_a_trigger_or_a_selector_names_it() -> None:
+    schedule = {
+        "type": "schedule",
+        "every": "24h",
+        "select": {"type": "role_holders", "role_id": ROLE, "granted_before": "48h", "bogus": 1},
+        "bogus": 2,
+    }
+    found = messages({**minimal(), "triggers": [schedule]})
+    assert found["/triggers/0/bogus"] == ("unknown_member", "bogus is not a member of a schedule trigger.")
+    assert found["/triggers/0/select/bogus"] == ("unknown_member", "bogus is not a member of a role_holders selector.")
+
+
+def test_a_permission_not_held_is_forbidden_and_names_where() -> None:
+    lacking = Authority("user", "usr_x", [Grant(frozenset({"org.members.read"}), ORG)])
+    requirement = Requirement("permission", "organization", permission="org.members.write", organization_id=ORG)
+    issue = requirement_problem(requirement, lacking, None, "/steps/0")
+    assert issue is not None
+    assert (issue.code, issue.message, issue.missing) == (
+        "forbidden",
+        "Publishing this step needs org.members.write.",
+        (f"org.members.write in {ORG}",),
+    )
+    holding = Authority("user", "usr_x", [Grant(frozenset({"org.members.write"}), ORG)])
+    assert requirement_problem(requirement, holding, None, "/steps/0") is None
+
+
+def test_a_role_that_does_not_exist_is_not_found_whatever_the_authority() -> None:
+    everything = Authority("user", "usr_x", [Grant(frozenset({"*"}), None)])
+    requirement = Requirement("role_ceiling", "realm", role_id=ROLE)
+    issue = requirement_problem(requirement, everything, None, "/steps/0", role=None)
+    assert issue is not None and issue.code == "not_found"
