@@ -180,3 +180,16 @@ def test_a_role_that_does_not_exist_is_not_found_whatever_the_authority() -> Non
     requirement = Requirement("role_ceiling", "realm", role_id=ROLE)
     issue = requirement_problem(requirement, everything, None, "/steps/0", role=None)
     assert issue is not None and issue.code == "not_found"
+
+
+def test_a_fixed_value_is_named_in_the_message() -> None:
+    assert messages({**minimal(), "schema_version": 2})["/schema_version"] == (
+        "invalid_value",
+        "schema_version must be 1.",
+    )
+
+
+def test_too_few_and_too_many_items_are_counted_in_words() -> None:
+    assert messages({**minimal(), "triggers": []})["/triggers"] == ("too_few", "triggers needs at least 1 trigger.")
+    six = [{"type": "manual"}] + [{"type": "event", "event_types": [f"user.e{i}"]} for i in range(5)]
+    assert messages({**minimal(), "triggers": six})["/triggers"] == ("too_many", "triggers takes at most 5 triggers.")
