@@ -193,3 +193,17 @@ def test_too_few_and_too_many_items_are_counted_in_words() -> None:
     assert messages({**minimal(), "triggers": []})["/triggers"] == ("too_few", "triggers needs at least 1 trigger.")
     six = [{"type": "manual"}] + [{"type": "event", "event_types": [f"user.e{i}"]} for i in range(5)]
     assert messages({**minimal(), "triggers": six})["/triggers"] == ("too_many", "triggers takes at most 5 triggers.")
+
+
+def test_issues_come_in_document_order_with_indexes_of_up_to_nine_digits_as_numbers() -> None:
+    issues = validate_definition({**minimal(), "!": 1, "999999999": 2, "1000000000": 3})
+    assert [issue.path for issue in issues] == ["/999999999", "/!", "/1000000000"]
+
+
+class Unreadable(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("cannot be read")
+
+
+def test_a_value_that_breaks_while_it_is_read_is_unreadable_never_an_exception() -> None:
+    assert messages(Unreadable(a=1)) == {"": ("unreadable", "The definition could not be read.")}
