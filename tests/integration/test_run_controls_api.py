@@ -133,6 +133,38 @@ class TestRerun:
             ).scalar_one()
         assert count == 1  # nothing started by the refusals
 
+    async def test_rerun_refuses_a_run_whose_organization_is_inactive_or_whose_subject_is_gone(
+        self, client: Client, realm: RealmHandle
+    ) -> None:
+        org = await realm.organization("Eng")
+        subject = await realm.user("s@example.com")
+        await realm.member(org, subject)
+        wid = await publish(realm, definition(END))
+        original = await start(realm, wid, subject.id, org.id)
+        await drain(runner(realm))
+        rerun = f"{realm.api}/workflow-runs/{original}/rerun"
+
+        async def execute(statement: str, **values: str) -> None:
+            async with realm.sessions() as session, session.begin():
+                await session.execute(text(statement), values)
+
+        await execute("UPDATE organizations SET state = 'inactive' WHERE id = :o", o=org.id)
+        inactive = await client.post(rerun, headers=realm.headers)
+        assert inactive.status_code == 409, inactive.text
+        assert (inactive.json()["code"], inactive.json()["detail"]) == (
+            "organization_inactive",
+            "The run's organization is gone or inactive.",
+        )
+        await execute("UPDATE organizations SET state = 'active' WHERE id = :o", o=org.id)
+        assert (await client.post(rerun, headers=realm.headers)).status_code == 202
+        await execute("DELETE FROM users WHERE id = :u", u=subject.id)
+        gone = await client.post(rerun, headers=realm.headers)
+        assert gone.status_code == 409, gone.text
+        assert (gone.json()["code"], gone.json()["detail"]) == (
+            "subject_missing",
+            "The run's subject no longer exists.",
+        )
+
 
 class TestRetryNow:
     async def test_retry_now_makes_the_waiting_retry_due_and_the_run_goes_on(

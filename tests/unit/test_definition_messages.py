@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from engine.directory.authz import Authority, Grant
-from engine.workflows.definitions import Requirement, validate_definition
+from engine.workflows.definitions import (
+    Requirement,
+    StaticReferences,
+    canonical_json,
+    required_authority,
+    validate_definition,
+)
 from engine.workflows.definitions.validation import requirement_problem
 
 ORG = "org_" + "1" * 26
@@ -207,3 +213,28 @@ class Unreadable(dict[str, Any]):
 
 def test_a_value_that_breaks_while_it_is_read_is_unreadable_never_an_exception() -> None:
     assert messages(Unreadable(a=1)) == {"": ("unreadable", "The definition could not be read.")}
+
+
+def test_a_definition_too_large_says_its_size_and_the_limit() -> None:
+    raw = {**minimal(), "padding": "x" * 70_000}
+    size = len(canonical_json(raw).encode("utf-8"))
+    assert messages(raw) == {
+        "": (
+            "too_large",
+            f"The definition is {size:,} bytes as canonical JSON; at most 65,536 bytes (64 KiB) are allowed.",
+        )
+    }
+
+
+def test_removing_a_role_needs_its_ceiling_where_the_step_pins_it() -> None:
+    step = {"id": "a", "type": "remove_role", "role_id": ROLE, "organization_id": ORG}
+    assert required_authority(step) == [Requirement("role_ceiling", "role", role_id=ROLE, organization_id=ORG)]
+
+
+def test_the_ids_of_a_trigger_whose_shape_is_wrong_are_not_looked_up() -> None:
+    trigger = {"type": "event", "event_types": ["user.created"], "organization_id": ORG, "bogus": 1}
+    found = validate_definition({**minimal(), "triggers": [trigger]}, references=StaticReferences())
+    assert [(issue.path, issue.code) for issue in found] == [("/triggers/0/bogus", "unknown_member")]
+    trigger.pop("bogus")
+    found = validate_definition({**minimal(), "triggers": [trigger]}, references=StaticReferences())
+    assert [(issue.path, issue.code) for issue in found] == [("/triggers/0/organization_id", "not_found")]
