@@ -6,12 +6,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
+from engine.platform.database import libpq_conninfo
+from engine.runs.runstore import NOTIFY_CHANNEL
 from tests.factories import RealmHandle, bearer
 from tests.integration.test_runner import drain, load, publish, runner, start
 
@@ -93,6 +96,7 @@ class TestRerun:
         again = response.json()
         assert again["id"] != original and again["rerun_of"] == original
         assert again["subject_id"] == subject.id and again["starter_id"] == realm.admin.id and again["revision"] == 1
+        assert again["input"] == {"subject_id": subject.id, "organization_id": None, "rerun_of": original}
         shown = (await client.get(f"{realm.api}/workflow-runs/{original}", headers=realm.headers)).json()
         assert shown["reruns"] == [again["id"]]
         assert "workflow.run.rerun_requested" in await audit_types(realm, original)
@@ -168,7 +172,7 @@ class TestRerun:
 
 class TestRetryNow:
     async def test_retry_now_makes_the_waiting_retry_due_and_the_run_goes_on(
-        self, client: Client, realm: RealmHandle, flaky_group_step: list[int]
+        self, client: Client, realm: RealmHandle, flaky_group_step: list[int], database_url: str
     ) -> None:
         wid, subject = await group_workflow(realm)
         run_id = await start(realm, wid, subject.id)
@@ -178,8 +182,12 @@ class TestRetryNow:
         assert shown["state"] == "running" and shown["error_category"] == "error"
         assert shown["next_attempt_at"] is not None  # an hour away
         flaky_group_step.clear()  # the directory is back
-        response = await client.post(f"{realm.api}/workflow-runs/{run_id}/retry-now", headers=realm.headers)
+        with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as listener:
+            listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            response = await client.post(f"{realm.api}/workflow-runs/{run_id}/retry-now", headers=realm.headers)
+            woken = list(listener.notifies(timeout=10, stop_after=1))
         assert response.status_code == 202, response.text
+        assert [n.channel for n in woken] == [NOTIFY_CHANNEL]  # the workers are woken, not left to their next pass
         assert response.json()["next_attempt_at"] is None
         assert "workflow.run.retry_requested" in await audit_types(realm, run_id)
         await drain(runner(realm))  # the real clock: no waiting an hour

@@ -238,3 +238,50 @@ def test_the_ids_of_a_trigger_whose_shape_is_wrong_are_not_looked_up() -> None:
     trigger.pop("bogus")
     found = validate_definition({**minimal(), "triggers": [trigger]}, references=StaticReferences())
     assert [(issue.path, issue.code) for issue in found] == [("/triggers/0/organization_id", "not_found")]
+
+
+def test_an_unknown_member_of_a_retry_policy_names_it() -> None:
+    found = messages({**minimal(), "retry": {"max_attempts": 2, "backoff": "30s", "bogus": 1}})
+    assert found["/retry/bogus"] == ("unknown_member", "bogus is not a member of a retry policy.")
+
+
+def test_the_plain_walk_passes_a_value_nested_32_levels_and_doubts_33() -> None:
+    from engine.workflows.definitions import validation
+
+    assert validation._plainly_json(nested(32))
+    assert not validation._plainly_json(nested(33))
+
+
+def all_ofs(node: Any) -> list[list[Any]]:
+    if isinstance(node, dict):
+        found = [node["allOf"]] if isinstance(node.get("allOf"), list) else []
+        return found + [branches for value in node.values() for branches in all_ofs(value)]
+    if isinstance(node, list):
+        return [branches for value in node for branches in all_ofs(value)]
+    return []
+
+
+def test_every_all_of_of_the_contract_is_dispatched_by_type_and_nothing_else_is() -> None:
+    """The schema's "if type is X then …" branches run only for their type (the validator's speed
+    depends on it); a branch of any other form is evaluated as the standard says."""
+    from engine.workflows.definitions import validation
+
+    lists = all_ofs(validation._validator().schema)
+    assert lists
+    for branches in lists:
+        keys = [validation._dispatch_key(branch) for branch in branches]
+        assert keys == [branch["if"]["properties"]["type"]["const"] for branch in branches]
+    typed = {"if": {"properties": {"type": {"const": "wait"}}, "required": ["type"]}, "then": {}}
+    assert validation._dispatch_key(typed) == "wait"
+    for other in (
+        {**typed, "else": {}},
+        {"if": {"properties": {"type": {"enum": ["wait"]}}, "required": ["type"]}, "then": {}},
+        {"if": {"properties": {"type": {"const": 1}}, "required": ["type"]}, "then": {}},
+        {"if": {"properties": {"type": {"const": "wait"}, "id": {}}, "required": ["type"]}, "then": {}},
+        {"if": {"properties": {"type": {"const": "wait"}}, "required": ["id"]}, "then": {}},
+        {"if": {"properties": {"type": {"const": "wait"}}}, "then": {}},
+        {"if": {"properties": "type", "required": ["type"]}, "then": {}},
+        {"if": "type", "then": {}},
+        "branch",
+    ):
+        assert validation._dispatch_key(other) is None, other
