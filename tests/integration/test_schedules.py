@@ -47,7 +47,7 @@ async def fired_events(realm: RealmHandle, workflow_id: str) -> list[dict[str, A
         rows = await session.execute(
             text(
                 "SELECT actor_type, actor_id, details FROM audit_events"
-                " WHERE type = 'workflow.schedule.fired' AND subject_id = :w ORDER BY id"
+                " WHERE type = 'workflow.schedule.fired' AND subject_type = 'workflow' AND subject_id = :w ORDER BY id"
             ),
             {"w": workflow_id},
         )
