@@ -100,6 +100,16 @@ class TestRerun:
         shown = (await client.get(f"{realm.api}/workflow-runs/{original}", headers=realm.headers)).json()
         assert shown["reruns"] == [again["id"]]
         assert "workflow.run.rerun_requested" in await audit_types(realm, original)
+        async with realm.sessions() as session:
+            details = (
+                await session.execute(
+                    text(
+                        "SELECT details FROM audit_events WHERE type = 'workflow.run.rerun_requested' AND subject_id = :s"
+                    ),
+                    {"s": original},
+                )
+            ).scalar_one()
+        assert details == {"rerun_id": again["id"], "revision": 1}
         await drain(runner(realm))
         assert (await load(realm, again["id"]))[0].state == "succeeded"
 
