@@ -287,6 +287,14 @@ class TestBulk:
         await drain(runner(realm))
         assert (await load(realm, result["new_run_id"]))[0].state == "succeeded"
         assert (await load(realm, succeeded))[0].state == "succeeded"
+        only_other = await client.post(
+            f"{realm.api}/workflow-runs/bulk",
+            json={"action": "cancel", "filter": {"workflow_id": ok_wid}},
+            headers=realm.headers,
+        )
+        assert only_other.status_code == 200, only_other.text
+        assert only_other.json()["matched"] == 1  # the other workflow's runs only
+        assert [(x["run_id"], x["status"]) for x in only_other.json()["results"]] == [(succeeded, "refused")]
 
     async def test_bulk_input_is_checked_all_at_once_and_changes_nothing(
         self, client: Client, realm: RealmHandle
