@@ -177,3 +177,14 @@ async def test_two_policy_changes_at_once_take_turns(realm: RealmHandle) -> None
         {"workflow_publish_approval": False},
         {"workflow_publish_approval": True},
     ]
+
+
+async def test_a_change_to_a_realm_without_a_policy_row_makes_one(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
+    async with realm.sessions() as session, session.begin():
+        view = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    assert view["extensions"] == {"workflow_publish_approval": True} and view["updated_by"] == realm.admin.id
+    async with realm.sessions() as session:
+        assert await policy.get_policy(session, realm.id) == view
+        assert await policy.publish_approval_required(session, realm.id) is True
