@@ -188,3 +188,21 @@ async def test_a_change_to_a_realm_without_a_policy_row_makes_one(realm: RealmHa
     async with realm.sessions() as session:
         assert await policy.get_policy(session, realm.id) == view
         assert await policy.publish_approval_required(session, realm.id) is True
+
+
+async def test_a_change_that_changes_nothing_answers_the_policy_and_is_not_audited(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE realm_policies SET extensions = '{\"legacy\": true}' WHERE realm_id = :r"), {"r": realm.id}
+        )
+    async with realm.sessions() as session, session.begin():
+        same = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": False})
+    assert same is not None and same["extensions"] == {"workflow_publish_approval": False}
+    assert await _audit(realm, "policy.updated") == []
+    async with realm.sessions() as session, session.begin():
+        await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    async with realm.sessions() as session:
+        stored = await session.scalar(
+            text("SELECT extensions FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
+        )
+    assert stored == {"legacy": True, "workflow_publish_approval": True}  # what it does not know is kept
