@@ -206,3 +206,15 @@ async def test_a_change_that_changes_nothing_answers_the_policy_and_is_not_audit
             text("SELECT extensions FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
         )
     assert stored == {"legacy": True, "workflow_publish_approval": True}  # what it does not know is kept
+
+
+async def test_a_policy_change_is_audited_about_the_realm_as_configuration(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(
+                text("SELECT category, subject_type, subject_id FROM audit_events WHERE type = 'policy.updated'")
+            )
+        ).one()
+    assert tuple(row) == ("configuration", "realm", realm.id)
