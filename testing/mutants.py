@@ -214,6 +214,11 @@ def apply(source: str, site: Site) -> str:
     return ast.unparse(tree) + "\n"
 
 
+def unparsed(source: str) -> str:
+    """The unchanged source put through ``ast.unparse`` as :func:`apply` puts each mutant."""
+    return ast.unparse(ast.parse(source)) + "\n"
+
+
 def _replace(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
     for field, value in ast.iter_fields(parent):
         if value is old:
@@ -255,37 +260,54 @@ def run_tests(where: Path, tests: list[str], limit: float | None) -> tuple[str, 
 
 
 def _code_objects(code: CodeType) -> dict[str, CodeType]:
-    """The module's top-level functions' and its top-level classes' methods' code objects, by name
-    (``name`` or ``Class.name``)."""
+    """The code objects of the module's top-level functions and of its classes' methods, by
+    qualified name (``f``, ``Class.method``); nested functions are part of their parent's code."""
     found: dict[str, CodeType] = {}
     for const in code.co_consts:
-        if not isinstance(const, CodeType):
+        if not isinstance(const, CodeType) or "<" in const.co_qualname:
             continue
-        found[const.co_name] = const
-        for inner in const.co_consts:  # a class body's consts hold its methods' code
-            if isinstance(inner, CodeType) and inner.co_qualname == f"{const.co_name}.{inner.co_name}":
-                found[inner.co_qualname] = inner
+        if const.co_flags & 0x0002:  # CO_NEWLOCALS: a function, not a class body
+            found[const.co_qualname] = const
+        else:
+            found.update(_code_objects(const))
     return found
 
 
-def _live_functions(module: Any, module_name: str) -> dict[str, FunctionType]:
-    """The module's top-level functions and its classes' methods (class and static ones too)."""
-    found: dict[str, FunctionType] = {}
-    for name, value in vars(module).items():
-        if isinstance(value, FunctionType) and value.__module__ == module_name:
-            found[name] = value
-        elif isinstance(value, type) and value.__module__ == module_name:
-            for attribute, member in vars(value).items():
-                function = getattr(member, "__func__", member)
-                if isinstance(function, FunctionType) and function.__qualname__ == f"{name}.{attribute}":
-                    found[function.__qualname__] = function
+def _live_functions(module: Any) -> dict[str, tuple[FunctionType, Any]]:
+    """The module's own functions and methods by qualified name, each with the cache wrapping it
+    (``functools.cache``), whose ``cache_clear`` must run when its code is swapped."""
+
+    def unwrap(value: Any) -> tuple[FunctionType, Any] | None:
+        wrapper = None
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        elif isinstance(value, property):
+            value = value.fget
+        if not isinstance(value, FunctionType) and isinstance(getattr(value, "__wrapped__", None), FunctionType):
+            wrapper, value = value, value.__wrapped__
+        if isinstance(value, FunctionType) and value.__module__ == module.__name__:
+            return value, wrapper
+        return None
+
+    found: dict[str, tuple[FunctionType, Any]] = {}
+    for value in vars(module).values():
+        candidates = [value]
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            candidates = list(vars(value).values())
+        for candidate in candidates:
+            if (pair := unwrap(candidate)) is not None:
+                found[pair[0].__qualname__] = pair
     return found
 
 
 def run_in_process(module_name: str, source: str, path: str, every: list[Site], picked: list[int], args: Any) -> None:
-    """Each mutant swapped into the live module's function (its ``__code__``) and the tests run by
-    ``pytest.main`` in this process: no start-up per mutant. For pure functions reached by unit
-    tests only; a mutant that changes no function's code (a default value) is recorded "skipped"."""
+    """Each mutant swapped into the live module's function or method (its ``__code__``, clearing a
+    ``functools.cache`` around it) and the tests run by ``pytest.main`` in this process: no
+    start-up per mutant. For pure functions reached by unit tests only. The mutated source is
+    compared with the unchanged source put through the same ``ast.unparse``, so only the function
+    the mutant changed is swapped; a mutant whose function cannot be swapped (a default value, a
+    function made inside another) is recorded "skipped" and left out of the score. The module's
+    module-level dicts, sets and lists are put back as they were at import around each mutant."""
     import contextlib
     import importlib
     import io
@@ -294,11 +316,9 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
     import pytest
 
     module = importlib.import_module(module_name)
-    functions = _live_functions(module, module_name)
-    # Compared with the mutants as unparsed, so that only the mutated function differs (the layout,
-    # and so every line number, changes in the unparsing).
-    original = _code_objects(compile(ast.unparse(ast.parse(source)) + "\n", path, "exec"))
-    live = {name: fn.__code__ for name, fn in functions.items()}
+    functions = _live_functions(module)
+    original = _code_objects(compile(unparsed(source), path, "exec"))
+    live = {name: fn.__code__ for name, (fn, _) in functions.items()}
 
     def pytest_run(limit: int) -> str:
         def too_long(*_: object) -> None:
@@ -313,7 +333,28 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
             signal.alarm(0)
         return "passed" if code == 0 else "failed"
 
+    # module-level memos (a dict of compiled patterns, of answers by key) as they were at import:
+    # a mutant must not find what the unchanged code put there
+    memos = {
+        name: copy.copy(value)
+        for name, value in vars(module).items()
+        if type(value) in (dict, set, list) and not name.startswith("__")
+    }
+
+    def clear_caches() -> None:
+        for _, wrapper in functions.values():
+            if wrapper is not None and hasattr(wrapper, "cache_clear"):
+                wrapper.cache_clear()
+        for name, value in memos.items():
+            held = getattr(module, name)
+            held.clear()
+            if isinstance(held, list):
+                held.extend(value)
+            else:
+                held.update(value)
+
     started = time.monotonic()
+    clear_caches()
     baseline = pytest_run(1800)
     limit = int(3 * (time.monotonic() - started)) + 60
     print(f"{path}: {len(every)} mutants; unchanged: {baseline} in {time.monotonic() - started:.0f} s", flush=True)
@@ -327,18 +368,20 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
             continue
         site = every[number]
         mutated = _code_objects(compile(apply(source, site), path, "exec"))
-        changed = [name for name in functions if name in mutated and mutated[name] != original.get(name)]
+        changed = [name for name in mutated if mutated[name] != original.get(name)]
         started = time.monotonic()
-        if not changed:
+        if not changed or any(name not in functions for name in changed):
             outcome = "skipped"
         else:
             for name in changed:
-                functions[name].__code__ = mutated[name]
+                functions[name][0].__code__ = mutated[name]
+            clear_caches()
             try:
                 outcome = pytest_run(limit)
             finally:
                 for name in changed:
-                    functions[name].__code__ = live[name]
+                    functions[name][0].__code__ = live[name]
+                clear_caches()
         line = {"mutant": number, "line": site.line, "operator": site.operator, "outcome": outcome}
         line["seconds"] = round(time.monotonic() - started, 1)
         with args.out.open("a") as out:
@@ -352,6 +395,7 @@ def main() -> None:
     parser.add_argument("--tests", nargs="+", default=[], help="test files (or ids) to run for each mutant")
     parser.add_argument("--functions", help="only these top-level functions (comma-separated)")
     parser.add_argument("--size", type=int, default=40)
+    parser.add_argument("--mutants", help="run these mutants (numbers, comma-separated) instead of a sample")
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path)
@@ -383,10 +427,11 @@ def main() -> None:
         import difflib
 
         mutated = apply(source, every[args.show])
-        plain = ast.unparse(ast.parse(source)) + "\n"
-        sys.stdout.writelines(difflib.unified_diff(plain.splitlines(True), mutated.splitlines(True), n=2))
+        sys.stdout.writelines(difflib.unified_diff(unparsed(source).splitlines(True), mutated.splitlines(True), n=2))
         return
     picked = sorted(random.Random(args.seed).sample(range(len(every)), min(args.size, len(every))))
+    if args.mutants:
+        picked = sorted(int(number) for number in args.mutants.split(","))
     if args.list:
         for number in picked:
             print(number, every[number])

@@ -6,12 +6,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
+from engine.platform.database import libpq_conninfo
+from engine.runs.runstore.scheduling import NOTIFY_CHANNEL
 from testing.factories import RealmHandle, bearer
 from testing.runs import drain, load, make_runner, start
 from testing.workflows import publish
@@ -94,9 +97,20 @@ class TestRerun:
         again = response.json()
         assert again["id"] != original and again["rerun_of"] == original
         assert again["subject_id"] == subject.id and again["starter_id"] == realm.admin.id and again["revision"] == 1
+        assert again["input"] == {"subject_id": subject.id, "organization_id": None, "rerun_of": original}
         shown = (await client.get(f"{realm.api}/workflow-runs/{original}", headers=realm.headers)).json()
         assert shown["reruns"] == [again["id"]]
         assert "workflow.run.rerun_requested" in await audit_types(realm, original)
+        async with realm.sessions() as session:
+            details = (
+                await session.execute(
+                    text(
+                        "SELECT details FROM audit_events WHERE type = 'workflow.run.rerun_requested' AND subject_id = :s"
+                    ),
+                    {"s": original},
+                )
+            ).scalar_one()
+        assert details == {"rerun_id": again["id"], "revision": 1}
         await drain(make_runner(realm))
         assert (await load(realm, again["id"]))[0].state == "succeeded"
 
@@ -134,10 +148,42 @@ class TestRerun:
             ).scalar_one()
         assert count == 1  # nothing started by the refusals
 
+    async def test_rerun_refuses_a_run_whose_organization_is_inactive_or_whose_subject_is_gone(
+        self, client: Client, realm: RealmHandle
+    ) -> None:
+        org = await realm.organization("Eng")
+        subject = await realm.user("s@example.com")
+        await realm.member(org, subject)
+        wid = await publish(realm, definition(END))
+        original = await start(realm, wid, subject.id, org.id)
+        await drain(make_runner(realm))
+        rerun = f"{realm.api}/workflow-runs/{original}/rerun"
+
+        async def execute(statement: str, **values: str) -> None:
+            async with realm.sessions() as session, session.begin():
+                await session.execute(text(statement), values)
+
+        await execute("UPDATE organizations SET state = 'inactive' WHERE id = :o", o=org.id)
+        inactive = await client.post(rerun, headers=realm.headers)
+        assert inactive.status_code == 409, inactive.text
+        assert (inactive.json()["code"], inactive.json()["detail"]) == (
+            "organization_inactive",
+            "The run's organization is gone or inactive.",
+        )
+        await execute("UPDATE organizations SET state = 'active' WHERE id = :o", o=org.id)
+        assert (await client.post(rerun, headers=realm.headers)).status_code == 202
+        await execute("DELETE FROM users WHERE id = :u", u=subject.id)
+        gone = await client.post(rerun, headers=realm.headers)
+        assert gone.status_code == 409, gone.text
+        assert (gone.json()["code"], gone.json()["detail"]) == (
+            "subject_missing",
+            "The run's subject no longer exists.",
+        )
+
 
 class TestRetryNow:
     async def test_retry_now_makes_the_waiting_retry_due_and_the_run_goes_on(
-        self, client: Client, realm: RealmHandle, flaky_group_step: list[int]
+        self, client: Client, realm: RealmHandle, flaky_group_step: list[int], database_url: str
     ) -> None:
         wid, subject = await group_workflow(realm)
         run_id = await start(realm, wid, subject.id)
@@ -147,8 +193,12 @@ class TestRetryNow:
         assert shown["state"] == "running" and shown["error_category"] == "error"
         assert shown["next_attempt_at"] is not None  # an hour away
         flaky_group_step.clear()  # the directory is back
-        response = await client.post(f"{realm.api}/workflow-runs/{run_id}/retry-now", headers=realm.headers)
+        with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as listener:
+            listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            response = await client.post(f"{realm.api}/workflow-runs/{run_id}/retry-now", headers=realm.headers)
+            woken = list(listener.notifies(timeout=10, stop_after=1))
         assert response.status_code == 202, response.text
+        assert [n.channel for n in woken] == [NOTIFY_CHANNEL]  # the workers are woken, not left to their next pass
         assert response.json()["next_attempt_at"] is None
         assert "workflow.run.retry_requested" in await audit_types(realm, run_id)
         await drain(make_runner(realm))  # the real clock: no waiting an hour
@@ -238,6 +288,14 @@ class TestBulk:
         await drain(make_runner(realm))
         assert (await load(realm, result["new_run_id"]))[0].state == "succeeded"
         assert (await load(realm, succeeded))[0].state == "succeeded"
+        only_other = await client.post(
+            f"{realm.api}/workflow-runs/bulk",
+            json={"action": "cancel", "filter": {"workflow_id": ok_wid}},
+            headers=realm.headers,
+        )
+        assert only_other.status_code == 200, only_other.text
+        assert only_other.json()["matched"] == 1  # the other workflow's runs only
+        assert [(x["run_id"], x["status"]) for x in only_other.json()["results"]] == [(succeeded, "refused")]
 
     async def test_bulk_input_is_checked_all_at_once_and_changes_nothing(
         self, client: Client, realm: RealmHandle

@@ -48,7 +48,7 @@ async def fired_events(realm: RealmHandle, workflow_id: str) -> list[dict[str, A
         rows = await session.execute(
             text(
                 "SELECT actor_type, actor_id, details FROM audit_events"
-                " WHERE type = 'workflow.schedule.fired' AND subject_id = :w ORDER BY id"
+                " WHERE type = 'workflow.schedule.fired' AND subject_type = 'workflow' AND subject_id = :w ORDER BY id"
             ),
             {"w": workflow_id},
         )
@@ -213,6 +213,13 @@ async def test_group_members_include_descendant_groups_only(realm: RealmHandle) 
     assert whole.total == 3 and whole.truncated == 0
     assert sorted(u for u, _ in part.subjects) == sorted(users[n].id for n in ("a", "b", "c"))
     assert missing.subjects == [] and missing.total == 0
+    async with realm.sessions() as session:
+        named = await schedules.selector_names(
+            session,
+            realm.id,
+            [{"type": "group_members", "group_id": top}, {"type": "organization_members", "organization_id": org.id}],
+        )
+    assert named == {top: "Top", org.id: "Eng"}  # what the workflow page shows for each selector
 
 
 async def test_role_holders_skip_recent_expired_and_service_principal_grants(
@@ -278,6 +285,9 @@ async def test_the_workflow_shows_the_next_slot_and_the_last_firing(realm: Realm
         assert workflow is not None and rev is not None
         before = await schedules.schedule_status(session, workflow, rev, anchor + timedelta(minutes=5))
     assert [(s.next_slot, s.last_firing) for s in before] == [(anchor, None)]  # due now
+    assert [(s.every, s.selector) for s in before] == [
+        ("2h", {"type": "organization_members", "organization_id": org.id})
+    ]
     await schedules.schedule_pass(realm.sessions, FixedClock(anchor + timedelta(minutes=5)))
     async with realm.sessions() as session:
         after = await schedules.schedule_status(session, workflow, rev, anchor + timedelta(minutes=6))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from litestar import Litestar
@@ -133,6 +134,8 @@ async def test_policy_refuses_unknown_members_and_wrong_types(
 async def test_publish_approval_fails_closed_without_a_readable_policy(realm: RealmHandle) -> None:
     async with realm.sessions() as session, session.begin():
         assert await policy.publish_approval_required(session, realm.id) is False
+        await session.execute(text("UPDATE realm_policies SET extensions = '{}' WHERE realm_id = :r"), {"r": realm.id})
+        assert await policy.publish_approval_required(session, realm.id) is False  # unset: the default
         await session.execute(
             text(
                 'UPDATE realm_policies SET extensions = \'{"workflow_publish_approval": "maybe"}\' WHERE realm_id = :r'
@@ -144,3 +147,74 @@ async def test_publish_approval_fails_closed_without_a_readable_policy(realm: Re
         await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
     async with realm.sessions() as session:
         assert await policy.publish_approval_required(session, realm.id) is True
+
+
+async def test_two_policy_changes_at_once_take_turns(realm: RealmHandle) -> None:
+    """The second change waits for the first (the row is locked), so its audit's "before" is the
+    first one's "after"."""
+    async with realm.sessions() as first, first.begin():
+        await policy.update_policy(first, realm.actor, {"workflow_publish_approval": True})
+
+        async def second() -> None:
+            async with realm.sessions() as session, session.begin():
+                await policy.update_policy(session, realm.actor, {"workflow_publish_approval": False})
+
+        waiting = asyncio.create_task(second())
+        async with realm.sessions() as watcher:
+            for _ in range(600):  # until the second change waits on the lock (a bound, not a timing)
+                blocked = await watcher.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                )
+                if blocked:
+                    break
+                await asyncio.sleep(0.05)
+            assert blocked == 1
+    await waiting
+    audited = await _audit(realm, "policy.updated")
+    assert [details["before"]["extensions"] for _, details in audited] == [
+        {"workflow_publish_approval": False},
+        {"workflow_publish_approval": True},
+    ]
+
+
+async def test_a_change_to_a_realm_without_a_policy_row_makes_one(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
+    async with realm.sessions() as session, session.begin():
+        view = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    assert view["extensions"] == {"workflow_publish_approval": True} and view["updated_by"] == realm.admin.id
+    async with realm.sessions() as session:
+        assert await policy.get_policy(session, realm.id) == view
+        assert await policy.publish_approval_required(session, realm.id) is True
+
+
+async def test_a_change_that_changes_nothing_answers_the_policy_and_is_not_audited(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE realm_policies SET extensions = '{\"legacy\": true}' WHERE realm_id = :r"), {"r": realm.id}
+        )
+    async with realm.sessions() as session, session.begin():
+        same = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": False})
+    assert same is not None and same["extensions"] == {"workflow_publish_approval": False}
+    assert await _audit(realm, "policy.updated") == []
+    async with realm.sessions() as session, session.begin():
+        await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    async with realm.sessions() as session:
+        stored = await session.scalar(
+            text("SELECT extensions FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
+        )
+    assert stored == {"legacy": True, "workflow_publish_approval": True}  # what it does not know is kept
+
+
+async def test_a_policy_change_is_audited_about_the_realm_as_configuration(realm: RealmHandle) -> None:
+    async with realm.sessions() as session, session.begin():
+        await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
+    async with realm.sessions() as session:
+        row = (
+            await session.execute(
+                text("SELECT category, subject_type, subject_id FROM audit_events WHERE type = 'policy.updated'")
+            )
+        ).one()
+    assert tuple(row) == ("configuration", "realm", realm.id)
