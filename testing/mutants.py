@@ -263,14 +263,16 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
     tests only; a mutant that changes no function's code (a default value) is recorded "skipped"."""
     import contextlib
     import importlib
+    import inspect
     import io
     import signal
 
     import pytest
 
     module = importlib.import_module(module_name)
+    # A decorated function (``functools.wraps``) is swapped in the function it wraps.
     functions = {
-        name: value
+        name: inspect.unwrap(value)
         for name, value in vars(module).items()
         if isinstance(value, FunctionType) and value.__module__ == module_name
     }

@@ -144,3 +144,65 @@ async def test_publish_approval_fails_closed_without_a_readable_policy(realm: Re
         await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
     async with realm.sessions() as session:
         assert await policy.publish_approval_required(session, realm.id) is True
+
+
+async def test_a_policy_change_is_audited_as_configuration_of_the_realm(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    changed = await client.patch(
+        realm.api + "/policy", json={"extensions": {"workflow_publish_approval": True}}, headers=realm.headers
+    )
+    assert changed.status_code == 200, changed.text
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text("SELECT category, subject_type, subject_id FROM audit_events WHERE realm_id = :r AND type = :t"),
+            {"r": realm.id, "t": "policy.updated"},
+        )
+        assert [tuple(row) for row in rows] == [("configuration", "realm", realm.id)]
+
+
+async def test_an_unchanged_policy_answers_itself_and_is_not_audited(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    url = realm.api + "/policy"
+    same = await client.patch(url, json={"extensions": {"workflow_publish_approval": False}}, headers=realm.headers)
+    assert same.status_code == 200, same.text
+    assert same.json()["extensions"] == {"workflow_publish_approval": False}
+    assert await _audit(realm, "policy.updated") == []
+
+
+async def test_a_realm_without_a_stored_policy_gets_one_on_its_first_change(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
+    url = realm.api + "/policy"
+    changed = await client.patch(url, json={"extensions": {"workflow_publish_approval": False}}, headers=realm.headers)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["extensions"] == {"workflow_publish_approval": False}
+    assert changed.json()["updated_by"] == realm.admin.id
+    async with realm.sessions() as session:
+        stored = await session.execute(
+            text("SELECT extensions, updated_by FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
+        )
+        assert [tuple(row) for row in stored] == [({"workflow_publish_approval": False}, realm.admin.id)]
+        assert await policy.publish_approval_required(session, realm.id) is False
+
+
+async def test_a_policy_change_keeps_stored_members_it_does_not_know(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE realm_policies SET extensions = '{\"retired_switch\": true}' WHERE realm_id = :r"),
+            {"r": realm.id},
+        )
+    changed = await client.patch(
+        realm.api + "/policy", json={"extensions": {"workflow_publish_approval": True}}, headers=realm.headers
+    )
+    assert changed.status_code == 200, changed.text
+    async with realm.sessions() as session:
+        stored = await session.scalar(
+            text("SELECT extensions FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
+        )
+    assert stored == {"retired_switch": True, "workflow_publish_approval": True}
