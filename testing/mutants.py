@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import inspect
 import json
 import os
 import queue
@@ -285,6 +286,8 @@ def _live_functions(module: Any) -> dict[str, tuple[FunctionType, Any]]:
             value = value.fget
         if not isinstance(value, FunctionType) and isinstance(getattr(value, "__wrapped__", None), FunctionType):
             wrapper, value = value, value.__wrapped__
+        if isinstance(value, FunctionType):
+            value = inspect.unwrap(value)  # a decorated function (``functools.wraps``): the one it wraps
         if isinstance(value, FunctionType) and value.__module__ == module.__name__:
             return value, wrapper
         return None

@@ -79,6 +79,8 @@ async def test_exhausted_and_permanent_failures_fail_and_the_next_event_goes(
     gone.respond = lambda _r: 410
     hook = await subscribe(realm, receiver)
     gone_hook = await subscribe(realm, gone)
+    async with realm.sessions() as session:
+        assert await count_failing_deliveries(session, realm.id) == 0
     first = await realm.user()
     await realm.user()
     await dispatch(realm)
@@ -178,10 +180,14 @@ async def test_delivery_log_api_redeliver_and_realm_isolation(
     first, second = receiver.wait_for(2)
     assert first.json == second.json and first.header("Webhook-Id") != second.header("Webhook-Id")
     async with realm.sessions() as session:
-        audited = await session.scalar(
-            select(AuditEvent.details).where(AuditEvent.type == "webhook.redelivery_requested")
-        )
-    assert audited is not None and audited["delivery_id"] == item["id"]
+        [audited] = (
+            await session.execute(
+                select(AuditEvent.category, AuditEvent.subject_type, AuditEvent.subject_id, AuditEvent.details).where(
+                    AuditEvent.realm_id == realm.id, AuditEvent.type == "webhook.redelivery_requested"
+                )
+            )
+        ).all()
+    assert tuple(audited[:3]) == ("configuration", "webhook", hook) and audited[3]["delivery_id"] == item["id"]
 
     bad = await client.get(f"{realm.api}/webhooks/{hook}/deliveries?state=sideways", headers=realm.headers)
     assert bad.status_code == 422 and bad.json()["errors"][0]["path"] == "query:state"

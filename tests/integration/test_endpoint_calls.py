@@ -43,6 +43,7 @@ async def test_a_call_sends_the_contract_signed_and_completes_the_step(realm: Re
     assert got.verified_by == [0], "the receiver could not verify the signature"
     body = got.json
     jsonschema.validate(body, CONTRACT)
+    assert got.body == json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(), "not compact JSON"
     sync = attempts[0]
     assert body["action"] == "execute" and body["run_id"] == run_id and body["workflow_id"] == wid
     assert body["attempt"] == 1 and body["idempotency_key"] == f"{run_id}.sync"

@@ -169,6 +169,7 @@ async def test_two_policy_changes_at_once_take_turns(realm: RealmHandle) -> None
                 )
                 if blocked:
                     break
+                await watcher.rollback()  # pg_stat_activity is read once per transaction: a new one each time
                 await asyncio.sleep(0.05)
             assert blocked == 1
     await waiting

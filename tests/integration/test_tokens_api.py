@@ -1,12 +1,17 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from engine.directory import tokens
+from engine.directory.audit import Actor
 from engine.platform import crypto
+from engine.platform.errors import Forbidden, NotFound
 from testing.factories import RealmHandle, bearer, browser_session
 
 
@@ -194,3 +199,135 @@ async def test_service_principal_tokens(
         f"{other_realm.api}/service-principals/{sp['id']}/tokens", json={"name": "x"}, headers=other_realm.headers
     )
     assert missing.status_code == 404
+
+
+async def test_each_limit_of_a_token_request_is_pinned_on_both_sides(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    headers = await _session_headers(client, realm, realm.admin, mfa=True)
+
+    def lifetime(minted: dict[str, str]) -> timedelta:
+        return datetime.fromisoformat(minted["expires_at"]) - datetime.fromisoformat(minted["created_at"])
+
+    async def mint(**body: object) -> Any:
+        return await client.post(realm.api + "/tokens", json={"audience": "account", **body}, headers=headers)
+
+    for name, days in (("n" * 200, 1), ("n", 365)):
+        accepted = await mint(name=name, expires_in_days=days)
+        assert accepted.status_code == 201, accepted.text
+        assert abs(lifetime(accepted.json()) - timedelta(days=days)) < timedelta(minutes=1)
+    assert abs(lifetime((await mint(name="n")).json()) - timedelta(days=90)) < timedelta(minutes=1)
+
+    refusals = {
+        "n" * 201: ("too_long", "must be at most 200 characters"),
+        " ": ("too_short", "must be at least 1 character(s)"),
+        "one\ntwo": ("invalid", "must not contain line breaks"),
+        "one\rtwo": ("invalid", "must not contain line breaks"),
+    }
+    for name, (code, message) in refusals.items():
+        refused = await mint(name=name)
+        assert refused.status_code == 422, name
+        assert [(e["path"], e["code"], e["message"]) for e in refused.json()["errors"]] == [("/name", code, message)]
+    for days in (0, 366):
+        refused = await mint(name="n", expires_in_days=days)
+        assert [(e["path"], e["code"], e["message"]) for e in refused.json()["errors"]] == [
+            ("/expires_in_days", "out_of_range", "must be between 1 and 365")
+        ]
+    refused = await mint(name="n", audience="root")
+    assert [(e["path"], e["code"], e["message"]) for e in refused.json()["errors"]] == [
+        ("/audience", "invalid", "audience is admin or account")
+    ]
+
+
+async def test_only_a_user_mints_a_token_for_itself(realm: RealmHandle) -> None:
+    for actor in (Actor("service_principal", realm.admin.id, realm.id), Actor("user", None, realm.id)):
+        async with realm.sessions() as session, session.begin():
+            with pytest.raises(Forbidden, match="Only users mint tokens for themselves"):
+                await tokens.mint_own_token(
+                    session, actor, name="n", audience="account", expires_in_days=None, credential="session", mfa=True
+                )
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM api_tokens WHERE name = 'n'")) == 0
+
+
+async def test_a_user_of_another_realm_mints_no_token_here(realm: RealmHandle, other_realm: RealmHandle) -> None:
+    stranger = Actor("user", other_realm.admin.id, realm.id)
+    async with realm.sessions() as session, session.begin():
+        with pytest.raises(NotFound, match="No such user"):
+            await tokens.mint_own_token(
+                session, stranger, name="n", audience="account", expires_in_days=None, credential="session", mfa=True
+            )
+
+
+async def test_a_bad_service_principal_token_request_is_refused_whole(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    sp = (await client.post(realm.api + "/service-principals", json={"name": "sync-bot"}, headers=realm.headers)).json()
+    refused = await client.post(
+        f"{realm.api}/service-principals/{sp['id']}/tokens",
+        json={"name": " ", "expires_in_days": 0},
+        headers=realm.headers,
+    )
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == "The request is not valid."
+    assert {e["path"] for e in refused.json()["errors"]} == {"/name", "/expires_in_days"}
+
+
+async def test_tokens_are_listed_page_by_page_and_an_unknown_one_is_404(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    member = await realm.user("member@example.com")
+    first, second = await realm.token(member, "account"), await realm.token(member, "account")
+    page = (await client.get(realm.api + "/tokens", params={"limit": "1"}, headers=bearer(first))).json()
+    rest = (
+        await client.get(
+            realm.api + "/tokens", params={"limit": "1", "cursor": page["next_cursor"]}, headers=bearer(second)
+        )
+    ).json()
+    assert len(page["items"]) == len(rest["items"]) == 1
+    assert page["items"][0]["id"] < rest["items"][0]["id"]
+    unknown = await client.delete(f"{realm.api}/tokens/tok_unknown", headers=bearer(first))
+    assert unknown.status_code == 404 and unknown.json()["detail"] == "No such token."
+
+
+async def test_revoking_a_service_principals_token_is_audited_and_needs_its_permissions(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    sp = (await client.post(realm.api + "/service-principals", json={"name": "sync-bot"}, headers=realm.headers)).json()
+    strong = await realm.role("sp-roles", ["realm.roles.write"])
+    granted = await client.post(
+        realm.api + "/role-assignments",
+        json={"role_id": strong.id, "service_principal_id": sp["id"]},
+        headers=realm.headers,
+    )
+    assert granted.status_code == 201, granted.text
+    minted = (
+        await client.post(
+            f"{realm.api}/service-principals/{sp['id']}/tokens", json={"name": "nightly"}, headers=realm.headers
+        )
+    ).json()
+    weak = await realm.user()
+    await realm.assign(weak, await realm.role("only-tokens", ["realm.tokens.write"]))
+    refused = await client.delete(f"{realm.api}/tokens/{minted['id']}", headers=bearer(await realm.token(weak)))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["detail"].startswith("This service principal holds permissions you do not hold ("), (
+        refused.text
+    )
+
+    assert (await client.delete(f"{realm.api}/tokens/{minted['id']}", headers=realm.headers)).status_code == 204
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text(
+                "SELECT category, subject_type, subject_id, details FROM audit_events"
+                " WHERE realm_id = :r AND type = 'token.revoked'"
+            ),
+            {"r": realm.id},
+        )
+        assert [tuple(row) for row in rows] == [
+            (
+                "authentication",
+                "service_principal",
+                sp["id"],
+                {"token_id": minted["id"], "audience": "admin", "name": "nightly"},
+            )
+        ]

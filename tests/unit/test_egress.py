@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from engine.directory.webhooks import (
+    EgressDecision,
     check_destination,
     classify_address,
     destination_issues,
     destination_problem,
     literal_private_reason,
 )
+from engine.platform.errors import Issue
 
 
 @pytest.mark.parametrize(
@@ -131,3 +133,52 @@ def test_creation_checks_literal_private_hosts_only() -> None:
     [issue] = destination_issues("/destination", "http://127.0.0.1:9000/", False)
     assert (issue.path, issue.code) == ("/destination", "egress_denied")
     assert destination_issues("/destination", "http://127.0.0.1:9000/", True) == []
+
+
+def test_a_name_is_resolved_for_every_family_at_the_schemes_port() -> None:
+    asked: list[tuple[Any, ...]] = []
+
+    def resolve(*args: Any) -> list[tuple[Any, ...]]:
+        asked.append(args)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", args[1]))]
+
+    check_destination("https://hooks.example.com/x", False, False, resolve=resolve)
+    check_destination("http://hooks.example.com/x", False, False, resolve=resolve)
+    check_destination("https://hooks.example.com:8443/x", False, False, resolve=resolve)
+    assert asked == [
+        ("hooks.example.com", 443, socket.AF_UNSPEC, socket.SOCK_STREAM),
+        ("hooks.example.com", 80, socket.AF_UNSPEC, socket.SOCK_STREAM),
+        ("hooks.example.com", 8443, socket.AF_UNSPEC, socket.SOCK_STREAM),
+    ]
+
+
+def test_an_answers_scope_is_left_off_the_address_to_connect_to() -> None:
+    def resolve(*args: Any) -> list[tuple[Any, ...]]:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fe80::1%eth0", args[1], 0, 2))]
+
+    denied = check_destination("http://printer.example/", False, False, resolve=resolve)
+    assert denied.code == "egress_denied"
+    assert (denied.reason or "").startswith("fe80::1 is a link local address")
+    allowed = check_destination("http://printer.example/", True, True, resolve=resolve)
+    assert allowed.permitted and allowed.addresses == ["fe80::1"]
+
+
+def test_a_name_that_resolves_to_nothing_is_a_network_error() -> None:
+    decision = check_destination("https://hooks.example.com/", True, True, resolve=lambda *args: [])
+    assert decision == EgressDecision(False, "network_error", "The host name has no address.")
+
+
+def test_each_problem_of_a_url_has_its_own_message() -> None:
+    assert destination_problem("https://hooks.example.com/") is None
+    assert destination_problem("https://hooks.example.com:0/") == "must not use port 0"
+    assert destination_problem("https://hooks.example.com./") is None
+    assert destination_problem("ftp://hooks.example.com/") == "must be an absolute http:// or https:// URL"
+
+
+def test_creation_refuses_a_malformed_url_before_judging_its_host() -> None:
+    assert destination_issues("/destination", "ftp://127.0.0.1/", True) == [
+        Issue("/destination", "invalid_url", "must be an absolute http:// or https:// URL")
+    ]
+    assert destination_issues("/destination", "not-a-url", False) == [
+        Issue("/destination", "invalid_url", "must be an absolute http:// or https:// URL")
+    ]

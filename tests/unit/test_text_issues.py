@@ -1,0 +1,33 @@
+"""The one-line text rule every directory name and label goes through, and the search pattern."""
+
+from __future__ import annotations
+
+from engine.directory.roles import like, text_issues
+
+
+def test_a_text_is_checked_at_both_lengths_and_for_line_breaks() -> None:
+    assert text_issues("/name", None, maximum=3) == []
+    assert text_issues("/name", "abc", maximum=3) == []
+    assert [(i.code, i.message) for i in text_issues("/name", "abcd", maximum=3)] == [
+        ("too_long", "must be at most 3 characters")
+    ]
+    assert [(i.code, i.message) for i in text_issues("/name", " ", maximum=3)] == [
+        ("too_short", "must be at least 1 character(s)")
+    ]
+    for broken in ("a\nb", "a\rb"):
+        assert [(i.path, i.code, i.message) for i in text_issues("/name", broken, maximum=3)] == [
+            ("/name", "invalid", "must not contain line breaks")
+        ]
+
+
+def test_a_name_refuses_hidden_characters_and_mixed_scripts_alone() -> None:
+    hidden = text_issues("/name", "ad\u200bmin", maximum=100, name=True)
+    mixed = text_issues("/name", "p\u0430ypal", maximum=100, name=True)  # a Cyrillic "а"
+    assert hidden and mixed and hidden != mixed
+    assert all(i.path == "/name" for i in hidden + mixed)
+    assert text_issues("/name", "ad\u200bmin", maximum=100) == []
+
+
+def test_a_search_matches_anywhere_and_its_wildcards_literally() -> None:
+    assert like("adm") == "%adm%"
+    assert like("50%_a\\b") == "%50\\%\\_a\\\\b%"
