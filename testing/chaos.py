@@ -58,11 +58,11 @@ class WorkerPool:
 
     env: Mapping[str, str]
     log_dir: Path
-    hosts: Sequence[Host] = ()
     rng: random.Random = field(default_factory=random.Random)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
+    hosts: Sequence[Host] = field(default=(), kw_only=True)
 
     def spawn(self) -> subprocess.Popen[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
