@@ -150,6 +150,16 @@ async def unfinished(sessions: async_sessionmaker[AsyncSession], run_ids: list[s
     return int(count or 0)
 
 
+async def started_since(sessions: async_sessionmaker[AsyncSession], since: Any) -> int:
+    """Workers that started (their first heartbeat) since ``since`` and have not stopped."""
+    async with sessions() as session:
+        count = await session.scalar(
+            text("SELECT count(*) FROM worker_heartbeats WHERE started_at >= :since AND stopped_at IS NULL"),
+            {"since": since},
+        )
+    return int(count or 0)
+
+
 def test_the_previous_release_s_workers_run_beside_the_new_ones_across_a_migration(
     previous_release: Path, empty_database: str, tmp_path: Path
 ) -> None:
@@ -224,7 +234,15 @@ def test_the_previous_release_s_workers_run_beside_the_new_ones_across_a_migrati
             # 4. This release's workers beside the old ones; more runs; the old ones stopped one at a time.
             await wave(WAVES[1] // 2)
             await watch(1.0)
+            async with sessions() as session:
+                since = await session.scalar(text("SELECT now()"))
             new.extend(start(["worker", "--no-migrate"], env, logs / f"new-{n}.log") for n in (1, 2))
+            # The next waves only once both have started (their first heartbeat), however loaded the
+            # machine: otherwise the old workers could finish everything before they begin.
+            deadline = time.monotonic() + DRAIN_SECONDS
+            while await started_since(sessions, since) < 2:
+                assert time.monotonic() < deadline, "this release's workers never started"
+                await watch(0.5)
             await wave(WAVES[1] - WAVES[1] // 2)
             await watch(2.0)
             await asyncio.to_thread(stop, old[0])

@@ -350,17 +350,19 @@ async def test_a_run_its_endpoint_call_finished_is_done_for_the_pass(
 # --- the run store: due times, leases, cancellation --------------------------------------------------
 
 
-async def three_claimed_runs(realm: RealmHandle, now: datetime) -> tuple[str, str, str]:
-    """Two runs leased by worker A and one by worker B (due, nothing done yet)."""
+async def three_claimed_runs(realm: RealmHandle) -> tuple[datetime, str, str, str]:
+    """Two runs leased by worker A and one by worker B (due, nothing done yet), and the moment of
+    the claims: a second after the runs were made, so they are due then however slow the making."""
     subject = await realm.user("subject@example.com")
     wid = await publish(realm, manual({"id": "done", "type": "end"}))
     for _ in range(3):
         await start(realm, wid, subject.id)
+    now = datetime.now(UTC) + timedelta(seconds=1)
     async with realm.sessions() as session, session.begin():
         a = await leases.claim_due_runs(session, "worker-a-1-aaaa", now=now, lease=LEASE, batch_size=2, tenant_share=2)
         b = await leases.claim_due_runs(session, "worker-b-1-bbbb", now=now, lease=LEASE, batch_size=1, tenant_share=1)
     (a1, a2), (b1,) = [c.run_id for c in a], [c.run_id for c in b]
-    return a1, a2, b1
+    return now, a1, a2, b1
 
 
 async def rows(realm: RealmHandle, *run_ids: str) -> list[tuple[Any, ...]]:
@@ -376,8 +378,7 @@ async def test_set_due_moves_only_the_named_run_and_is_refused_without_this_work
     """A later due time, written with its update time, for the one run named, held by this worker;
     the worker's other run keeps its own. A run another worker holds is refused and keeps its due
     time, though it was loaded in the refused transaction."""
-    now = datetime.now(UTC) + timedelta(seconds=1)
-    a1, a2, b1 = await three_claimed_runs(realm, now)
+    now, a1, a2, b1 = await three_claimed_runs(realm)
     before = await rows(realm, a1, a2, b1)
     later, moment = now + timedelta(hours=1), now + timedelta(seconds=2)
     async with realm.sessions() as session, session.begin():
@@ -398,8 +399,7 @@ async def test_set_due_moves_only_the_named_run_and_is_refused_without_this_work
 
 async def test_release_lease_hands_back_only_the_named_run_and_only_this_workers_lease(realm: RealmHandle) -> None:
     """One run's lease goes back; the worker's other run and another worker's run keep theirs."""
-    now = datetime.now(UTC) + timedelta(seconds=1)
-    a1, a2, b1 = await three_claimed_runs(realm, now)
+    now, a1, a2, b1 = await three_claimed_runs(realm)
     async with realm.sessions() as session, session.begin():
         await leases.release_lease(session, a1, "worker-a-1-aaaa")
         await leases.release_lease(session, b1, "worker-a-1-aaaa")
@@ -410,8 +410,7 @@ async def test_release_lease_hands_back_only_the_named_run_and_only_this_workers
 async def test_release_leases_hands_back_only_the_named_runs_and_only_this_workers_leases(realm: RealmHandle) -> None:
     """The end of a round hands back the leases of the runs named (one of this worker's, one of
     another's); the worker's other run, still going, keeps its lease, and so does the other worker."""
-    now = datetime.now(UTC) + timedelta(seconds=1)
-    a1, a2, b1 = await three_claimed_runs(realm, now)
+    now, a1, a2, b1 = await three_claimed_runs(realm)
     async with realm.sessions() as session, session.begin():
         await leases.release_leases(session, [a1, b1], "worker-a-1-aaaa")
     held = [row[2:] for row in await rows(realm, a1, a2, b1)]
