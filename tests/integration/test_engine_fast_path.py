@@ -20,6 +20,7 @@ from engine.directory.audit import Actor
 from engine.directory.authz import AUTHORITY_SQL, load_authority
 from engine.directory.models import Group, Role, User
 from engine.platform.clock import FixedClock
+from engine.platform.db import positional
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import batched
 from testing.factories import RealmHandle
@@ -28,7 +29,7 @@ from testing.statements import recording
 from testing.workflows import publish
 
 # The statement that reads a principal's authority, as the fast path sends it.
-AUTHORITY = batched.positional(AUTHORITY_SQL)
+AUTHORITY = positional(AUTHORITY_SQL)
 
 
 def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:
