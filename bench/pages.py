@@ -56,7 +56,8 @@ from engine.platform.database import libpq_conninfo, with_database
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.ids import new_id
 from engine.platform.migrate import upgrade
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.processes import cockpit_env, start, stop, wait_http
 
 WORKFLOWS = 20
@@ -104,7 +105,7 @@ async def seed_product(url: str) -> dict[str, Any]:
         steps.append({"id": "done", "type": "end"})
         definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
         async with sessions() as session, session.begin():
-            workflow, _ = await workflows.create_workflow(
+            workflow, _ = await create_workflow(
                 session,
                 actor,
                 name=f"Workflow {w:02d}",
@@ -113,7 +114,7 @@ async def seed_product(url: str) -> dict[str, Any]:
                 requires_approval=False,
             )
         async with sessions() as session, session.begin():
-            await workflows.publish_revision(session, actor, workflow.id, 1)
+            await publish_revision(session, actor, workflow.id, 1)
         workflow_ids.append(workflow.id)
     await engine.dispose()
     return {"realm_id": realm.id, "slug": realm.slug, "admin_id": admin.id, "token": token, "cookie": cookie}

@@ -22,7 +22,7 @@ from engine.directory.audit import Actor
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.demo import approve_demo_request
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 
 # Counts the swaps of each region (by id) and the changes of each announcer (by test id).
 WATCH = """() => {
@@ -178,9 +178,7 @@ def test_the_editor_keeps_focus_and_says_its_verdict_once(live_server: LiveServe
     async def workflow(session: Any) -> str:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        made, _ = await workflows.create_workflow(
-            session, actor, name="Movable", definition=MOVABLE, has_definition=True
-        )
+        made, _ = await create_workflow(session, actor, name="Movable", definition=MOVABLE, has_definition=True)
         return str(made.id)
 
     workflow_id = in_database(live_server, workflow)

@@ -28,7 +28,8 @@ from engine.directory.authz import load_authority
 from engine.directory.models import Membership, Role, RoleAssignment
 from engine.platform.ids import new_id
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.processes import start as start_process
 from testing.topology import Host
 
@@ -277,11 +278,11 @@ async def publish(
 ) -> str:
     """Create the workflow with revision 1 and publish it (the actor is the accountable publisher)."""
     async with sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor, workflow.id, 1)
+        await publish_revision(session, actor, workflow.id, 1)
     return workflow.id
 
 

@@ -17,7 +17,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
 from engine.directory.authz import Authority, load_authority
 from engine.runs import approval_views, role_requests
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 
 class CreateRole(Body):

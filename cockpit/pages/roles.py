@@ -36,7 +36,7 @@ from engine.directory.authz import PERMISSIONS
 from engine.directory.models import Role
 from engine.platform.errors import EngineError, invalid
 from engine.runs import role_requests
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}

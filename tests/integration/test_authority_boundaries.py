@@ -12,7 +12,7 @@ from sqlalchemy import text
 from engine.directory import identity
 from engine.directory.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
 from engine.platform.ids import new_id
-from engine.workflows import service as workflows
+from engine.workflows.publication import publish_revision
 from testing.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]
@@ -272,7 +272,7 @@ async def test_the_publish_approval_policy_is_a_floor(client: Client, realm: Rea
         assert policy is not None
         policy.extensions = {"workflow_publish_approval": False}
     async with realm.sessions() as session, session.begin():
-        published = await workflows.publish_revision(session, realm.actor, before["id"], 1)
+        published = await publish_revision(session, realm.actor, before["id"], 1)
     assert published.revision.status == "published"
 
 

@@ -35,7 +35,8 @@ from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.databases import clone_database, drop_database
 from testing.factories import RealmHandle, make_realm
 
@@ -162,7 +163,7 @@ async def seed(
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
         await roles.update_role(session, realm.actor, authority, world.power.id, permissions=list(POWER))
     async with sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             publisher,
             name=f"Equal {world.examples}",
@@ -171,7 +172,7 @@ async def seed(
             requires_approval=False,
         )
     async with sessions() as session, session.begin():
-        await workflows.publish_revision(session, publisher, workflow.id, 1)
+        await publish_revision(session, publisher, workflow.id, 1)
     if narrow and weakened:
         async with sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)

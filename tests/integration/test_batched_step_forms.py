@@ -168,14 +168,15 @@ async def place(realm: RealmHandle, narrow: bool) -> Place:
 
 
 async def publish_as(p: Place, definition: dict[str, Any]) -> str:
-    from engine.workflows import service as workflows
+    from engine.workflows.catalog import create_workflow
+    from engine.workflows.publication import publish_revision
 
     async with p.realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, p.publisher, name="One step", definition=definition, has_definition=True, requires_approval=False
         )
     async with p.realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, p.publisher, workflow.id, 1)
+        await publish_revision(session, p.publisher, workflow.id, 1)
     return workflow.id
 
 

@@ -17,7 +17,8 @@ from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs import triggers
 from engine.runs.runstore import leases
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.directory import outage, refuse_role_changes
 from testing.factories import RealmHandle
 from testing.runs import drain, load, make_runner, rows, start
@@ -352,7 +353,7 @@ class TestTriggersAndReferences:
             group, *_ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
         actor = realm.actor.__class__(type="user", id=publisher.id, realm_id=realm.id)
         async with realm.sessions() as session, session.begin():
-            workflow, _ = await workflows.create_workflow(
+            workflow, _ = await create_workflow(
                 session,
                 actor,
                 name="Team",
@@ -361,7 +362,7 @@ class TestTriggersAndReferences:
                 requires_approval=False,
             )
         async with realm.sessions() as session, session.begin():
-            await workflows.publish_revision(session, actor, workflow.id, 1)
+            await publish_revision(session, actor, workflow.id, 1)
         run_id = await start(realm, workflow.id, subject.id)
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM groups WHERE id = :g"), {"g": group.id})

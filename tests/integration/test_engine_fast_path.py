@@ -304,14 +304,15 @@ async def _publisher(realm: RealmHandle, *, expires_in: timedelta | None = None)
 
 
 async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any], name: str = "Grant") -> str:
-    from engine.workflows import service as workflows
+    from engine.workflows.catalog import create_workflow
+    from engine.workflows.publication import publish_revision
 
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor, workflow.id, 1)
+        await publish_revision(session, actor, workflow.id, 1)
     return workflow.id
 
 

@@ -14,7 +14,7 @@ from engine.directory.authz import load_authority
 from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from testing.factories import HTML, RealmHandle, bearer
 from testing.pages import signed_in, step_block
 from testing.runs import drain_realm, run_state, start
@@ -66,7 +66,7 @@ async def test_the_author_of_a_revision_sees_approve_and_reject_disabled_with_wh
 ) -> None:
     await signed_in(client, realm)
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name="Joiner",

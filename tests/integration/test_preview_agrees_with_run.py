@@ -33,7 +33,8 @@ from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.factories import TEST_SECRET_KEY, RealmHandle, bearer, make_realm
 
 T = TypeVar("T")
@@ -111,7 +112,7 @@ async def example(world: World, state: dict[str, bool], kinds: list[str]) -> Non
         "steps": [step_of(world, kind, i) for i, kind in enumerate(kinds)],
     }
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name=f"Agree {world.examples}",
@@ -120,7 +121,7 @@ async def example(world: World, state: dict[str, bool], kinds: list[str]) -> Non
             requires_approval=False,
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     await preview_then_run(realm, workflow.id, subject.id, fast=state["fast"], worker=f"{world.examples}")
 
 
@@ -228,7 +229,7 @@ class Case:
 async def publish_as(realm: RealmHandle, publisher: Actor, step: dict[str, Any]) -> str:
     definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "only"} | step]}
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             publisher,
             name=f"Case {uuid4().hex[:6]}",
@@ -237,7 +238,7 @@ async def publish_as(realm: RealmHandle, publisher: Actor, step: dict[str, Any])
             requires_approval=False,
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, publisher, workflow.id, 1)
+        await publish_revision(session, publisher, workflow.id, 1)
     return workflow.id
 
 
@@ -464,11 +465,11 @@ async def test_a_grant_after_an_approval_by_someone_who_could_not_make_it_is_ref
         ],
     }
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name="Ask", definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
 
     async def approve(run_id: str) -> None:
         async with realm.sessions() as session:

@@ -24,7 +24,9 @@ from engine.platform import config
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.lookup import get_revision
+from engine.workflows.revisions import decide_revision
 from testing.factories import RealmHandle, bearer, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
@@ -36,7 +38,7 @@ DEFINITION = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{
 async def _workflow(realm: RealmHandle) -> str:
     """A workflow that requires approval, its first revision a draft authored by the realm's admin."""
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name=f"Reviewed {new_id('wfl')[-6:]}",
@@ -50,7 +52,7 @@ async def _workflow(realm: RealmHandle) -> str:
 async def _decide(realm: RealmHandle, reviewer: User, workflow_id: str, *, approve: bool = True) -> None:
     actor = Actor(type="user", id=reviewer.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
-        await workflows.decide_revision(session, actor, workflow_id, 1, approve=approve, comment=None)
+        await decide_revision(session, actor, workflow_id, 1, approve=approve, comment=None)
 
 
 async def _refusals(realm: RealmHandle, event: str = "workflow.revision.review_refused") -> list[dict[str, Any]]:
@@ -63,7 +65,7 @@ async def _refusals(realm: RealmHandle, event: str = "workflow.revision.review_r
 
 async def _status(realm: RealmHandle, workflow_id: str) -> str:
     async with realm.sessions() as session:
-        revision = await workflows.get_revision(session, realm.id, workflow_id, 1)
+        revision = await get_revision(session, realm.id, workflow_id, 1)
         return revision.status
 
 

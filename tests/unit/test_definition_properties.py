@@ -270,6 +270,6 @@ def test_the_plain_json_walk_passes_a_plain_definition_and_stops_at_each_doubt()
 @SETTINGS
 @given(st.one_of(json_values, python_values, deep_values, mutated()))
 def test_the_nul_walk_agrees_with_the_nul_issues(raw: Any) -> None:
-    from engine.workflows.service import holds_nul, nul_issues
+    from engine.workflows.inputs import holds_nul, nul_issues
 
     assert holds_nul(raw) == bool(nul_issues(raw))

@@ -31,7 +31,8 @@ from engine.runs import run_reads
 from engine.runs.models import WorkflowRun
 from engine.runs.outcome import Outcome, people_in, run_outcome, run_title
 from engine.runs.states import FINISHED, RUN_STATES
-from engine.workflows import service as workflows
+from engine.workflows.catalog import list_workflows
+from engine.workflows.lookup import get_workflow
 from engine.workflows.models import Workflow
 
 TABLE_ID = "runs-table"
@@ -120,7 +121,7 @@ class RunListPages(Controller):
             except EngineError as exc:
                 list_error = exc.detail + " " + "; ".join(i.message for i in exc.issues)
                 status_code = exc.status
-        choices = (await workflows.list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
+        choices = (await list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
         names = await people(db_session, realm_id, [i for line in items for i in people_in(line.run)])
         rows = self._rows(items, {k: u.display_name or u.email for k, u in names.items()})
         base = f"/realms/{principal.realm.slug}" + (f"/workflows/{workflow.id}/runs" if workflow else "/runs")
@@ -216,7 +217,7 @@ class RunListPages(Controller):
         created_after: FromQuery[str | None] = None,
         created_before: FromQuery[str | None] = None,
     ) -> Template:
-        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
         return await self._list(
             request,
             db_session,

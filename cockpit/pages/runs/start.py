@@ -28,7 +28,7 @@ from engine.directory.models import Organization, User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.preview import WOULD_FAIL, preview_run
-from engine.workflows import service as workflows
+from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.models import Workflow
 
 START_ID = "run-start"
@@ -45,7 +45,7 @@ class StartChoices:
 
 async def start_choices(db_session: DbSession, realm_id: str, workflow_id: str) -> StartChoices:
     """The choices of both start forms (one person, several people), each list cut at PICKER_LIMIT."""
-    workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+    workflow = await get_workflow(db_session, realm_id, workflow_id)
     people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
     orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
     return StartChoices(
@@ -105,7 +105,7 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
     try:
-        revision = await workflows.get_revision(db_session, realm_id, workflow_id, number)
+        revision = await get_revision(db_session, realm_id, workflow_id, number)
     except NotFound:
         return []
     steps = revision.definition.get("steps", [])
@@ -274,7 +274,7 @@ class RunStartPages(Controller):
         step_errors: list[dict[str, Any]] = []
         step_issues = [(i, _STEP_PATH.match(i.path)) for i in exc.issues]
         if any(m for _, m in step_issues):
-            workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+            workflow = await get_workflow(db_session, realm_id, workflow_id)
             steps = (
                 await definition_steps(db_session, realm_id, workflow_id, workflow.published_revision)
                 if workflow.published_revision
