@@ -33,8 +33,8 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import identity  # noqa: E402
 from engine.directory.audit import Actor  # noqa: E402
+from engine.directory.realms import create_realm  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
@@ -101,7 +101,7 @@ async def prepare_realms(sessions: async_sessionmaker[AsyncSession], count: int)
     for k in range(count):
         slug = f"bench{count}x{k}"
         async with sessions() as session, session.begin():
-            realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
+            realm, admin = await create_realm(session, slug, admin_email=f"admin@{slug}.example")
         actor = Actor(type="user", id=admin.id, realm_id=realm.id)
         async with sessions() as session, session.begin():
             workflow, revision = await create_workflow(

@@ -22,10 +22,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory import identity, organizations
+from engine.directory import organizations
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import Membership, Role, RoleAssignment
+from engine.directory.realms import create_realm
 from engine.platform.ids import new_id
 from engine.runs import service as runs
 from engine.workflows.catalog import create_workflow
@@ -195,7 +197,7 @@ async def build_directory(
     """A fresh realm; ``subjects`` users who are members of its organization and hold ``held_by_subjects``."""
     slug = "r" + new_id("rlm")[-10:]
     async with sessions() as session, session.begin():
-        realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
+        realm, admin = await create_realm(session, slug, admin_email=f"admin@{slug}.example")
     actor = Actor(type="user", id=admin.id, realm_id=realm.id)
     async with sessions() as session, session.begin():
         org = await organizations.create_organization(session, actor, name=organization)
@@ -215,7 +217,7 @@ async def build_directory(
     subject_ids: list[str] = []
     async with sessions() as session, session.begin():
         for number in range(subjects):
-            user = await identity.create_user(
+            user = await create_user(
                 session,
                 actor,
                 email=f"subject{number + 1}@{slug}.example",
@@ -252,7 +254,7 @@ async def add_subjects(
     async with sessions() as session, session.begin():
         for _ in range(count):
             suffix = new_id("usr")[-8:]
-            user = await identity.create_user(
+            user = await create_user(
                 session,
                 directory.actor,
                 email=f"newcomer-{suffix}@example.com",

@@ -18,7 +18,8 @@ from litestar.response import Template
 
 from cockpit.auth import Principal, may_request, principal_of, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity, roles
+from engine.directory import accounts as directory_accounts
+from engine.directory import roles
 from engine.directory.authz import Authority
 from engine.platform.errors import EngineError, invalid
 
@@ -151,7 +152,7 @@ async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: 
     """The id of the realm's user with this email, or a field error at ``path``."""
     if not email.strip():
         raise invalid(path, "Enter the email of a user of the realm.", "required")
-    user = await identity.user_by_email(db_session, realm_id, email)
+    user = await directory_accounts.user_by_email(db_session, realm_id, email)
     if user is None:
         raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
     return user.id

@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine.directory import identity, organizations, roles
+from engine.directory import organizations, roles
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import User
+from engine.directory.sessions import open_session
 from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import service as runs
@@ -192,7 +193,7 @@ async def seed(
                         {"g": world.group_id, "u": subject.id, "r": realm.id},
                     )
             if state["credentials"]:
-                await identity.open_session(session, subject, method="password", mfa=False)
+                await open_session(session, subject, method="password", mfa=False)
         if state["credentials"]:
             await realm.token(subject)
         if state["holds"]:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.directory.models import Organization, Role, User
+from engine.directory.sessions import open_session
 from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from testing.factories import RealmHandle
@@ -87,7 +87,7 @@ async def suspended(p: Place) -> None:
 
 async def signed_in(p: Place) -> None:
     async with p.realm.sessions() as session, session.begin():
-        await identity.open_session(session, p.subject, method="password", mfa=False)
+        await open_session(session, p.subject, method="password", mfa=False)
     await p.realm.token(p.subject)
 
 

@@ -26,10 +26,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import engine.directory
-from engine.directory import identity, organizations, principals, roles, tokens
+from engine.directory import organizations, principals, roles, tokens
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
 from engine.directory.models import GroupMember
+from engine.directory.tokens import mint_token
 from engine.platform.errors import Forbidden
 from testing.factories import RealmHandle, enrol_totp
 
@@ -70,10 +72,10 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.directory.authz.require_authority_over": "is the authority rule itself",
     "engine.directory.principals.require_outranks": "is the authority rule itself",
     "engine.directory.independence.require_independent": "is the independent-reviewer rule itself",
-    "engine.directory.identity.issue_sign_in_link": (
+    "engine.directory.sign_in_links.issue_sign_in_link": (
         "the primitive behind principals.create_sign_in_link (checked) and the operator's CLI"
     ),
-    "engine.directory.identity.mint_token": (
+    "engine.directory.tokens.mint_token": (
         "the primitive behind tokens.mint_own_token and tokens.mint_service_principal_token, and the CLI"
     ),
     "engine.directory.tokens.mint_own_token": "a user mints a token for themselves only",
@@ -133,7 +135,7 @@ class World:
 Case = Callable[[AsyncSession, Actor, Authority, World], Awaitable[Any]]
 
 CASES: dict[str, Case] = {
-    "engine.directory.identity.create_user": lambda s, a, auth, w: identity.create_user(
+    "engine.directory.accounts.create_user": lambda s, a, auth, w: create_user(
         s, a, email="new@example.com", display_name="New", authority=auth
     ),
     "engine.directory.principals.update_user": lambda s, a, auth, w: principals.update_user(
@@ -226,7 +228,7 @@ async def _world(realm: RealmHandle) -> World:
         sp = await principals.create_service_principal(
             session, realm.actor, name="robot", description="", authority=None
         )
-        _, token = await identity.mint_token(session, realm.actor, audience="admin", service_principal=sp)
+        _, token = await mint_token(session, realm.actor, audience="admin", service_principal=sp)
     return World(realm, org.id, group.id, other.id, role.id, target.id, outsider.id, assignment.id, sp.id, token.id)
 
 

@@ -16,10 +16,12 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select, text
 
-from engine.directory import identity, independence, organizations, roles
+from engine.directory import independence, organizations, roles
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
 from engine.directory.models import AuditEvent, RoleAssignment, User
+from engine.directory.realms import builtin_role
 from engine.platform import config
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
@@ -72,14 +74,14 @@ async def _status(realm: RealmHandle, workflow_id: str) -> str:
 async def _operator_user(realm: RealmHandle, email: str) -> User:
     """A user the operator made: nobody in the realm created them."""
     async with realm.sessions() as session, session.begin():
-        return await identity.create_user(
+        return await create_user(
             session, Actor.system(realm.id), email=email, display_name=email.split("@")[0], authority=None
         )
 
 
 async def _grant_admin(realm: RealmHandle, user: User, *, by: str | None, age: timedelta) -> None:
     async with realm.sessions() as session, session.begin():
-        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        admin_role = await builtin_role(session, realm.id, "realm-admin")
         session.add(
             RoleAssignment(
                 id=new_id("ras"),
@@ -162,7 +164,7 @@ async def test_an_account_made_by_an_account_the_author_made_is_the_authors_too(
     deputy = await realm.user("deputy@example.com")
     async with realm.sessions() as session, session.begin():
         deputy_actor = Actor(type="user", id=deputy.id, realm_id=realm.id)
-        grandchild = await identity.create_user(
+        grandchild = await create_user(
             session, deputy_actor, email="grandchild@example.com", display_name="G", authority=None
         )
     await _grant_admin(realm, grandchild, by=None, age=timedelta(days=400))
@@ -204,7 +206,7 @@ async def test_the_setting_moves_the_window(realm: RealmHandle, monkeypatch: pyt
 async def _group_with_admin_role(realm: RealmHandle, *, role_by: str | None) -> tuple[str, str]:
     org = await realm.organization()
     async with realm.sessions() as session, session.begin():
-        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        admin_role = await builtin_role(session, realm.id, "realm-admin")
         system = Actor.system(realm.id)
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
         group, _ = await organizations.create_group(

@@ -24,7 +24,7 @@ from cockpit.pages.runs.shared import (
     split_state,
 )
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import run_reads
@@ -85,7 +85,7 @@ class RunListPages(Controller):
         subject_id: str | None = None
         if subject:
             if "@" in subject:
-                user = await identity.user_by_email(db_session, realm_id, subject)
+                user = await user_by_email(db_session, realm_id, subject)
                 subject_id = user.id if user is not None else None
                 if user is None:
                     subject_note = f"There is no user {subject} in this realm."

@@ -22,8 +22,9 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
-from engine.directory import identity, organizations
+from engine.directory import organizations
 from engine.directory import principals as directory
+from engine.directory.accounts import user_by_email
 from engine.directory.models import Organization, User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
@@ -96,7 +97,7 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
     if not subject:
         return "", Issue("/subject_id", "required", "Give the subject's email or user id.")
     if "@" in subject:
-        user = await identity.user_by_email(db_session, realm_id, subject)
+        user = await user_by_email(db_session, realm_id, subject)
         if user is None:
             return "", Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
         return user.id, None
@@ -336,7 +337,7 @@ class RunStartManyPages(Controller):
         by_id = await directory.users_by_id(db_session, realm_id, [e for e in entries if "@" not in e])
         found = []
         for entry in entries:
-            user = await identity.user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
+            user = await user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
             found.append({"entry": entry, "user": user, "subject_id": user.id if user is not None else entry})
         return found
 

@@ -22,7 +22,7 @@ from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
 from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, NotFound, invalid
 from engine.runs.preview import preview_run
 from engine.workflows import publication as workflow_publication
@@ -149,7 +149,7 @@ class WorkflowRevisionPages(Controller):
         try:
             subject_id = subject
             if "@" in subject:
-                user = await identity.user_by_email(db_session, principal.realm.id, subject)
+                user = await user_by_email(db_session, principal.realm.id, subject)
                 if user is None:
                     raise invalid("/subject_id", f"There is no user {subject} in this realm.", "not_found")
                 subject_id = user.id
