@@ -343,7 +343,7 @@ async def require_starter(
 async def _org_issues(
     session: AsyncSession, realm_id: str, authority: Any, definition: dict[str, Any], organization_id: str
 ) -> list[Issue]:
-    from engine.workflows.definitions.validation import required_authority
+    from engine.workflows.definitions.authority import required_authority
     from engine.workflows.delegation import requirement_issue
 
     issues: list[Issue] = []

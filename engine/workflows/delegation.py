@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.directory.authz import Authority
 from engine.directory.models import Group, Role
 from engine.platform.errors import Forbidden, GrantCeilingExceeded, Issue, missing_permissions
-from engine.workflows.definitions.validation import Requirement, required_authority, requirement_problem
+from engine.workflows.definitions.authority import Requirement, required_authority, requirement_problem
 
 
 async def _trigger_organization(session: AsyncSession, realm_id: str, definition: Mapping[str, Any]) -> str | None:

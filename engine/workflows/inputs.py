@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.names import hidden_character_issues
-from engine.workflows.definitions.validation import MAX_DEFINITION_BYTES
+from engine.workflows.definitions.vocabulary import MAX_DEFINITION_BYTES
 
 
 def name_issues(path: str, name: str | None) -> list[Issue]:

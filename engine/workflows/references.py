@@ -16,12 +16,8 @@ from sqlmodel import col
 
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import Conflict, Issue
-from engine.workflows.definitions.validation import (
-    References,
-    StaticReferences,
-    collect_references,
-    validate_definition,
-)
+from engine.workflows.definitions.references import References, StaticReferences, collect_references
+from engine.workflows.definitions.validation import validate_definition
 from engine.workflows.inputs import holds_nul, nul_issues
 from engine.workflows.models import Workflow, WorkflowRevision
 
