@@ -19,8 +19,8 @@ from litestar.response import Template
 from cockpit.auth import Principal, may_request, principal_of, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import accounts as directory_accounts
-from engine.directory import roles
 from engine.directory.authz import Authority
+from engine.directory.role_assignments import create_assignment
 from engine.platform.errors import EngineError, invalid
 
 PICKER_LIMIT = 200  # how many choices a page's select offers (people, organizations, workflows)
@@ -172,7 +172,7 @@ async def assign_role_from_form(
     nothing; an ``EngineError`` is the page's to show."""
     assert principal.authority is not None  # loaded by the guard (the route has a permission)
     async with db_session.begin_nested():
-        await roles.create_assignment(
+        await create_assignment(
             db_session,
             principal.actor(request_id_of(request)),
             principal.authority,

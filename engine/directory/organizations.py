@@ -21,8 +21,9 @@ from engine.directory import rules
 from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
+from engine.directory.input_checks import like, raise_issues, text_issues
 from engine.directory.models import Group, GroupMember, GroupRole, Membership, Organization, Role, User
-from engine.directory.roles import like, raise_issues, require_ceiling, text_issues
+from engine.directory.roles import require_ceiling
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Issue, NotFound
 from engine.platform.ids import new_id

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import organizations, roles
+from engine.directory import organizations
 from engine.directory.authz import Authority, load_authority
 from engine.directory.models import (
     Group,
@@ -29,6 +29,7 @@ from engine.directory.models import (
     User,
     WebhookSubscription,
 )
+from engine.directory.role_assignments import holds_grant
 from engine.directory.webhooks import signing_secrets
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
@@ -138,7 +139,7 @@ async def load_snapshot(
             org = await session.get(Organization, grant_org)
             facts["organization_exists"] = org is not None and org.realm_id == realm_id
             facts["organization_name"] = org.name if org is not None and org.realm_id == realm_id else None
-        facts["holds_grant"] = await roles.holds_grant(
+        facts["holds_grant"] = await holds_grant(
             session, realm_id, role_facts.id, col(RoleAssignment.user_id), run.subject_id, grant_org
         )
         approver_id = latest_approver(run.approvals) if role_facts.requires_approval else None

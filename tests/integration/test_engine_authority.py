@@ -31,6 +31,7 @@ from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
 from engine.directory.models import GroupMember
+from engine.directory.role_assignments import create_assignment, revoke_assignment
 from engine.directory.tokens import mint_token
 from engine.platform.errors import Forbidden
 from testing.factories import RealmHandle, enrol_totp
@@ -60,8 +61,8 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     # does a run's step after its decision (the publisher's authority and the grant ceiling, decided
     # in engine/runs/decisions.py). A writer keeps only the invariants no decision can, such as the
     # realm's last administrator.
-    "engine.directory.roles.apply_assignment": "writes a grant roles.create_assignment or a run's decision allowed",
-    "engine.directory.roles.apply_revocation": "writes a revocation roles.revoke_assignment or a run allowed",
+    "engine.directory.role_assignments.apply_assignment": "writes a grant create_assignment or a run's decision allowed",
+    "engine.directory.role_assignments.apply_revocation": "writes a revocation revoke_assignment or a run allowed",
     "engine.directory.organizations.apply_group_join": "writes what add_group_member or a run's decision allowed",
     "engine.directory.organizations.apply_group_leave": "writes what remove_group_member or a run allowed",
     "engine.directory.organizations.apply_member_removal": "writes what remove_member or a run's decision allowed",
@@ -90,10 +91,10 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.directory.webhooks.delete_subscription": "a webhook subscription, not a principal",
     "engine.runs.approvals.request_approval": "a run's approval step asks; the run's publisher is checked",
     "engine.runs.approvals.decide": (
-        "only a named approver decides; an approved role assignment is made by roles.create_assignment (checked)"
+        "only a named approver decides; an approved role assignment is made by create_assignment (checked)"
     ),
     "engine.runs.approvals.delegate": "only a named approver hands their decision on",
-    "engine.runs.role_requests.request_role_assignment": "records what roles.create_assignment (checked) answered",
+    "engine.runs.role_requests.request_role_assignment": "records what create_assignment (checked) answered",
     "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
     "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
     "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.catalog.set_enabled's rules",
@@ -176,10 +177,12 @@ CASES: dict[str, Case] = {
         s, a, auth, w.role, description="changed"
     ),
     "engine.directory.roles.delete_role": lambda s, a, auth, w: roles.delete_role(s, a, auth, w.role),
-    "engine.directory.roles.create_assignment": lambda s, a, auth, w: roles.create_assignment(
+    "engine.directory.role_assignments.create_assignment": lambda s, a, auth, w: create_assignment(
         s, a, auth, role_id=w.role, user_id=w.outsider
     ),
-    "engine.directory.roles.revoke_assignment": lambda s, a, auth, w: roles.revoke_assignment(s, a, auth, w.assignment),
+    "engine.directory.role_assignments.revoke_assignment": lambda s, a, auth, w: revoke_assignment(
+        s, a, auth, w.assignment
+    ),
     "engine.directory.tokens.mint_service_principal_token": lambda s, a, auth, w: tokens.mint_service_principal_token(
         s, a, w.sp, name="t", expires_in_days=30, authority=auth
     ),
@@ -206,8 +209,8 @@ def test_every_checked_function_has_a_case() -> None:
 def test_only_run_steps_and_own_tokens_are_exempt() -> None:
     exempt = {name for name, check in PERMISSION_CHECKED.items() if check.exempt}
     assert exempt == {
-        "engine.directory.roles.create_assignment",
-        "engine.directory.roles.revoke_assignment",
+        "engine.directory.role_assignments.create_assignment",
+        "engine.directory.role_assignments.revoke_assignment",
         "engine.directory.tokens.revoke",
     }
 

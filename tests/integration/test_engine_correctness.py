@@ -294,7 +294,7 @@ class TestTriggersAndReferences:
     async def test_an_expiry_about_a_service_principal_starts_no_run(self, realm: RealmHandle) -> None:
         from engine.directory.models import RoleAssignment
         from engine.directory.principals import create_service_principal
-        from engine.directory.roles import expire_due_assignments
+        from engine.directory.role_assignments import expire_due_assignments
         from engine.platform.ids import new_id
 
         wid = await publish(

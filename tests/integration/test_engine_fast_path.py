@@ -19,6 +19,7 @@ from engine.directory import principals as directory
 from engine.directory.audit import Actor
 from engine.directory.authz import AUTHORITY_SQL, load_authority
 from engine.directory.models import Group, Role, User
+from engine.directory.role_assignments import create_assignment, expire_due_assignments, revoke_assignment
 from engine.platform.clock import FixedClock
 from engine.platform.db import positional
 from engine.runs.runner import Runner, RunnerSettings
@@ -225,22 +226,22 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def assign(session: Any) -> None:
         auth = await admin_authority(session)
-        await roles.create_assignment(session, actor, auth, role_id=custom.id, user_id=user.id)
+        await create_assignment(session, actor, auth, role_id=custom.id, user_id=user.id)
 
     async def revoke(session: Any) -> None:
         assignment_id = await session.scalar(
             text("SELECT id FROM role_assignments WHERE user_id = :u AND role_id = :r"), {"u": user.id, "r": custom.id}
         )
-        await roles.revoke_assignment(session, actor, await admin_authority(session), assignment_id)
+        await revoke_assignment(session, actor, await admin_authority(session), assignment_id)
 
     async def expiring(session: Any) -> None:
         auth = await admin_authority(session)
-        await roles.create_assignment(
+        await create_assignment(
             session, actor, auth, role_id=custom.id, user_id=user.id, expires_at=datetime.now(UTC) + timedelta(hours=1)
         )
 
     async def expire(session: Any) -> None:
-        assert await roles.expire_due_assignments(session, datetime.now(UTC) + timedelta(hours=2)) >= 1
+        assert await expire_due_assignments(session, datetime.now(UTC) + timedelta(hours=2)) >= 1
 
     await moves("user", assign)
     await moves("user", revoke)
@@ -277,7 +278,7 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
     async def service_principal(session: Any) -> None:
         auth = await admin_authority(session)
         sp = await directory.create_service_principal(session, actor, name="robot", description="", authority=auth)
-        await roles.create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
+        await create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
 
     async def no_group_roles(session: Any) -> None:
         auth = await admin_authority(session)
@@ -319,7 +320,7 @@ async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, An
 async def _revoke(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await roles.revoke_assignment(session, realm.actor, authority, assignment_id)
+        await revoke_assignment(session, realm.actor, authority, assignment_id)
 
 
 async def _suspend(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
@@ -480,7 +481,7 @@ async def test_in_one_group_a_refused_run_is_recorded_there_and_the_others_go_on
     holder = (await subjects(realm, org_id, 1))[0]
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await roles.create_assignment(session, realm.actor, authority, role_id=role.id, user_id=holder.id)
+        await create_assignment(session, realm.actor, authority, role_id=role.id, user_id=holder.id)
     wid = await publish(realm, three_steps(role, group))
     everyone = [fresh[0], holder, *fresh[1:]]
     run_ids = [await start(realm, wid, s.id) for s in everyone]
