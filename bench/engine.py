@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E40
 from engine.directory import organizations, webhooks  # noqa: E402
 from engine.directory.audit import RUN_OUTCOME_EVENT_TYPES, Actor  # noqa: E402
 from engine.directory.authz import load_authority  # noqa: E402
+from engine.directory.groups import create_group  # noqa: E402
 from engine.directory.models import User  # noqa: E402
 from engine.directory.tokens import mint_token  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
@@ -266,7 +267,7 @@ async def prepare(
         org = await organizations.create_organization(session, actor, name="Arrivals")
         authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
         event_groups = [
-            (await organizations.create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
+            (await create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
             for n in range(max(effects // 2, 1))
         ]
     if options.workload == "mixed":

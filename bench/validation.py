@@ -34,6 +34,7 @@ from engine.directory import organizations
 from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Role, WebhookSubscription
 from engine.directory.realms import create_realm
 from engine.directory.tokens import mint_token
@@ -66,7 +67,7 @@ async def prepare(database_url: str) -> tuple[str, str, dict[str, Any]]:
         session.add(webhook)
         await session.flush()
         authority = await load_authority(session, realm.id, "user", admin.id)
-        group, _ = await organizations.create_group(session, actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, actor, authority, org.id, name="Team")
     await engine.dispose()
     steps: list[dict[str, Any]] = [
         {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "72h"},

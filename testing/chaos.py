@@ -26,6 +26,7 @@ from engine.directory import organizations
 from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Membership, Role, RoleAssignment
 from engine.directory.realms import create_realm
 from engine.platform.ids import new_id
@@ -212,7 +213,7 @@ async def build_directory(
         authority = await load_authority(session, realm.id, "user", admin.id)
         group_ids = []
         for number in range(groups):
-            group, _ = await organizations.create_group(session, actor, authority, org.id, name=f"Team {number + 1}")
+            group, _ = await create_group(session, actor, authority, org.id, name=f"Team {number + 1}")
             group_ids.append(group.id)
     subject_ids: list[str] = []
     async with sessions() as session, session.begin():

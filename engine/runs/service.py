@@ -34,7 +34,7 @@ from engine.workflows.models import Workflow, WorkflowRevision
 
 MAX_DEPTH = 3
 CATEGORY = "workflow"
-# Issue codes of a step whose role or group no longer exists (validation.requirement_problem).
+# Issue codes of a step whose role or group no longer exists (definitions.authority.requirement_problem).
 MISSING_REFERENCE_CODES = frozenset({"not_found", "group_missing"})
 
 

@@ -19,6 +19,7 @@ from sqlmodel import col
 
 from engine.directory import organizations
 from engine.directory.authz import Authority, load_authority
+from engine.directory.group_grants import inherited_roles
 from engine.directory.models import (
     Group,
     GroupMember,
@@ -86,7 +87,7 @@ async def _group(session: AsyncSession, realm_id: str, group_id: Any) -> GroupFa
     group = await session.get(Group, group_id) if isinstance(group_id, str) else None
     if group is None or group.realm_id != realm_id:
         return None
-    inherited = await organizations.inherited_roles(session, group)
+    inherited = await inherited_roles(session, group)
     return GroupFacts(
         group.id,
         group.name,

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine.directory import organizations, roles
+from engine.directory import roles
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group, update_group
 from engine.directory.models import User
 from engine.directory.sessions import open_session
 from engine.platform.clock import FixedClock
@@ -83,10 +84,8 @@ class World:
     async def _group(self) -> str:
         async with self.realm.sessions() as session, session.begin():
             authority = await load_authority(session, self.realm.id, "user", self.realm.admin.id)
-            group, _ = await organizations.create_group(session, self.realm.actor, authority, self.org.id, name="Team")
-            await organizations.update_group(
-                session, self.realm.actor, authority, self.org.id, group.id, role_ids=[self.viewer.id]
-            )
+            group, _ = await create_group(session, self.realm.actor, authority, self.org.id, name="Team")
+            await update_group(session, self.realm.actor, authority, self.org.id, group.id, role_ids=[self.viewer.id])
         return group.id
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -12,8 +12,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import add_group_member
 from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, THROTTLE_WINDOW, UnknownRealmFailures
 from engine.platform.clock import FixedClock
 from testing.directory import in_group, member_group
@@ -39,7 +39,7 @@ async def join_group(realm: RealmHandle, group_id: str, user_id: str) -> None:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
         org_id = await session.scalar(text("SELECT organization_id FROM groups WHERE id = :g"), {"g": group_id})
-        await organizations.add_group_member(session, realm.actor, authority, org_id, group_id, user_id)
+        await add_group_member(session, realm.actor, authority, org_id, group_id, user_id)
 
 
 async def test_removals_and_suspensions_happen_and_are_never_reversed(realm: RealmHandle) -> None:

@@ -30,6 +30,7 @@ from engine.directory import organizations, principals, roles, tokens
 from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
+from engine.directory.groups import add_group_member, create_group, remove_group_member, update_group
 from engine.directory.models import GroupMember
 from engine.directory.role_assignments import create_assignment, revoke_assignment
 from engine.directory.tokens import mint_token
@@ -63,8 +64,8 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     # realm's last administrator.
     "engine.directory.role_assignments.apply_assignment": "writes a grant create_assignment or a run's decision allowed",
     "engine.directory.role_assignments.apply_revocation": "writes a revocation revoke_assignment or a run allowed",
-    "engine.directory.organizations.apply_group_join": "writes what add_group_member or a run's decision allowed",
-    "engine.directory.organizations.apply_group_leave": "writes what remove_group_member or a run allowed",
+    "engine.directory.groups.apply_group_join": "writes what add_group_member or a run's decision allowed",
+    "engine.directory.groups.apply_group_leave": "writes what remove_group_member or a run allowed",
     "engine.directory.organizations.apply_member_removal": "writes what remove_member or a run's decision allowed",
     "engine.directory.principals.apply_user_status": "writes what set_user_status or a run's decision allowed",
     "engine.runs.service.check_start_request": "checks a start request (realm.workflows.run, starter authority)",
@@ -158,16 +159,14 @@ CASES: dict[str, Case] = {
     "engine.directory.organizations.remove_member": lambda s, a, auth, w: organizations.remove_member(
         s, a, w.org, w.target, authority=auth
     ),
-    "engine.directory.organizations.create_group": lambda s, a, auth, w: organizations.create_group(
-        s, a, auth, w.org, name="Another"
-    ),
-    "engine.directory.organizations.update_group": lambda s, a, auth, w: organizations.update_group(
+    "engine.directory.groups.create_group": lambda s, a, auth, w: create_group(s, a, auth, w.org, name="Another"),
+    "engine.directory.groups.update_group": lambda s, a, auth, w: update_group(
         s, a, auth, w.org, w.group, name="Renamed"
     ),
-    "engine.directory.organizations.add_group_member": lambda s, a, auth, w: organizations.add_group_member(
+    "engine.directory.groups.add_group_member": lambda s, a, auth, w: add_group_member(
         s, a, auth, w.org, w.other_group, w.target
     ),
-    "engine.directory.organizations.remove_group_member": lambda s, a, auth, w: organizations.remove_group_member(
+    "engine.directory.groups.remove_group_member": lambda s, a, auth, w: remove_group_member(
         s, a, auth, w.org, w.group, w.target
     ),
     "engine.directory.roles.create_role": lambda s, a, auth, w: roles.create_role(
@@ -225,8 +224,8 @@ async def _world(realm: RealmHandle) -> World:
     role = await realm.role("Unused", ["realm.users.read"])
     assignment = await realm.assign(target, held_role)
     async with realm.sessions() as session, session.begin():
-        group, _ = await organizations.create_group(session, realm.actor, None, org.id, name="Team")
-        other, _ = await organizations.create_group(session, realm.actor, None, org.id, name="Other")
+        group, _ = await create_group(session, realm.actor, None, org.id, name="Team")
+        other, _ = await create_group(session, realm.actor, None, org.id, name="Other")
         session.add(GroupMember(group_id=group.id, user_id=target.id, realm_id=realm.id, added_by=realm.admin.id))
         sp = await principals.create_service_principal(
             session, realm.actor, name="robot", description="", authority=None

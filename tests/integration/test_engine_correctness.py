@@ -335,8 +335,8 @@ class TestTriggersAndReferences:
     async def test_a_deleted_group_fails_group_missing_for_an_organization_scoped_publisher(
         self, realm: RealmHandle
     ) -> None:
-        from engine.directory import organizations
         from engine.directory.authz import load_authority
+        from engine.directory.groups import create_group
 
         org = await realm.organization("Eng")
         publisher = await realm.user("publisher@example.com")
@@ -350,7 +350,7 @@ class TestTriggersAndReferences:
         await realm.member(org, subject)
         async with realm.sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)
-            group, *_ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+            group, *_ = await create_group(session, realm.actor, authority, org.id, name="Team")
         actor = realm.actor.__class__(type="user", id=publisher.id, realm_id=realm.id)
         async with realm.sessions() as session, session.begin():
             workflow, _ = await create_workflow(

@@ -18,6 +18,7 @@ from engine.directory import organizations, roles
 from engine.directory import principals as directory
 from engine.directory.audit import Actor
 from engine.directory.authz import AUTHORITY_SQL, load_authority
+from engine.directory.groups import add_group_member, create_group, remove_group_member, update_group
 from engine.directory.models import Group, Role, User
 from engine.directory.role_assignments import create_assignment, expire_due_assignments, revoke_assignment
 from engine.platform.clock import FixedClock
@@ -58,7 +59,7 @@ async def directory_for_runs(realm: RealmHandle) -> tuple[str, Role, Group]:
     role = await realm.role("viewer", ["realm.workflows.read"])
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Team")
     return org.id, role, group
 
 
@@ -251,11 +252,11 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def join(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.add_group_member(session, actor, auth, org_id, group.id, user.id)
+        await add_group_member(session, actor, auth, org_id, group.id, user.id)
 
     async def leave(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.remove_group_member(session, actor, auth, org_id, group.id, user.id)
+        await remove_group_member(session, actor, auth, org_id, group.id, user.id)
 
     await moves("user", join)
     await moves("user", leave)
@@ -269,11 +270,11 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def group_roles(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[custom.id])
+        await update_group(session, actor, auth, org_id, group.id, role_ids=[custom.id])
 
     async def new_group(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.create_group(session, actor, auth, org_id, name="Another", parent_id=group.id)
+        await create_group(session, actor, auth, org_id, name="Another", parent_id=group.id)
 
     async def service_principal(session: Any) -> None:
         auth = await admin_authority(session)
@@ -282,7 +283,7 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def no_group_roles(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[])
+        await update_group(session, actor, auth, org_id, group.id, role_ids=[])
 
     async def delete_role(session: Any) -> None:
         await roles.delete_role(session, actor, await admin_authority(session), custom.id)
@@ -584,7 +585,7 @@ async def test_a_publisher_who_holds_an_organization_only_makes_its_steps_there_
     member_role = await realm.role("org-members", ["org.members.write"], boundary="organization")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(
+        group, _ = await create_group(
             session, realm.actor, authority, org.id, name="Stewards", role_ids=[member_role.id]
         )
     publisher = await realm.user()
@@ -643,7 +644,7 @@ async def _refusing_change(realm: RealmHandle, what: str, granted: Role, group: 
                 session, realm.actor, authority, granted.id, permissions=["realm.audit.read", "realm.users.write"]
             )
         else:
-            await organizations.update_group(session, realm.actor, authority, org_id, group.id, role_ids=[strong.id])
+            await update_group(session, realm.actor, authority, org_id, group.id, role_ids=[strong.id])
 
 
 @pytest.mark.parametrize("what", ["role", "group"])
@@ -808,7 +809,7 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     wide = await realm.role("members-everywhere", ["org.members.write"])  # bounded by nothing
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Everywhere")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Everywhere")
     publisher = await realm.user()
     await realm.assign(publisher, await realm.role("publisher", ["realm.workflows.*"]))
     await realm.assign(
@@ -822,7 +823,7 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     wid = await _publish_as(realm, Actor(type="user", id=publisher.id, realm_id=realm.id), definition)
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, realm.actor, authority, org.id, group.id, role_ids=[wide.id])
+        await update_group(session, realm.actor, authority, org.id, group.id, role_ids=[wide.id])
     subject = (await subjects(realm, org.id, 1))[0]
     run_id = await start(realm, wid, subject.id)
     r = runner(realm, FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0))

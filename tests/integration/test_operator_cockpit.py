@@ -9,8 +9,8 @@ import re
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
@@ -194,7 +194,7 @@ async def test_the_home_activity_names_groups_and_people(client: Client, realm: 
     org = await realm.organization("Engineering")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _roles = await organizations.create_group(session, realm.actor, authority, org.id, name="On-call")
+        group, _roles = await create_group(session, realm.actor, authority, org.id, name="On-call")
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
     activity = home.text.split('class="activity"', 1)[1].split("</table>", 1)[0]
     assert (

@@ -21,9 +21,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory import organizations
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group, update_group
 from engine.directory.models import Role
 from engine.endpoints.calls import EndpointSettings
 from engine.platform.clock import FixedClock
@@ -57,7 +57,7 @@ class World:
     async def _group(self) -> str:
         async with self.sessions() as session, session.begin():
             authority = await load_authority(session, self.realm.id, "user", self.realm.admin.id)
-            group, _ = await organizations.create_group(session, self.realm.actor, authority, self.org.id, name="Team")
+            group, _ = await create_group(session, self.realm.actor, authority, self.org.id, name="Team")
         return group.id
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -258,9 +258,9 @@ async def narrow_publisher(realm: RealmHandle) -> tuple[Actor, Role]:
 async def group_in(realm: RealmHandle, org_id: str, *role_ids: str) -> str:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org_id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org_id, name="Team")
         if role_ids:
-            await organizations.update_group(session, realm.actor, authority, org_id, group.id, role_ids=list(role_ids))
+            await update_group(session, realm.actor, authority, org_id, group.id, role_ids=list(role_ids))
     return group.id
 
 

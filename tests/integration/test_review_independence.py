@@ -20,6 +20,7 @@ from engine.directory import independence, organizations, roles
 from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import add_group_member, create_group, update_group
 from engine.directory.models import AuditEvent, RoleAssignment, User
 from engine.directory.realms import builtin_role
 from engine.platform import config
@@ -209,14 +210,14 @@ async def _group_with_admin_role(realm: RealmHandle, *, role_by: str | None) -> 
         admin_role = await builtin_role(session, realm.id, "realm-admin")
         system = Actor.system(realm.id)
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(
+        group, _ = await create_group(
             session,
             Actor(type="user", id=role_by, realm_id=realm.id) if role_by else system,
             everything,
             org.id,
             name="A",
         )
-        await organizations.update_group(
+        await update_group(
             session,
             Actor(type="user", id=role_by, realm_id=realm.id) if role_by else system,
             everything,
@@ -231,7 +232,7 @@ async def _join(realm: RealmHandle, org_id: str, group_id: str, user: User, *, b
     async with realm.sessions() as session, session.begin():
         await organizations.add_member(session, Actor.system(realm.id), org_id, user.id, authority=None)
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.add_group_member(session, by, everything, org_id, group_id, user.id)
+        await add_group_member(session, by, everything, org_id, group_id, user.id)
 
 
 async def test_a_group_membership_the_author_added_does_not_count(realm: RealmHandle) -> None:
@@ -257,7 +258,7 @@ async def test_a_role_the_author_gave_a_group_does_not_count(realm: RealmHandle)
     # Someone else renaming the group keeps who granted its role: still refused.
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, Actor.system(realm.id), everything, org_id, group_id, name="Renamed")
+        await update_group(session, Actor.system(realm.id), everything, org_id, group_id, name="Renamed")
     await _refused_with(realm, reviewer, workflow_id, "authority_from_author")
 
 
@@ -267,11 +268,11 @@ async def test_a_group_the_author_moved_under_an_admin_group_does_not_count(real
     system = Actor.system(realm.id)
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        child, _ = await organizations.create_group(session, system, everything, org_id, name="Child")
+        child, _ = await create_group(session, system, everything, org_id, name="Child")
     await _join(realm, org_id, child.id, reviewer, by=system)
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, realm.actor, everything, org_id, child.id, parent_id=parent_id)
+        await update_group(session, realm.actor, everything, org_id, child.id, parent_id=parent_id)
     await _refused_with(realm, reviewer, await _workflow(realm), "authority_from_author")
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from engine.directory import organizations, webhooks
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Role, User
 from engine.platform.clock import FixedClock
 from engine.platform.errors import EngineError
@@ -231,15 +232,9 @@ async def test_a_group_step_needs_the_ceiling_of_every_role_its_ancestors_grant(
     auditor = await realm.role("auditor", ["realm.audit.read"])
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        root, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Root", role_ids=[auditor.id]
-        )
-        middle, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Middle", parent_id=root.id
-        )
-        child, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Child", parent_id=middle.id
-        )
+        root, _ = await create_group(session, realm.actor, authority, org.id, name="Root", role_ids=[auditor.id])
+        middle, _ = await create_group(session, realm.actor, authority, org.id, name="Middle", parent_id=root.id)
+        child, _ = await create_group(session, realm.actor, authority, org.id, name="Child", parent_id=middle.id)
     wid = await create(
         realm,
         {
@@ -271,7 +266,7 @@ async def test_steps_without_an_organization_are_checked_where_every_trigger_pin
     eng, sales = await realm.organization("Eng"), await realm.organization("Sales")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        team, _ = await organizations.create_group(session, realm.actor, authority, eng.id, name="Team")
+        team, _ = await create_group(session, realm.actor, authority, eng.id, name="Team")
     in_eng = await publisher(realm, "in-eng@example.com", ["org.members.write"], organization_id=eng.id)
     everywhere = await publisher(realm, "everywhere@example.com", ["org.members.write"])
 
