@@ -33,7 +33,7 @@ async def lineage(session: AsyncSession, group_id: str) -> list[str]:
     return list((await session.execute(_ANCESTORS_SQL, {"start": group_id})).scalars().all())
 
 
-async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Role]:
+async def roles_of_groups(session: AsyncSession, group_ids: Sequence[str]) -> list[Role]:
     if not group_ids:
         return []
     result = await session.execute(
@@ -47,7 +47,7 @@ async def _roles_of(session: AsyncSession, group_ids: Sequence[str]) -> list[Rol
 
 async def inherited_roles(session: AsyncSession, group: Group) -> list[Role]:
     """Every role a member of ``group`` holds through it (its own and its ancestors')."""
-    return await _roles_of(session, await lineage(session, group.id))
+    return await roles_of_groups(session, await lineage(session, group.id))
 
 
 async def check_group_grant(session: AsyncSession, authority: Authority, group: Group, verb: str = "grant") -> None:

@@ -19,10 +19,10 @@ from engine.directory import rules
 from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
-from engine.directory.group_grants import _roles_of, check_group_grant, inherited_roles, lineage
+from engine.directory.group_grants import check_group_grant, inherited_roles, lineage, roles_of_groups
 from engine.directory.input_checks import raise_issues, text_issues
 from engine.directory.models import Group, GroupMember, GroupRole, Organization, Role, User
-from engine.directory.organizations import NAME_MAX, UNCHANGED, Unchanged, _user_in_realm, get_organization, is_member
+from engine.directory.organizations import NAME_MAX, UNCHANGED, Unchanged, get_organization, is_member, user_in_realm
 from engine.directory.roles import require_ceiling
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Issue, NotFound
@@ -243,7 +243,7 @@ async def update_group(
             for role in await inherited_roles(session, parent):
                 require_ceiling(authority, role, group.organization_id, "grant")
         if group.parent_id is not None:
-            for role in await _roles_of(session, await lineage(session, group.parent_id)):
+            for role in await roles_of_groups(session, await lineage(session, group.parent_id)):
                 require_ceiling(authority, role, group.organization_id, "revoke")
                 taken.append(role.id)
     changed: dict[str, Any] = {}
@@ -293,7 +293,7 @@ async def add_group_member(
     source_run_id: str | None = None,
 ) -> GroupMember:
     group = await get_group(session, actor.realm_id, org_id, group_id)
-    user = await _user_in_realm(session, actor.realm_id, user_id)
+    user = await user_in_realm(session, actor.realm_id, user_id)
     rules.check_group_join(
         await is_member(session, group.organization_id, user.id),
         await session.get(GroupMember, (group.id, user.id)) is not None,

@@ -133,7 +133,7 @@ def membership_view(membership: Membership, user: User | None = None) -> dict[st
     return out
 
 
-async def _user_in_realm(session: AsyncSession, realm_id: str, user_id: str) -> User:
+async def user_in_realm(session: AsyncSession, realm_id: str, user_id: str) -> User:
     user = await session.get(User, user_id)
     if user is None or user.realm_id != realm_id:
         raise NotFound("No such user.")
@@ -153,7 +153,7 @@ async def add_member(
 ) -> Membership:
     """Make a user a member; with the caller's ``authority``, the caller must hold all the user holds."""
     org = await get_organization(session, actor.realm_id, org_id)
-    user = await _user_in_realm(session, actor.realm_id, user_id)
+    user = await user_in_realm(session, actor.realm_id, user_id)
     await require_authority_over(session, actor.realm_id, authority, "user", user.id, what="change their memberships")
     if await _membership(session, org.id, user.id):
         raise Conflict("The user is already a member of this organization.", code="already_a_member")
