@@ -33,14 +33,15 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import identity  # noqa: E402
 from engine.directory.audit import Actor  # noqa: E402
+from engine.directory.realms import create_realm  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
 from engine.platform.migrate import upgrade  # noqa: E402
 from engine.runs.runstore import leases  # noqa: E402
-from engine.workflows import service as workflows  # noqa: E402
+from engine.workflows.catalog import create_workflow  # noqa: E402
+from engine.workflows.publication import publish_revision  # noqa: E402
 
 BATCH, SHARE, LEASE = 50, 10, timedelta(seconds=60)
 OLD_REPEATS = 3  # the previous query is slow at 1 M: a few timings say enough
@@ -100,14 +101,14 @@ async def prepare_realms(sessions: async_sessionmaker[AsyncSession], count: int)
     for k in range(count):
         slug = f"bench{count}x{k}"
         async with sessions() as session, session.begin():
-            realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
+            realm, admin = await create_realm(session, slug, admin_email=f"admin@{slug}.example")
         actor = Actor(type="user", id=admin.id, realm_id=realm.id)
         async with sessions() as session, session.begin():
-            workflow, revision = await workflows.create_workflow(
+            workflow, revision = await create_workflow(
                 session, actor, name="Bench", definition=definition, has_definition=True, requires_approval=False
             )
         async with sessions() as session, session.begin():
-            await workflows.publish_revision(session, actor, workflow.id, 1)
+            await publish_revision(session, actor, workflow.id, 1)
             assert revision is not None
             await session.execute(
                 text("INSERT INTO bench_targets VALUES (:k, :r, :w, :v, :p)"),

@@ -43,9 +43,10 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from engine.directory import identity, webhooks  # noqa: E402
+from engine.directory import webhooks  # noqa: E402
 from engine.directory.audit import Actor  # noqa: E402
 from engine.directory.models import OutboxEvent  # noqa: E402
+from engine.directory.realms import create_realm  # noqa: E402
 from engine.endpoints.deliveries import DeliveryDispatcher, DeliveryPolicy, fan_out  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, server_url, with_database  # noqa: E402
@@ -79,7 +80,7 @@ async def product(
     sessions = make_sessionmaker(engine)
     try:
         async with sessions() as session, session.begin():
-            realm, _ = await identity.create_realm(session, "b" + new_id("rlm")[-10:], admin_email="a@bench.example")
+            realm, _ = await create_realm(session, "b" + new_id("rlm")[-10:], admin_email="a@bench.example")
             for _ in range(subscriptions):
                 await webhooks.create_subscription(
                     session,

@@ -43,10 +43,12 @@ from psycopg import sql  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker  # noqa: E402
 
-from engine.directory import identity, organizations, webhooks  # noqa: E402
+from engine.directory import organizations, webhooks  # noqa: E402
 from engine.directory.audit import RUN_OUTCOME_EVENT_TYPES, Actor  # noqa: E402
 from engine.directory.authz import load_authority  # noqa: E402
+from engine.directory.groups import create_group  # noqa: E402
 from engine.directory.models import User  # noqa: E402
+from engine.directory.tokens import mint_token  # noqa: E402
 from engine.platform.config import load_settings  # noqa: E402
 from engine.platform.database import libpq_conninfo, redact, server_url, with_database  # noqa: E402
 from engine.platform.db import make_engine, make_sessionmaker  # noqa: E402
@@ -265,7 +267,7 @@ async def prepare(
         org = await organizations.create_organization(session, actor, name="Arrivals")
         authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
         event_groups = [
-            (await organizations.create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
+            (await create_group(session, actor, authority, org.id, name=f"Arrivals {n}"))[0].id
             for n in range(max(effects // 2, 1))
         ]
     if options.workload == "mixed":
@@ -685,7 +687,7 @@ async def mint_tokens(sessions: async_sessionmaker[AsyncSession], setup: Setup, 
         assert admin is not None
         system = Actor(type="system", id=None, realm_id=setup.directory.realm_id)
         for number in range(count):
-            token, _ = await identity.mint_token(
+            token, _ = await mint_token(
                 session, system, audience="admin", user=admin, name=f"bench-{number}", expires_in=timedelta(days=1)
             )
             tokens.append(token)

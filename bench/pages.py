@@ -49,14 +49,18 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.directory.models import Role
+from engine.directory.realms import create_realm, realm_by_slug
+from engine.directory.sessions import create_session, resolve_session
+from engine.directory.tokens import mint_token
 from engine.platform.database import libpq_conninfo, with_database
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.ids import new_id
 from engine.platform.migrate import upgrade
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.processes import cockpit_env, start, stop, wait_http
 
 WORKFLOWS = 20
@@ -85,10 +89,10 @@ async def seed_product(url: str) -> dict[str, Any]:
     engine = make_engine(url, pool_size=2)
     sessions = make_sessionmaker(engine)
     async with sessions() as session, session.begin():
-        realm, admin = await identity.create_realm(session, "bench", admin_email="admin@bench.example")
+        realm, admin = await create_realm(session, "bench", admin_email="admin@bench.example")
         actor = Actor(type="user", id=admin.id, realm_id=realm.id)
-        token, _ = await identity.mint_token(session, actor, audience="admin", user=admin)
-        cookie, _ = await identity.create_session(session, admin, mfa=True)
+        token, _ = await mint_token(session, actor, audience="admin", user=admin)
+        cookie, _ = await create_session(session, admin, mfa=True)
         roles = []
         for i in range(5):
             role = Role(id=new_id("rol"), realm_id=realm.id, name=f"role-{i}", permissions=["realm.workflows.read"])
@@ -104,7 +108,7 @@ async def seed_product(url: str) -> dict[str, Any]:
         steps.append({"id": "done", "type": "end"})
         definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
         async with sessions() as session, session.begin():
-            workflow, _ = await workflows.create_workflow(
+            workflow, _ = await create_workflow(
                 session,
                 actor,
                 name=f"Workflow {w:02d}",
@@ -113,7 +117,7 @@ async def seed_product(url: str) -> dict[str, Any]:
                 requires_approval=False,
             )
         async with sessions() as session, session.begin():
-            await workflows.publish_revision(session, actor, workflow.id, 1)
+            await publish_revision(session, actor, workflow.id, 1)
         workflow_ids.append(workflow.id)
     await engine.dispose()
     return {"realm_id": realm.id, "slug": realm.slug, "admin_id": admin.id, "token": token, "cookie": cookie}
@@ -215,13 +219,13 @@ def facts_of(url: str) -> dict[str, Any]:
         engine = make_engine(url, pool_size=1)
         sessions = make_sessionmaker(engine)
         async with sessions() as session, session.begin():
-            realm = await identity.realm_by_slug(session, "bench")
+            realm = await realm_by_slug(session, "bench")
             assert realm is not None, "no realm 'bench' in that database: seed it first"
-            admin = await identity.user_by_email(session, realm.id, "admin@bench.example")
+            admin = await user_by_email(session, realm.id, "admin@bench.example")
             assert admin is not None
             actor = Actor(type="user", id=admin.id, realm_id=realm.id)
-            token, _ = await identity.mint_token(session, actor, audience="admin", user=admin)
-            cookie, _ = await identity.create_session(session, admin, mfa=True)
+            token, _ = await mint_token(session, actor, audience="admin", user=admin)
+            cookie, _ = await create_session(session, admin, mfa=True)
         await engine.dispose()
         return {"realm_id": realm.id, "slug": realm.slug, "admin_id": admin.id, "token": token, "cookie": cookie}
 
@@ -403,7 +407,7 @@ async def plans(url: str, facts: dict[str, Any], targets: dict[str, list[str]]) 
     event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
     async with sessions() as session, session.begin():
         label["now"] = "authentication"
-        await identity.resolve_session(session, facts["cookie"])
+        await resolve_session(session, facts["cookie"])
         label["now"] = "authority"
         await load_authority(session, realm_id, "user", facts["admin_id"])
         label["now"] = "run list (first page)"

@@ -30,10 +30,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.directory import identity, organizations
+from engine.directory import organizations
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Role, WebhookSubscription
+from engine.directory.realms import create_realm
+from engine.directory.tokens import mint_token
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.ids import new_id
 from engine.workflows.definitions.validation import validate_definition
@@ -45,11 +49,11 @@ async def prepare(database_url: str) -> tuple[str, str, dict[str, Any]]:
     engine = make_engine(database_url, pool_size=2)
     sessions = make_sessionmaker(engine)
     async with sessions() as session, session.begin():
-        realm, admin = await identity.create_realm(session, "bench", admin_email="admin@bench.example")
+        realm, admin = await create_realm(session, "bench", admin_email="admin@bench.example")
         actor = Actor(type="user", id=admin.id, realm_id=realm.id)
-        token, _ = await identity.mint_token(session, actor, audience="admin", user=admin)
+        token, _ = await mint_token(session, actor, audience="admin", user=admin)
         org = await organizations.create_organization(session, actor, name="Engineering")
-        approver = await identity.create_user(
+        approver = await create_user(
             session, actor, email="approver@bench.example", display_name="Approver", authority=None
         )
         roles = []
@@ -63,7 +67,7 @@ async def prepare(database_url: str) -> tuple[str, str, dict[str, Any]]:
         session.add(webhook)
         await session.flush()
         authority = await load_authority(session, realm.id, "user", admin.id)
-        group, _ = await organizations.create_group(session, actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, actor, authority, org.id, name="Team")
     await engine.dispose()
     steps: list[dict[str, Any]] = [
         {"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "72h"},

@@ -16,9 +16,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import admins, identity
+from engine.directory import admins
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.directory.models import Realm, ServicePrincipal, User
+from engine.directory.realms import create_realm, realm_by_slug
+from engine.directory.sign_in_links import create_sign_in_link
+from engine.directory.tokens import TOKEN_DEFAULT_DAYS, TOKEN_MAX_DAYS, mint_token
 from engine.platform.config import Settings
 from engine.platform.database import resolve_database_url
 from engine.platform.db import make_engine, make_sessionmaker, transaction
@@ -86,7 +90,7 @@ async def _with_db(settings: Settings, work: Callable[[AsyncSession], Awaitable[
 
 
 async def _realm(session: AsyncSession, slug: str) -> Realm:
-    realm = await identity.realm_by_slug(session, slug)
+    realm = await realm_by_slug(session, slug)
     if realm is None:
         raise AdminError(f"no realm {slug!r}")
     return realm
@@ -94,9 +98,7 @@ async def _realm(session: AsyncSession, slug: str) -> Realm:
 
 def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
     async def work(session: AsyncSession) -> tuple[Realm, User]:
-        return await identity.create_realm(
-            session, args.slug, admin_email=args.admin_email, admin_display_name=args.admin_name
-        )
+        return await create_realm(session, args.slug, admin_email=args.admin_email, admin_display_name=args.admin_name)
 
     realm, admin = asyncio.run(_with_db(settings, work))
     print(f"realm {realm.slug} ({realm.id}) created; administrator {admin.email} ({admin.id}) holds realm-admin")
@@ -106,10 +108,10 @@ def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
     async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
-        user = await identity.user_by_email(session, realm.id, args.email)
+        user = await user_by_email(session, realm.id, args.email)
         if user is None:
             raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
-        token = await identity.create_sign_in_link(session, user)
+        token = await create_sign_in_link(session, user)
         return sign_in_link_url(settings, realm.slug, token)
 
     print(asyncio.run(_with_db(settings, work)))
@@ -117,18 +119,18 @@ def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
-    if not 1 <= args.days <= identity.TOKEN_MAX_DAYS:
-        raise AdminError(f"--days must be between 1 and {identity.TOKEN_MAX_DAYS}, got {args.days}")
+    if not 1 <= args.days <= TOKEN_MAX_DAYS:
+        raise AdminError(f"--days must be between 1 and {TOKEN_MAX_DAYS}, got {args.days}")
     expires = timedelta(days=args.days)
 
     async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
         actor = Actor(type="system", id=None, realm_id=realm.id)
         if args.email:
-            user = await identity.user_by_email(session, realm.id, args.email)
+            user = await user_by_email(session, realm.id, args.email)
             if user is None:
                 raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
-            token, _ = await identity.mint_token(
+            token, _ = await mint_token(
                 session, actor, audience=args.audience, user=user, name=args.name, expires_in=expires
             )
         else:
@@ -143,7 +145,7 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
             ).scalar_one_or_none()
             if sp is None:
                 raise AdminError(f"no service principal {args.service_principal!r} in realm {args.realm!r}")
-            token, _ = await identity.mint_token(
+            token, _ = await mint_token(
                 session, actor, audience=args.audience, service_principal=sp, name=args.name, expires_in=expires
             )
         return token
@@ -157,7 +159,7 @@ def cmd_grant_realm_admin(settings: Settings, args: argparse.Namespace) -> int:
 
     async def work(session: AsyncSession) -> str:
         realm = await _realm(session, args.realm)
-        user = await identity.user_by_email(session, realm.id, args.email)
+        user = await user_by_email(session, realm.id, args.email)
         if user is None:
             raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
         assignment = await admins.grant_realm_admin(session, realm, user, via="cockpit admin grant-realm-admin")
@@ -200,7 +202,7 @@ def add_admin_commands(sub: Any) -> None:
     token.add_argument(
         "--days",
         type=int,
-        default=identity.TOKEN_DEFAULT_DAYS,
-        help=f"expire after this many days, 1 to {identity.TOKEN_MAX_DAYS} (default {identity.TOKEN_DEFAULT_DAYS})",
+        default=TOKEN_DEFAULT_DAYS,
+        help=f"expire after this many days, 1 to {TOKEN_MAX_DAYS} (default {TOKEN_DEFAULT_DAYS})",
     )
     token.set_defaults(func=cmd_token)

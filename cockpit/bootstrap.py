@@ -15,9 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
 from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
-from engine.directory import identity
 from engine.directory.models import Realm
+from engine.directory.realms import first_start_done, realm_by_slug
 from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_demo
+from engine.directory.sign_in_links import create_sign_in_link
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker, transaction
 from engine.platform.errors import EngineError
@@ -46,11 +47,11 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
         token = ""
         run_ids: list[str] = []
         async with transaction(sessions) as session:
-            if not await identity.first_start_done(session):
+            if not await first_start_done(session):
                 demo = await seed_demo(session)
                 if demo.created:
                     _workflow_id, run_ids = await seed_demo_workflow(session, demo)
-                    token = await identity.create_sign_in_link(session, demo.admin)
+                    token = await create_sign_in_link(session, demo.admin)
         if demo is not None and demo.created:
             if run_ids:
                 # The demo workflow's first runs go to their end through the engine itself, so the
@@ -65,7 +66,7 @@ async def _first_start(settings: Settings, database_url: str) -> list[str]:
                 f"  {sign_in_link_url(settings, demo.realm.slug, token)}",
             ]
         async with transaction(sessions) as session:
-            demo_realm = await identity.realm_by_slug(session, DEMO_SLUG)
+            demo_realm = await realm_by_slug(session, DEMO_SLUG)
             if demo_realm is not None:
                 return [f"Demo realm: {base}/realms/{DEMO_SLUG}/", new_link_hint(DEMO_SLUG, DEMO_ADMIN_EMAIL)]
             slugs = (await session.execute(select(col(Realm.slug)).order_by(col(Realm.slug)).limit(5))).scalars().all()

@@ -44,8 +44,7 @@ from engine.directory.roles import ROLE_BOUNDARIES
 from engine.directory.tokens import AUDIENCES
 from engine.endpoints import deliveries
 from engine.platform.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from engine.runs.approval_models import NOTICE_STATES
-from engine.runs.approval_models import STATUSES as APPROVAL_STATUSES
+from engine.runs.approval_models import APPROVAL_STATUSES, NOTICE_STATES
 from engine.runs.attention import ATTENTION_FILTERS
 from engine.runs.controls import BULK_ACTIONS
 from engine.runs.diagnostics import HEALTH_STATES

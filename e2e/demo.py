@@ -20,7 +20,7 @@ from engine.directory.audit import Actor
 from engine.directory.seed import DEMO_SLUG, seed_demo
 from engine.runs import service as runs
 from engine.runs.demo import approve_demo_request, seed_demo_workflow
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from testing.processes import cockpit_env
 from testing.receiver import Receiver
 
@@ -59,7 +59,7 @@ async def _demo(session: Any, receiver: Receiver) -> dict[str, str]:
         session, admin, name="HR sync", description="Sends joiners and leavers from the HR system.", authority=None
     )
     workflow_id, run_ids = await seed_demo_workflow(session, demo)
-    draft, _ = await workflows.create_workflow(
+    draft, _ = await create_workflow(
         session,
         admin,
         name="Contractor offboarding",

@@ -18,8 +18,11 @@ import httpx
 from playwright.sync_api import Page
 
 from e2e.pages import sign_in_with_link
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
+from engine.directory.realms import realm_by_slug
+from engine.directory.sign_in_links import create_sign_in_link
+from engine.directory.tokens import mint_token
 from engine.platform.config import PROJECT_ROOT
 from engine.platform.db import make_engine, make_sessionmaker, transaction
 
@@ -88,9 +91,9 @@ def in_database(live_server: LiveServer, work: Callable[[Any], Awaitable[T]]) ->
 
 
 async def admin_of(session: Any, slug: str, email: str) -> Any:
-    realm = await identity.realm_by_slug(session, slug)
+    realm = await realm_by_slug(session, slug)
     assert realm is not None
-    user = await identity.user_by_email(session, realm.id, email)
+    user = await user_by_email(session, realm.id, email)
     assert user is not None
     return user
 
@@ -98,7 +101,7 @@ async def admin_of(session: Any, slug: str, email: str) -> Any:
 def admin_token(live_server: LiveServer, slug: str, email: str) -> str:
     async def work(session: Any) -> str:
         user = await admin_of(session, slug, email)
-        token, _ = await identity.mint_token(
+        token, _ = await mint_token(
             session, Actor(type="system", id=None, realm_id=user.realm_id), audience="admin", user=user
         )
         return token
@@ -110,7 +113,7 @@ def sign_in_path(live_server: LiveServer, slug: str, email: str) -> str:
     """Where the one-time sign-in link of ``email`` opens (``cockpit admin sign-in-link`` prints the same)."""
 
     async def work(session: Any) -> str:
-        return await identity.create_sign_in_link(session, await admin_of(session, slug, email))
+        return await create_sign_in_link(session, await admin_of(session, slug, email))
 
     return f"/realms/{slug}/sign-in/link?token={in_database(live_server, work)}"
 
@@ -174,7 +177,7 @@ def sign_in(live_server: LiveServer, page: Page, setup: Setup) -> None:
 def subject_id(live_server: LiveServer, setup: Setup) -> str:
     async def work(session: Any) -> str:
         admin = await admin_of(session, setup.realm, setup.admin_email)
-        user = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
+        user = await user_by_email(session, admin.realm_id, setup.subject_email)
         assert user is not None
         return str(user.id)
 

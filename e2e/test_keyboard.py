@@ -17,12 +17,12 @@ from playwright.sync_api import Locator, Page, expect
 from e2e.helpers import FINISH_TIMEOUT, LiveServer, admin_of, in_database, publish, setup_realm, sign_in, subject_id
 from e2e.pages import RunsPage, TimelinePage
 from e2e.pages.editor import EditorPage
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.demo import approve_demo_request
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 
 # Counts the swaps of each region (by id) and the changes of each announcer (by test id).
 WATCH = """() => {
@@ -178,9 +178,7 @@ def test_the_editor_keeps_focus_and_says_its_verdict_once(live_server: LiveServe
     async def workflow(session: Any) -> str:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        made, _ = await workflows.create_workflow(
-            session, actor, name="Movable", definition=MOVABLE, has_definition=True
-        )
+        made, _ = await create_workflow(session, actor, name="Movable", definition=MOVABLE, has_definition=True)
         return str(made.id)
 
     workflow_id = in_database(live_server, workflow)
@@ -254,7 +252,7 @@ def test_bulk_progress_keeps_focus(live_server: LiveServer, page: Page) -> None:
     async def paused_runs(session: Any) -> None:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
+        subject = await user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         for _ in range(120):  # three parts of at most 50
             await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)

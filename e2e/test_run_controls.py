@@ -23,7 +23,7 @@ from e2e.helpers import (
     subject_id,
 )
 from e2e.pages import RunsPage, TimelinePage
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.platform.ids import new_id
 from engine.runs import controls as run_controls
@@ -77,7 +77,7 @@ def test_rerun_and_retry_now_from_the_timeline(live_server: LiveServer, page: Pa
     async def waiting_run(session: Any) -> str:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
+        subject = await user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         await session.execute(text("DELETE FROM role_assignments WHERE user_id = :u"), {"u": subject.id})
         run = await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
@@ -123,7 +123,7 @@ def test_bulk_cancel_ticked_runs_then_all_matching_the_filter(live_server: LiveS
     async def paused_runs(session: Any) -> list[str]:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
+        subject = await user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         made = []
         for _ in range(3):

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, Request, Route, expect
 
 from e2e.helpers import FINISH_TIMEOUT, LiveServer, Setup, admin_of, in_database, publish, setup_realm, sign_in
 from e2e.pages import RevisionPage, RunsPage, TimelinePage, WorkflowPage
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
@@ -32,7 +32,7 @@ def start_paused_run(live_server: LiveServer, setup: Setup) -> str:
     async def work(session: Any) -> str:
         admin = await admin_of(session, setup.realm, setup.admin_email)
         actor = Actor(type="user", id=admin.id, realm_id=admin.realm_id)
-        subject = await identity.user_by_email(session, admin.realm_id, setup.subject_email)
+        subject = await user_by_email(session, admin.realm_id, setup.subject_email)
         assert subject is not None
         run = await runs.start_manual_run(session, actor, workflow_id, subject_id=subject.id, organization_id=None)
         await run_controls.set_workflow_enabled(session, actor, workflow_id, False)

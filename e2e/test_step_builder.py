@@ -16,7 +16,7 @@ from e2e.helpers import LiveServer
 from e2e.pages import RevisionPage, sign_in_with_link
 from e2e.pages.editor import EditorPage
 from engine.platform.db import make_engine, make_sessionmaker
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from testing.factories import make_realm, sign_in_link
 
 MINIMAL = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
@@ -32,7 +32,7 @@ def prepare(live_server: LiveServer) -> dict[str, str]:
             role = await realm.role("Payroll readers", ["realm.users.read"])
             await realm.role("Payroll writers", ["realm.users.read", "realm.users.write"])
             async with realm.sessions() as session, session.begin():
-                workflow, _ = await workflows.create_workflow(
+                workflow, _ = await create_workflow(
                     session, realm.actor, name="Joiners", definition=MINIMAL, has_definition=True
                 )
             return {

@@ -22,13 +22,17 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory import identity, organizations
+from engine.directory import organizations
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Membership, Role, RoleAssignment
+from engine.directory.realms import create_realm
 from engine.platform.ids import new_id
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.processes import start as start_process
 from testing.topology import Host
 
@@ -194,7 +198,7 @@ async def build_directory(
     """A fresh realm; ``subjects`` users who are members of its organization and hold ``held_by_subjects``."""
     slug = "r" + new_id("rlm")[-10:]
     async with sessions() as session, session.begin():
-        realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
+        realm, admin = await create_realm(session, slug, admin_email=f"admin@{slug}.example")
     actor = Actor(type="user", id=admin.id, realm_id=realm.id)
     async with sessions() as session, session.begin():
         org = await organizations.create_organization(session, actor, name=organization)
@@ -209,12 +213,12 @@ async def build_directory(
         authority = await load_authority(session, realm.id, "user", admin.id)
         group_ids = []
         for number in range(groups):
-            group, _ = await organizations.create_group(session, actor, authority, org.id, name=f"Team {number + 1}")
+            group, _ = await create_group(session, actor, authority, org.id, name=f"Team {number + 1}")
             group_ids.append(group.id)
     subject_ids: list[str] = []
     async with sessions() as session, session.begin():
         for number in range(subjects):
-            user = await identity.create_user(
+            user = await create_user(
                 session,
                 actor,
                 email=f"subject{number + 1}@{slug}.example",
@@ -251,7 +255,7 @@ async def add_subjects(
     async with sessions() as session, session.begin():
         for _ in range(count):
             suffix = new_id("usr")[-8:]
-            user = await identity.create_user(
+            user = await create_user(
                 session,
                 directory.actor,
                 email=f"newcomer-{suffix}@example.com",
@@ -277,11 +281,11 @@ async def publish(
 ) -> str:
     """Create the workflow with revision 1 and publish it (the actor is the accountable publisher)."""
     async with sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor, workflow.id, 1)
+        await publish_revision(session, actor, workflow.id, 1)
     return workflow.id
 
 

@@ -9,8 +9,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import User
 from engine.platform.clock import FixedClock
 from engine.runs import run_reads
@@ -36,7 +36,7 @@ class Team:
         org = await realm.organization(f"Org of {name}")
         async with realm.sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)
-            group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+            group, _ = await create_group(session, realm.actor, authority, org.id, name="Team")
         steps = [
             {"id": "team", "type": "add_to_group", "group_id": group.id},
             *(extra or []),

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import User
 from testing.factories import RealmHandle
 from testing.workflows import manual, publish
@@ -48,7 +48,7 @@ async def member_group(realm: RealmHandle, subject_id: str, name: str = "Team") 
     await realm.member(org, subject)
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name=name)
+        group, _ = await create_group(session, realm.actor, authority, org.id, name=name)
     return org.id, group.id
 
 

@@ -30,9 +30,15 @@ from typing import Any  # noqa: E402
 
 from sqlalchemy.ext.asyncio import async_sessionmaker  # noqa: E402
 
-from engine.directory import identity  # noqa: E402
+from engine.directory import realms as directory_realms  # noqa: E402
+from engine.directory.accounts import create_user  # noqa: E402
 from engine.directory.audit import Actor  # noqa: E402
+from engine.directory.mfa import TOTP_PURPOSE, new_totp_secret  # noqa: E402
 from engine.directory.models import Membership, Organization, Role, RoleAssignment, User  # noqa: E402
+from engine.directory.realms import create_realm  # noqa: E402
+from engine.directory.sessions import create_session  # noqa: E402
+from engine.directory.sign_in_links import create_sign_in_link  # noqa: E402
+from engine.directory.tokens import mint_token  # noqa: E402
 from engine.platform.ids import new_id  # noqa: E402
 
 
@@ -69,7 +75,7 @@ class RealmHandle:
     ) -> User:
         email = email or f"{new_id('usr')[-8:]}@example.com"
         async with self.sessions() as session, session.begin():
-            return await identity.create_user(
+            return await create_user(
                 session,
                 self.actor,
                 email=email,
@@ -81,9 +87,7 @@ class RealmHandle:
 
     async def token(self, user: User, audience: str = "admin", expires_in: timedelta | None = None) -> str:
         async with self.sessions() as session, session.begin():
-            token, _ = await identity.mint_token(
-                session, self.actor, audience=audience, user=user, expires_in=expires_in
-            )
+            token, _ = await mint_token(session, self.actor, audience=audience, user=user, expires_in=expires_in)
             return token
 
     async def role(
@@ -103,7 +107,7 @@ class RealmHandle:
 
     async def builtin_role(self, name: str) -> Role:
         async with self.sessions() as session:
-            return await identity.builtin_role(session, self.id, name)
+            return await directory_realms.builtin_role(session, self.id, name)
 
     async def assign(
         self, user: User, role: Role, *, organization_id: str | None = None, expires_in: timedelta | None = None
@@ -141,8 +145,8 @@ def bearer(token: str) -> dict[str, str]:
 async def make_realm(sessions: async_sessionmaker[AsyncSession], slug: str | None = None) -> RealmHandle:
     slug = slug or "r" + new_id("rlm")[-10:]
     async with sessions() as session, session.begin():
-        realm, admin = await identity.create_realm(session, slug, admin_email=f"admin@{slug}.example")
-        token, _ = await identity.mint_token(
+        realm, admin = await create_realm(session, slug, admin_email=f"admin@{slug}.example")
+        token, _ = await mint_token(
             session, Actor(type="system", id=None, realm_id=realm.id), audience="admin", user=admin
         )
     return RealmHandle(id=realm.id, slug=slug, admin=admin, admin_token=token, sessions=sessions)
@@ -160,11 +164,11 @@ HTML = {"Accept": "text/html"}
 
 async def enrol_totp(realm: RealmHandle, user: User, operator_key: str = TEST_SECRET_KEY) -> str:
     """Give ``user`` an authenticator app; returns the TOTP secret (compute codes with pyotp)."""
-    secret = identity.new_totp_secret()
+    secret = new_totp_secret()
     async with realm.sessions() as session, session.begin():
         row = await session.get(User, user.id)
         assert row is not None
-        row.totp_secret_enc = crypto.encrypt(operator_key, identity.TOTP_PURPOSE, secret)
+        row.totp_secret_enc = crypto.encrypt(operator_key, TOTP_PURPOSE, secret)
         row.totp_enabled_at = SYSTEM_CLOCK.now()
     return secret
 
@@ -172,7 +176,7 @@ async def enrol_totp(realm: RealmHandle, user: User, operator_key: str = TEST_SE
 async def sign_in_link(realm: RealmHandle, user: User) -> str:
     """A one-time sign-in link token for ``user``."""
     async with realm.sessions() as session, session.begin():
-        return await identity.create_sign_in_link(session, user)
+        return await create_sign_in_link(session, user)
 
 
 @dataclass
@@ -187,7 +191,7 @@ async def browser_session(
 ) -> BrowserLogin:
     """A signed-in browser session for ``user`` (put ``cookie`` in ``cockpit_session``)."""
     async with realm.sessions() as session, session.begin():
-        cookie, row = await identity.create_session(session, user, mfa=mfa)
+        cookie, row = await create_session(session, user, mfa=mfa)
     return BrowserLogin(cookie=cookie, session_id=row.id, csrf=crypto.sign(operator_key, "csrf", row.id))
 
 
@@ -200,10 +204,10 @@ async def independent_admin(
     their browser session for the JSON API (cookie and CSRF token)."""
     async with realm.sessions() as session, session.begin():
         system = Actor(type="system", id=None, realm_id=realm.id)
-        user = await identity.create_user(
+        user = await create_user(
             session, system, email=email, display_name=display_name or email.split("@")[0], authority=None
         )
-        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        admin_role = await directory_realms.builtin_role(session, realm.id, "realm-admin")
         session.add(RoleAssignment(id=new_id("ras"), realm_id=realm.id, role_id=admin_role.id, user_id=user.id))
     login = await browser_session(realm, user)
     return user, {"Cookie": f"cockpit_session={login.cookie}", "X-CSRF-Token": login.csrf}

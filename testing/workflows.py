@@ -6,8 +6,10 @@ from typing import Any
 
 from engine.directory.audit import Actor
 from engine.directory.models import User
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from engine.workflows.models import Workflow
+from engine.workflows.publication import publish_revision
+from engine.workflows.revisions import stage_revision
 from testing.factories import RealmHandle
 
 
@@ -24,11 +26,11 @@ def manual_then_end(*steps: dict[str, Any]) -> dict[str, Any]:
 async def publish(realm: RealmHandle, definition: dict[str, Any], name: str = "W") -> str:
     """A new workflow whose first revision is ``definition``, published; its id."""
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     return workflow.id
 
 
@@ -43,7 +45,7 @@ async def make_workflow(
     """A new workflow, its first revision a draft (``body``) or none; nothing published."""
     actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             actor,
             name=name,
@@ -58,5 +60,5 @@ async def stage(realm: RealmHandle, workflow: Workflow, body: dict[str, Any], au
     """``body`` staged as the workflow's next revision by ``author``; the revision's number."""
     actor = Actor(type="user", id=(author or realm.admin).id, realm_id=realm.id)
     async with realm.sessions() as session, session.begin():
-        staged = await workflows.stage_revision(session, actor, workflow.id, body)
+        staged = await stage_revision(session, actor, workflow.id, body)
         return staged.revision.number

@@ -19,6 +19,18 @@ from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations as orgs
+from engine.directory.groups import (
+    add_group_member,
+    create_group,
+    get_group,
+    group_member_view,
+    group_role_ids,
+    group_view,
+    list_group_members,
+    list_groups,
+    remove_group_member,
+    update_group,
+)
 
 READ = {"permission": "realm.organizations.read", "org_param": "org_id"}
 MEMBERS_WRITE = {"permission": "org.members.write", "org_param": "org_id"}
@@ -180,7 +192,7 @@ class GroupsController(Controller):
     ) -> schemas.Group:
         """Create a group in the organization, optionally under a parent group and with roles."""
         check(id_issue("/parent_id", data.parent_id, "grp") + _role_id_issues(data.role_ids))
-        group, role_ids = await orgs.create_group(
+        group, role_ids = await create_group(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),
@@ -189,7 +201,7 @@ class GroupsController(Controller):
             parent_id=data.parent_id,
             role_ids=data.role_ids,
         )
-        return typed(schemas.Group, orgs.group_view(group, role_ids))
+        return typed(schemas.Group, group_view(group, role_ids))
 
     @get("/", operation_id="listGroups", opt=READ)
     async def list(
@@ -201,18 +213,18 @@ class GroupsController(Controller):
         limit: FromQuery[int | None] = None,
     ) -> schemas.GroupPage:
         """The groups of an organization, with their parent and roles."""
-        page = await orgs.list_groups(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
-        role_ids = await orgs.group_role_ids(db_session, [g.id for g in page.items])
-        return typed(schemas.GroupPage, page_view(page, lambda g: orgs.group_view(g, role_ids[g.id])))
+        page = await list_groups(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
+        role_ids = await group_role_ids(db_session, [g.id for g in page.items])
+        return typed(schemas.GroupPage, page_view(page, lambda g: group_view(g, role_ids[g.id])))
 
     @get("/{group_id:str}", operation_id="getGroup", opt=READ)
     async def retrieve(
         self, org_id: FromPath[str], group_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Group:
         """One group of the organization."""
-        group = await orgs.get_group(db_session, principal.realm.id, org_id, group_id)
-        role_ids = (await orgs.group_role_ids(db_session, [group.id]))[group.id]
-        return typed(schemas.Group, orgs.group_view(group, role_ids))
+        group = await get_group(db_session, principal.realm.id, org_id, group_id)
+        role_ids = (await group_role_ids(db_session, [group.id]))[group.id]
+        return typed(schemas.Group, group_view(group, role_ids))
 
     @patch("/{group_id:str}", operation_id="updateGroup", opt=GROUPS_WRITE)
     async def update(
@@ -230,7 +242,7 @@ class GroupsController(Controller):
             (id_issue("/parent_id", parent_id, "grp") if isinstance(parent_id, str) else [])
             + _role_id_issues(data.role_ids)
         )
-        group, role_ids = await orgs.update_group(
+        group, role_ids = await update_group(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),
@@ -240,7 +252,7 @@ class GroupsController(Controller):
             parent_id=parent_id,
             role_ids=data.role_ids,
         )
-        return typed(schemas.Group, orgs.group_view(group, role_ids))
+        return typed(schemas.Group, group_view(group, role_ids))
 
     @post(
         "/{group_id:str}/members",
@@ -258,7 +270,7 @@ class GroupsController(Controller):
     ) -> schemas.GroupMembership:
         """Add a member of the organization to the group; they hold the group's roles through it."""
         check(id_issue("/user_id", data.user_id, "usr"))
-        member = await orgs.add_group_member(
+        member = await add_group_member(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),
@@ -266,7 +278,7 @@ class GroupsController(Controller):
             group_id,
             data.user_id,
         )
-        return typed(schemas.GroupMembership, orgs.group_member_view(member))
+        return typed(schemas.GroupMembership, group_member_view(member))
 
     @get("/{group_id:str}/members", operation_id="listGroupMembers", opt=READ)
     async def list_members(
@@ -279,10 +291,8 @@ class GroupsController(Controller):
         limit: FromQuery[int | None] = None,
     ) -> schemas.GroupMemberPage:
         """The members of a group."""
-        page = await orgs.list_group_members(
-            db_session, principal.realm.id, org_id, group_id, cursor=cursor, limit=limit
-        )
-        return typed(schemas.GroupMemberPage, page_view(page, lambda row: orgs.group_member_view(row[1], row[0])))
+        page = await list_group_members(db_session, principal.realm.id, org_id, group_id, cursor=cursor, limit=limit)
+        return typed(schemas.GroupMemberPage, page_view(page, lambda row: group_member_view(row[1], row[0])))
 
     @delete("/{group_id:str}/members/{user_id:str}", operation_id="removeGroupMember", opt=GROUPS_WRITE)
     async def remove_member(
@@ -295,7 +305,7 @@ class GroupsController(Controller):
         principal: CurrentPrincipal,
     ) -> None:
         """Take a user out of the group (and so out of the roles it gives)."""
-        await orgs.remove_group_member(
+        await remove_group_member(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),

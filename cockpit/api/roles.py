@@ -16,8 +16,16 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import roles
 from engine.directory.authz import Authority, load_authority
+from engine.directory.role_assignments import (
+    ApprovalNeeded,
+    assignment_view,
+    create_assignment,
+    get_assignment,
+    list_assignments,
+    revoke_assignment,
+)
 from engine.runs import approval_views, role_requests
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 
 class CreateRole(Body):
@@ -184,7 +192,7 @@ class RoleAssignmentsController(Controller):
             + id_issue("/organization_id", data.organization_id, "org")
             + id_issue("/approver_id", data.approver_id, "usr")
         )
-        assignment = await roles.create_assignment(
+        assignment = await create_assignment(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),
@@ -195,13 +203,13 @@ class RoleAssignmentsController(Controller):
             expires_at=data.expires_at,
             approver_id=data.approver_id,
         )
-        if isinstance(assignment, roles.ApprovalNeeded):
+        if isinstance(assignment, ApprovalNeeded):
             # A role that requires approval: nothing is assigned until the approver approves.
             actor = principal.actor(request_id_of(request))
             approval = await role_requests.request_role_assignment(db_session, actor, assignment)
             pending = {"status": "pending_approval", "approval": approval_views.approval_view(approval)}
             return Response(typed(schemas.PendingRoleAssignment, pending), status_code=202)
-        return Response(typed(schemas.RoleAssignment, roles.assignment_view(assignment)), status_code=201)
+        return Response(typed(schemas.RoleAssignment, assignment_view(assignment)), status_code=201)
 
     @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})
     async def list(
@@ -216,7 +224,7 @@ class RoleAssignmentsController(Controller):
         limit: FromQuery[int | None] = None,
     ) -> schemas.RoleAssignmentPage:
         """Role assignments of the realm; filter by user, service principal, role or organization."""
-        page = await roles.list_assignments(
+        page = await list_assignments(
             db_session,
             principal.realm.id,
             user_id=user_id,
@@ -226,22 +234,22 @@ class RoleAssignmentsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return typed(schemas.RoleAssignmentPage, page_view(page, roles.assignment_view))
+        return typed(schemas.RoleAssignmentPage, page_view(page, assignment_view))
 
     @get("/{assignment_id:str}", operation_id="getRoleAssignment", opt={"permission": "realm.roles.read"})
     async def retrieve(
         self, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.RoleAssignment:
         """One role assignment."""
-        assignment = await roles.get_assignment(db_session, principal.realm.id, assignment_id)
-        return typed(schemas.RoleAssignment, roles.assignment_view(assignment))
+        assignment = await get_assignment(db_session, principal.realm.id, assignment_id)
+        return typed(schemas.RoleAssignment, assignment_view(assignment))
 
     @delete("/{assignment_id:str}", operation_id="revokeRoleAssignment", opt={"permission": "realm.roles.write"})
     async def revoke(
         self, request: AnyRequest, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> None:
         """Revoke a role assignment."""
-        await roles.revoke_assignment(
+        await revoke_assignment(
             db_session,
             principal.actor(request_id_of(request)),
             await authority_of(principal, db_session),

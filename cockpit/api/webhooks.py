@@ -21,7 +21,7 @@ from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
 from engine.endpoints import deliveries
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 
 class CreateWebhook(Body):

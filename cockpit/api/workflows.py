@@ -17,8 +17,15 @@ from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
 from engine.runs import controls as run_controls
 from engine.runs import preview
-from engine.workflows import service as workflows
+from engine.workflows import publication as workflow_publication
+from engine.workflows.catalog import create_workflow, delete_workflow, list_workflows, update_workflow
 from engine.workflows.definitions import CONTRACT_NAMES, contract
+from engine.workflows.inputs import prefixed
+from engine.workflows.lookup import get_revision, get_workflow
+from engine.workflows.publication import publish_revision
+from engine.workflows.references import validate_for_realm
+from engine.workflows.revisions import decide_revision, diff_revisions, list_revisions, stage_revision
+from engine.workflows.views import revision_view, workflow_view
 
 UNSET: Any = msgspec.UNSET
 
@@ -60,7 +67,7 @@ def _issues(issues: list[Any]) -> list[dict[str, str]]:
 
 
 def publication_view(result: Any) -> dict[str, Any]:
-    return {"workflow": workflows.workflow_view(result.workflow), "revision": workflows.revision_view(result.revision)}
+    return {"workflow": workflow_view(result.workflow), "revision": revision_view(result.revision)}
 
 
 class WorkflowsController(Controller):
@@ -77,8 +84,8 @@ class WorkflowsController(Controller):
         self, data: JSONBody[DefinitionBody], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.DefinitionValidation:
         """Validate a definition against the contract and the realm; changes nothing."""
-        issues = await workflows.validate_for_realm(db_session, principal.realm.id, data.definition)
-        found = {"valid": not issues, "errors": _issues(workflows.prefixed(issues, "/definition"))}
+        issues = await validate_for_realm(db_session, principal.realm.id, data.definition)
+        found = {"valid": not issues, "errors": _issues(prefixed(issues, "/definition"))}
         return typed(schemas.DefinitionValidation, found)
 
     @post(
@@ -119,7 +126,7 @@ class WorkflowsController(Controller):
     ) -> schemas.CreatedWorkflow:
         """Create a workflow, optionally with its first revision's definition (staged, not published)."""
         has_definition = data.definition is not msgspec.UNSET
-        workflow, revision = await workflows.create_workflow(
+        workflow, revision = await create_workflow(
             db_session,
             principal.actor(request_id_of(request)),
             name=data.name,
@@ -129,8 +136,8 @@ class WorkflowsController(Controller):
             definition=data.definition if has_definition else None,
             has_definition=has_definition,
         )
-        out = workflows.workflow_view(workflow)
-        out["revision"] = workflows.revision_view(revision) if revision else None
+        out = workflow_view(workflow)
+        out["revision"] = revision_view(revision) if revision else None
         return typed(schemas.CreatedWorkflow, out)
 
     @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read", "reads_only": True})
@@ -144,18 +151,18 @@ class WorkflowsController(Controller):
         limit: FromQuery[int | None] = None,
     ) -> schemas.WorkflowPage:
         """The realm's workflows; ``q`` searches, ``state`` filters."""
-        page = await workflows.list_workflows(
+        page = await list_workflows(
             db_session, principal.realm.id, state=workflow_state, q=q, cursor=cursor, limit=limit
         )
-        return typed(schemas.WorkflowPage, page_view(page, workflows.workflow_view))
+        return typed(schemas.WorkflowPage, page_view(page, workflow_view))
 
     @get("/{workflow_id:str}", operation_id="getWorkflow", opt={"permission": "realm.workflows.read"})
     async def show(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.Workflow:
         """One workflow: name, owner, state and its published revision."""
-        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
-        return typed(schemas.Workflow, workflows.workflow_view(workflow))
+        workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
+        return typed(schemas.Workflow, workflow_view(workflow))
 
     @patch("/{workflow_id:str}", operation_id="updateWorkflow", opt={"permission": "realm.workflows.write"})
     async def update(
@@ -167,7 +174,7 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
     ) -> schemas.Workflow:
         """Change a workflow's name, description or owner."""
-        workflow = await workflows.update_workflow(
+        workflow = await update_workflow(
             db_session,
             principal.actor(request_id_of(request)),
             workflow_id,
@@ -175,7 +182,7 @@ class WorkflowsController(Controller):
             description=data.description,
             owner_id=data.owner_id,
         )
-        return typed(schemas.Workflow, workflows.workflow_view(workflow))
+        return typed(schemas.Workflow, workflow_view(workflow))
 
     @delete(
         "/{workflow_id:str}",
@@ -187,7 +194,7 @@ class WorkflowsController(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> None:
         """Delete a workflow with no run in flight (409 ``runs_in_flight`` otherwise)."""
-        await workflows.delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
+        await delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
 
     @post(
         "/{workflow_id:str}/enable",
@@ -202,7 +209,7 @@ class WorkflowsController(Controller):
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, True
         )
-        return typed(schemas.Workflow, workflows.workflow_view(workflow))
+        return typed(schemas.Workflow, workflow_view(workflow))
 
     @post(
         "/{workflow_id:str}/disable",
@@ -217,7 +224,7 @@ class WorkflowsController(Controller):
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, False
         )
-        return typed(schemas.Workflow, workflows.workflow_view(workflow))
+        return typed(schemas.Workflow, workflow_view(workflow))
 
     @post(
         "/{workflow_id:str}/revisions",
@@ -241,10 +248,8 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
     ) -> Response[schemas.WorkflowRevision]:
         """Stage a new revision of the workflow's definition (checked against the contract first)."""
-        staged = await workflows.stage_revision(
-            db_session, principal.actor(request_id_of(request)), workflow_id, data.definition
-        )
-        answer = typed(schemas.WorkflowRevision, workflows.revision_view(staged.revision))
+        staged = await stage_revision(db_session, principal.actor(request_id_of(request)), workflow_id, data.definition)
+        answer = typed(schemas.WorkflowRevision, revision_view(staged.revision))
         return Response(answer, status_code=200 if staged.unchanged else 201)
 
     @get(
@@ -254,8 +259,8 @@ class WorkflowsController(Controller):
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.RevisionPage:
         """Every revision, oldest first, without their definitions (one page: ``next_cursor`` is null)."""
-        items = await workflows.list_revisions(db_session, principal.realm.id, workflow_id)
-        page = {"items": [workflows.revision_view(r, with_definition=False) for r in items], "next_cursor": None}
+        items = await list_revisions(db_session, principal.realm.id, workflow_id)
+        page = {"items": [revision_view(r, with_definition=False) for r in items], "next_cursor": None}
         return typed(schemas.RevisionPage, page)
 
     @get(
@@ -267,8 +272,8 @@ class WorkflowsController(Controller):
         self, workflow_id: FromPath[str], n: FromPath[int], db_session: DbSession, principal: CurrentPrincipal
     ) -> schemas.WorkflowRevision:
         """One revision of a workflow, with its definition."""
-        revision = await workflows.get_revision(db_session, principal.realm.id, workflow_id, n)
-        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
+        revision = await get_revision(db_session, principal.realm.id, workflow_id, n)
+        return typed(schemas.WorkflowRevision, revision_view(revision))
 
     @get(
         "/{workflow_id:str}/revisions/{n:int}/diff",
@@ -286,10 +291,10 @@ class WorkflowsController(Controller):
         """Step-aware and line-by-line differences; ``against`` defaults to the published revision
         (or the one before when this one is published)."""
         if against is None:
-            workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+            workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
             published = workflow.published_revision
             against = published if published is not None and published != n else max(n - 1, 1)
-        found = await workflows.diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
+        found = await diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
         return typed(schemas.RevisionDiff, found)
 
     @post(
@@ -308,7 +313,7 @@ class WorkflowsController(Controller):
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.WorkflowRevision:
         """Approve a staged revision for publication (by someone other than its author)."""
-        revision = await workflows.decide_revision(
+        revision = await decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
             workflow_id,
@@ -316,7 +321,7 @@ class WorkflowsController(Controller):
             approve=True,
             comment=data.comment if data else None,
         )
-        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
+        return typed(schemas.WorkflowRevision, revision_view(revision))
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/reject",
@@ -334,7 +339,7 @@ class WorkflowsController(Controller):
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.WorkflowRevision:
         """Reject a staged revision; it is never published."""
-        revision = await workflows.decide_revision(
+        revision = await decide_revision(
             db_session,
             principal.actor(request_id_of(request)),
             workflow_id,
@@ -342,7 +347,7 @@ class WorkflowsController(Controller):
             approve=False,
             comment=data.comment if data else None,
         )
-        return typed(schemas.WorkflowRevision, workflows.revision_view(revision))
+        return typed(schemas.WorkflowRevision, revision_view(revision))
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/publish",
@@ -360,7 +365,7 @@ class WorkflowsController(Controller):
         data: JSONBody[DecideRevision | None] = None,
     ) -> schemas.Publication:
         """Publish a revision: new runs follow it (its steps within the publisher's own authority)."""
-        result = await workflows.publish_revision(
+        result = await publish_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment if data else None
         )
         return typed(schemas.Publication, publication_view(result))
@@ -380,7 +385,7 @@ class WorkflowsController(Controller):
         principal: CurrentPrincipal,
     ) -> schemas.Publication:
         """Publish an earlier revision again."""
-        result = await workflows.rollback(
+        result = await workflow_publication.rollback(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.revision
         )
         return typed(schemas.Publication, publication_view(result))

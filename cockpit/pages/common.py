@@ -18,8 +18,9 @@ from litestar.response import Template
 
 from cockpit.auth import Principal, may_request, principal_of, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity, roles
+from engine.directory import accounts as directory_accounts
 from engine.directory.authz import Authority
+from engine.directory.role_assignments import create_assignment
 from engine.platform.errors import EngineError, invalid
 
 PICKER_LIMIT = 200  # how many choices a page's select offers (people, organizations, workflows)
@@ -151,7 +152,7 @@ async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: 
     """The id of the realm's user with this email, or a field error at ``path``."""
     if not email.strip():
         raise invalid(path, "Enter the email of a user of the realm.", "required")
-    user = await identity.user_by_email(db_session, realm_id, email)
+    user = await directory_accounts.user_by_email(db_session, realm_id, email)
     if user is None:
         raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
     return user.id
@@ -171,7 +172,7 @@ async def assign_role_from_form(
     nothing; an ``EngineError`` is the page's to show."""
     assert principal.authority is not None  # loaded by the guard (the route has a permission)
     async with db_session.begin_nested():
-        await roles.create_assignment(
+        await create_assignment(
             db_session,
             principal.actor(request_id_of(request)),
             principal.authority,

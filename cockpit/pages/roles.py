@@ -34,9 +34,17 @@ from engine.directory import principals as directory
 from engine.directory import roles
 from engine.directory.authz import PERMISSIONS
 from engine.directory.models import Role
+from engine.directory.role_assignments import (
+    ApprovalNeeded,
+    create_assignment,
+    get_assignment,
+    list_assignments,
+    principal_labels,
+    revoke_assignment,
+)
 from engine.platform.errors import EngineError, invalid
 from engine.runs import role_requests
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 ASSIGNMENTS_ID = "role-assignments"
 READ = {"permission": "realm.roles.read"}
@@ -154,11 +162,11 @@ class RolesPages(Controller):
     ) -> Template:
         realm_id = principal.realm.id
         await db_session.refresh(role)  # current values, also after a change that was undone
-        found = await roles.list_assignments(
+        found = await list_assignments(
             db_session, realm_id, role_id=role.id, cursor=request.query_params.get("cursor") or None
         )
         items = found.items
-        labels = await roles.principal_labels(
+        labels = await principal_labels(
             db_session,
             realm_id,
             [a.user_id for a in items]
@@ -223,7 +231,7 @@ class RolesPages(Controller):
                     if values["approver_email"].strip()
                     else None
                 )
-                made = await roles.create_assignment(
+                made = await create_assignment(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
@@ -233,7 +241,7 @@ class RolesPages(Controller):
                     expires_at=parse_expiry(values["expires_at"]),
                     approver_id=approver_id,
                 )
-                if isinstance(made, roles.ApprovalNeeded):
+                if isinstance(made, ApprovalNeeded):
                     await role_requests.request_role_assignment(
                         db_session, principal.actor(request_id_of(request)), made
                     )
@@ -247,7 +255,7 @@ class RolesPages(Controller):
                 errors={"assignments": form_errors(exc)},
                 form=values,
             )
-        if isinstance(made, roles.ApprovalNeeded):
+        if isinstance(made, ApprovalNeeded):
             return await self._after_change(request, db_session, principal, role, "requested")
         return await self._after_change(request, db_session, principal, role, "assigned")
 
@@ -263,10 +271,10 @@ class RolesPages(Controller):
         role = await roles.get_role(db_session, principal.realm.id, role_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                assignment = await roles.get_assignment(db_session, principal.realm.id, assignment_id)
+                assignment = await get_assignment(db_session, principal.realm.id, assignment_id)
                 if assignment.role_id != role.id:
                     raise invalid("/assignment_id", "This assignment is of another role.")
-                await roles.revoke_assignment(
+                await revoke_assignment(
                     db_session, principal.actor(request_id_of(request)), authority_of(principal), assignment.id
                 )
         except EngineError as exc:

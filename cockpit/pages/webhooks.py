@@ -21,7 +21,7 @@ from engine.directory import webhooks
 from engine.directory.audit import DELIVERABLE_EVENT_TYPES
 from engine.endpoints import deliveries
 from engine.platform.errors import EngineError
-from engine.workflows.service import refuse_if_referenced
+from engine.workflows.references import refuse_if_referenced
 
 COMPONENT_ID = "webhooks"
 READ = {"permission": "realm.webhooks.read"}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
-from engine.directory.identity import SESSION_IDLE
+from engine.directory.sessions import SESSION_IDLE
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import Driver, positional

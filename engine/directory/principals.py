@@ -14,11 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.directory import rules
+from engine.directory.accounts import create_user
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
-from engine.directory.identity import create_user, end_credentials, end_sessions, issue_sign_in_link
 from engine.directory.models import ServicePrincipal, SignInLink, User
+from engine.directory.sessions import end_credentials, end_sessions
+from engine.directory.sign_in_links import issue_sign_in_link
 from engine.platform import crypto, names
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, NotFound, ValidationFailed, invalid

@@ -2,7 +2,7 @@
 
 A change to what someone holds is refused for the same reasons whoever asks for it: an
 administrator through the API or a page, or a workflow run. The directory's services
-(``roles.create_assignment``, ``organizations.add_group_member``, ``remove_member``,
+(``role_assignments.create_assignment``, ``groups.add_group_member``, ``remove_member``,
 ``principals.set_user_status``…) load the facts and call these; a run's step decisions
 (``engine/runs/decisions.py``) call the very same functions on the facts of their snapshot. Each
 rule raises the :class:`~engine.platform.errors.EngineError` the service has always answered.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.directory import identity
+from engine.directory.accounts import create_user, user_by_email
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.models import (
     Group,
@@ -29,6 +29,7 @@ from engine.directory.models import (
     RoleAssignment,
     User,
 )
+from engine.directory.realms import builtin_role, create_realm, realm_by_slug
 from engine.platform.errors import NotFound
 from engine.platform.ids import new_id
 
@@ -102,9 +103,9 @@ class DemoRealm:
 async def seed_demo(session: AsyncSession) -> DemoRealm:
     """Create the demo realm, or return the one that exists. Call inside a transaction."""
     await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SEED_LOCK})
-    existing = await identity.realm_by_slug(session, DEMO_SLUG)
+    existing = await realm_by_slug(session, DEMO_SLUG)
     if existing is not None:
-        admin = await identity.user_by_email(session, existing.id, DEMO_ADMIN_EMAIL)
+        admin = await user_by_email(session, existing.id, DEMO_ADMIN_EMAIL)
         if admin is None:  # changed by an operator since: any administrator of the realm will do
             admin_id = await session.scalar(
                 text(
@@ -119,13 +120,13 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
             raise NotFound("The demo realm has no administrator left.")
         return DemoRealm(realm=existing, admin=admin, created=False)
 
-    realm, admin = await identity.create_realm(
+    realm, admin = await create_realm(
         session, DEMO_SLUG, admin_email=DEMO_ADMIN_EMAIL, admin_display_name="Ada Admin", name=DEMO_NAME
     )
     system = Actor.system(realm.id)
     users: dict[str, User] = {admin.email: admin}
     for email, name in {**_STAFF, **_PEOPLE}.items():
-        users[email] = await identity.create_user(session, system, email=email, display_name=name, authority=None)
+        users[email] = await create_user(session, system, email=email, display_name=name, authority=None)
 
     organizations: dict[str, Organization] = {}
     for org_name, members in _ORGANIZATIONS.items():
@@ -145,8 +146,8 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
             await _add_member(session, system, org, users[email])
 
     roles: dict[str, Role] = {
-        "realm-admin": await identity.builtin_role(session, realm.id, "realm-admin"),
-        "realm-auditor": await identity.builtin_role(session, realm.id, "realm-auditor"),
+        "realm-admin": await builtin_role(session, realm.id, "realm-admin"),
+        "realm-auditor": await builtin_role(session, realm.id, "realm-auditor"),
     }
     for role_name, (permissions, boundary, requires_approval, description) in _ROLES.items():
         role = Role(

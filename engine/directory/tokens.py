@@ -1,4 +1,4 @@
-"""API tokens people mint for themselves, and tokens for service principals.
+"""API tokens: minting and resolving them, tokens people mint for themselves, and tokens for service principals.
 
 Who may mint what (SPEC §3):
 
@@ -7,30 +7,139 @@ Who may mint what (SPEC §3):
 - any signed-in user may mint an account-audience token for themselves;
 - an administrator holding ``realm.tokens.write`` mints admin tokens for service principals.
 
-A token is shown once; only its SHA-256 is stored (``engine.directory.identity.mint_token``). People
+A token is shown once; only its SHA-256 is stored (:func:`mint_token`). People
 revoke their own tokens; holders of ``realm.tokens.write`` revoke any token of the realm.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import identity
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
-from engine.directory.models import ApiToken, ServicePrincipal, User
+from engine.directory.models import ApiToken, Realm, ServicePrincipal, User
+from engine.directory.sessions import lock_active_holder
+from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.platform.errors import Forbidden, Issue, NotFound, ValidationFailed
+from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed, invalid
+from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 
+TOKEN_DEFAULT_DAYS = 90  # a token's life when none is asked for (API, pages, CLI)
+TOKEN_MAX_DAYS = 365
+MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
+
+
+@dataclass
+class TokenInfo:
+    token: ApiToken
+    principal_type: str
+    principal_id: str
+    email: str | None
+    display_name: str
+    touched_at: datetime | None = None  # when this look-up recorded the token's use
+    realm: Realm | None = None
+
+
+async def touch_token(session: AsyncSession, token_id: str, moment: datetime) -> None:
+    """Record that the token was used (at most once a minute)."""
+    await session.execute(update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=moment))
+
+
+async def mint_token(
+    session: AsyncSession,
+    actor: Actor,
+    *,
+    audience: str,
+    user: User | None = None,
+    service_principal: ServicePrincipal | None = None,
+    name: str = "",
+    expires_in: timedelta | None = None,
+) -> tuple[str, ApiToken]:
+    """A bearer token ``pat_…``; only its hash is stored. Returns the token once.
+
+    Every token expires: after ``expires_in`` (at most 365 days), else after 90 days.
+    """
+    if audience not in {"admin", "account"}:
+        raise invalid("/audience", "audience is admin or account")
+    if (user is None) == (service_principal is None):
+        raise invalid("/", "A token belongs to exactly one user or service principal.")
+    if service_principal is not None and audience != "admin":
+        raise invalid("/audience", "Service principals hold admin-audience tokens only.")
+    if expires_in is None:
+        expires_in = timedelta(days=TOKEN_DEFAULT_DAYS)
+    if expires_in <= timedelta(0) or expires_in > MAX_TOKEN_LIFETIME:
+        raise invalid("/expires_in", f"A token lives between one second and {TOKEN_MAX_DAYS} days.")
+    if user is not None and not await lock_active_holder(session, user.id):
+        raise Conflict("The user is suspended: a token would not work.", code="user_suspended")
+    token = crypto.new_token("pat_", 32)
+    row = ApiToken(
+        id=new_id("tok"),
+        token_hash=crypto.token_hash(token),
+        realm_id=actor.realm_id,
+        user_id=user.id if user else None,
+        service_principal_id=service_principal.id if service_principal else None,
+        name=name,
+        audience=audience,
+        created_by=actor.id,
+        expires_at=SYSTEM_CLOCK.now() + expires_in,
+    )
+    session.add(row)
+    await session.flush()
+    await record_audit(
+        session,
+        actor,
+        "token.created",
+        category="authentication",
+        subject_type="user" if user else "service_principal",
+        subject_id=user.id if user else service_principal.id if service_principal else None,
+        details={"token_id": row.id, "audience": audience, "name": name},
+    )
+    return token, row
+
+
+async def resolve_token(session: AsyncSession, token: str) -> TokenInfo | None:
+    if not token.startswith("pat_"):
+        return None
+    # One round trip: the token, whoever holds it, and its realm.
+    found = (
+        await session.execute(
+            select(ApiToken, User, ServicePrincipal, Realm)
+            .outerjoin(User, col(User.id) == col(ApiToken.user_id))
+            .outerjoin(ServicePrincipal, col(ServicePrincipal.id) == col(ApiToken.service_principal_id))
+            .join(Realm, col(Realm.id) == col(ApiToken.realm_id))
+            .where(col(ApiToken.token_hash) == crypto.token_hash(token))
+        )
+    ).first()
+    moment = SYSTEM_CLOCK.now()
+    if found is None:
+        return None
+    row, user, principal, realm = found
+    if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= moment):
+        return None
+    if row.user_id:
+        if user is None or user.status != "active":
+            return None
+        info = TokenInfo(row, "user", user.id, user.email, user.display_name, realm=realm)
+    else:
+        if principal is None:
+            return None
+        info = TokenInfo(row, "service_principal", principal.id, None, principal.name, realm=realm)
+    if row.last_used_at is None or moment - row.last_used_at > timedelta(minutes=1):
+        await touch_token(session, row.id, moment)
+        info.touched_at = moment
+    return info
+
+
 AUDIENCES = ("admin", "account")
-DEFAULT_LIFETIME_DAYS = identity.TOKEN_DEFAULT_DAYS
-MAX_LIFETIME_DAYS = identity.TOKEN_MAX_DAYS
+DEFAULT_LIFETIME_DAYS = TOKEN_DEFAULT_DAYS
+MAX_LIFETIME_DAYS = TOKEN_MAX_DAYS
 
 
 def token_view(row: ApiToken) -> dict[str, Any]:
@@ -109,7 +218,7 @@ async def mint_own_token(
     user = await session.get(User, actor.id)
     if user is None or user.realm_id != actor.realm_id:
         raise NotFound("No such user.")
-    return await identity.mint_token(
+    return await mint_token(
         session, actor, audience=audience, user=user, name=name.strip(), expires_in=_lifetime(expires_in_days)
     )
 
@@ -138,7 +247,7 @@ async def mint_service_principal_token(
     await require_authority_over(
         session, actor.realm_id, authority, "service_principal", principal.id, what="mint a token for it"
     )
-    return await identity.mint_token(
+    return await mint_token(
         session,
         actor,
         audience="admin",

@@ -15,11 +15,10 @@ from sqlmodel import Field, SQLModel
 
 from engine.platform.tables import tz_column, utcnow
 
-APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "cancelled")
 NOTICE_STATES = ("queued", "sent", "failed", "not_configured")
 PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED = "pending", "approved", "rejected", "expired", "cancelled"
 WORKFLOW_STEP, ROLE_ASSIGNMENT = "workflow_step", "role_assignment"
-STATUSES = (PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED)
+APPROVAL_STATUSES = (PENDING, APPROVED, REJECTED, EXPIRED, CANCELLED)
 DECISION_CATEGORY = "authorization"  # approval decisions (seed 000 "Authority and accountability")
 
 

@@ -18,7 +18,7 @@ from engine.directory.models import Group, Organization, Role, User
 from engine.platform.errors import Issue, NotFound, ValidationFailed
 from engine.platform.ids import is_id
 from engine.platform.pagination import Page, keyset_page
-from engine.runs.approval_models import PENDING, STATUSES, WorkflowApproval
+from engine.runs.approval_models import APPROVAL_STATUSES, PENDING, WorkflowApproval
 
 
 async def count_pending_approvals(session: AsyncSession, realm_id: str | None, workflow_id: str | None = None) -> int:
@@ -64,8 +64,8 @@ async def list_for_user(
     limit: int | None = None,
 ) -> Page[WorkflowApproval]:
     issues = []
-    if status is not None and status not in STATUSES:
-        issues.append(Issue("query:status", "invalid", f"must be one of {', '.join(STATUSES)}"))
+    if status is not None and status not in APPROVAL_STATUSES:
+        issues.append(Issue("query:status", "invalid", f"must be one of {', '.join(APPROVAL_STATUSES)}"))
     if run_id is not None and not is_id(run_id, "wrn"):
         issues.append(Issue("query:run_id", "invalid_id", "must be an id starting with wrn_"))
     if issues:

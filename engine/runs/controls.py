@@ -10,7 +10,7 @@
 - **Retry now** makes a run that waits for a retry (of a step or of a compensation) due at once
   (409 ``nothing_waits`` otherwise). It changes when, never what: the attempt counts and the
   policy stay as they are. Rules as for cancelling (realm.workflows.run).
-- **Enable and disable** a workflow: its state (engine/workflows/service.py) and, with it, its
+- **Enable and disable** a workflow: its state (engine/workflows/catalog.py) and, with it, its
   runs in flight, paused while it is disabled and resumed when it is enabled.
 - **Bulk** applies cancel or re-run to up to :data:`BULK_LIMIT` runs, named by id or by a list
   filter, each in its own savepoint: one refused run never undoes another's result.
@@ -43,7 +43,7 @@ from engine.runs.service import (
     start_run,
 )
 from engine.runs.states import FINISHED
-from engine.workflows import service as workflows
+from engine.workflows.catalog import set_enabled
 from engine.workflows.models import Workflow
 
 BULK_LIMIT = 1000
@@ -55,7 +55,7 @@ async def set_workflow_enabled(session: AsyncSession, actor: Actor, workflow_id:
 
     Paused runs leave the due index (so claims never walk past them) and come back when enabled;
     compensating runs and runs asked to cancel go on: they only remove access."""
-    workflow = await workflows.set_enabled(session, actor, workflow_id, enabled)
+    workflow = await set_enabled(session, actor, workflow_id, enabled)
     if enabled:
         await scheduling.resume_runs(session, workflow.id)
     else:

@@ -34,8 +34,8 @@ from engine.runs.states import (
     STRATEGY_NONE,
     STRATEGY_UNDO,
 )
+from engine.workflows.definitions.authority import required_authority, requirement_problem
 from engine.workflows.definitions.durations import parse_duration
-from engine.workflows.definitions.validation import required_authority, requirement_problem
 
 # --- What a decision answers ---------------------------------------------------------------------
 

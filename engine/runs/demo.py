@@ -15,7 +15,8 @@ from engine.directory.seed import DemoRealm
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs import approval_models, approvals
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 
 DEMO_WORKFLOW_NAME = "Engineering onboarding"
 # Who joined engineering lately: the demo's first runs are about them.
@@ -53,7 +54,7 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
         ],
     }
     actor = Actor(type="user", id=demo.admin.id, realm_id=demo.realm.id)
-    workflow, _ = await workflows.create_workflow(
+    workflow, _ = await create_workflow(
         session,
         actor,
         name=DEMO_WORKFLOW_NAME,
@@ -66,7 +67,7 @@ async def seed_demo_workflow(session: AsyncSession, demo: DemoRealm) -> tuple[st
         has_definition=True,
         requires_approval=False,
     )
-    await workflows.publish_revision(session, actor, workflow.id, 1)
+    await publish_revision(session, actor, workflow.id, 1)
     run_ids = []
     for email in _JOINERS:
         run = await runs.start_manual_run(

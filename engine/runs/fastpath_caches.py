@@ -21,10 +21,11 @@ from datetime import datetime
 from typing import Any
 
 from engine.directory.authz import AUTHORITY_SQL, Authority, Grant
+from engine.platform.db import positional
 from engine.runs.runstore import batched
 
 CACHE_LIMIT = 10_000  # entries per cache; a full cache starts again empty
-_AUTHORITY = batched.positional(AUTHORITY_SQL)
+_AUTHORITY = positional(AUTHORITY_SQL)
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from engine.runs.models import WorkflowRun
 from engine.runs.service import check_start_request, published_revision, require_starter
 from engine.runs.snapshots import RunFacts, load_snapshot
 from engine.runs.steps import INTERNAL, STEP_TYPES, StepContext
+from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.models import WorkflowRevision
-from engine.workflows.service import get_revision, get_workflow
 
 WOULD_SUCCEED, WOULD_FAIL, NOT_REACHED = "would_succeed", "would_fail", "not_reached"
 # The effects the preview writes (and rolls back) so that later steps see them.

@@ -1,6 +1,6 @@
 """Role-assignment requests: a role that requires approval, assigned by hand, waits for its approver.
 
-``roles.create_assignment`` answers what is needed; the request is an approval of kind
+``create_assignment`` answers what is needed; the request is an approval of kind
 ``role_assignment`` (no run), decided like any approval (engine/runs/approvals.py, ``decide``): by
 an independent second person, and when approved the assignment is made then by its requester,
 with every check again. A request nobody decides in time expires.
@@ -54,13 +54,13 @@ async def _require_independent_decider(session: AsyncSession, actor: Actor, appr
 async def _assign_requested_role(session: AsyncSession, actor: Actor, approval: WorkflowApproval) -> None:
     """The approved assignment, made now by its requester with every check again; the approver is
     the decider. A requester who lost the authority makes the decision fail (nothing changes)."""
-    from engine.directory import roles
+    from engine.directory.role_assignments import create_assignment
 
     request = dict(approval.request or {})
     requester = str(request["requested_by"])
     authority = await load_authority(session, approval.realm_id, "user", requester)
     expires_at = datetime.fromisoformat(request["expires_at"]) if request.get("expires_at") else None
-    await roles.create_assignment(
+    await create_assignment(
         session,
         Actor(
             type="user",
@@ -83,7 +83,7 @@ async def _assign_requested_role(session: AsyncSession, actor: Actor, approval: 
 async def request_role_assignment(session: AsyncSession, actor: Actor, needed: Any) -> WorkflowApproval:
     """A role that requires approval, assigned by hand: the named approver decides first.
 
-    ``needed`` is what ``roles.create_assignment`` answered after every check passed."""
+    ``needed`` is what ``create_assignment`` answered after every check passed."""
     role, subject_type, subject_id = needed.role, needed.subject_type, needed.subject_id
     organization_id, expires_at, approver_id = needed.organization_id, needed.expires_at, needed.approver_id
     now = SYSTEM_CLOCK.now()

@@ -28,12 +28,13 @@ from engine.runs.models import WorkflowRun
 from engine.runs.run_reads import get_run
 from engine.runs.runstore import scheduling
 from engine.runs.states import FINISHED, PENDING
+from engine.workflows.delegation import delegation_issues
+from engine.workflows.lookup import get_workflow
 from engine.workflows.models import Workflow, WorkflowRevision
-from engine.workflows.service import delegation_issues, get_workflow
 
 MAX_DEPTH = 3
 CATEGORY = "workflow"
-# Issue codes of a step whose role or group no longer exists (validation.requirement_problem).
+# Issue codes of a step whose role or group no longer exists (definitions.authority.requirement_problem).
 MISSING_REFERENCE_CODES = frozenset({"not_found", "group_missing"})
 
 
@@ -342,8 +343,8 @@ async def require_starter(
 async def _org_issues(
     session: AsyncSession, realm_id: str, authority: Any, definition: dict[str, Any], organization_id: str
 ) -> list[Issue]:
-    from engine.workflows.definitions.validation import required_authority
-    from engine.workflows.service import requirement_issue
+    from engine.workflows.definitions.authority import required_authority
+    from engine.workflows.delegation import requirement_issue
 
     issues: list[Issue] = []
     for index, step in enumerate(definition.get("steps", [])):

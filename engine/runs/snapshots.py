@@ -17,8 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import organizations, roles
+from engine.directory import organizations
 from engine.directory.authz import Authority, load_authority
+from engine.directory.group_grants import inherited_roles
 from engine.directory.models import (
     Group,
     GroupMember,
@@ -29,6 +30,7 @@ from engine.directory.models import (
     User,
     WebhookSubscription,
 )
+from engine.directory.role_assignments import holds_grant
 from engine.directory.webhooks import signing_secrets
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
@@ -85,7 +87,7 @@ async def _group(session: AsyncSession, realm_id: str, group_id: Any) -> GroupFa
     group = await session.get(Group, group_id) if isinstance(group_id, str) else None
     if group is None or group.realm_id != realm_id:
         return None
-    inherited = await organizations.inherited_roles(session, group)
+    inherited = await inherited_roles(session, group)
     return GroupFacts(
         group.id,
         group.name,
@@ -138,7 +140,7 @@ async def load_snapshot(
             org = await session.get(Organization, grant_org)
             facts["organization_exists"] = org is not None and org.realm_id == realm_id
             facts["organization_name"] = org.name if org is not None and org.realm_id == realm_id else None
-        facts["holds_grant"] = await roles.holds_grant(
+        facts["holds_grant"] = await holds_grant(
             session, realm_id, role_facts.id, col(RoleAssignment.user_id), run.subject_id, grant_org
         )
         approver_id = latest_approver(run.approvals) if role_facts.requires_approval else None

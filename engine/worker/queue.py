@@ -15,7 +15,7 @@ from typing import Any
 from procrastinate import App, JobContext, PsycopgConnector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory.roles import expire_due_assignments
+from engine.directory.role_assignments import expire_due_assignments
 from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.db import transaction
 from engine.worker.drain import drain

@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory import organizations, webhooks
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs.runner import Runner, RunnerSettings
@@ -151,7 +152,7 @@ async def prepare(sessions: async_sessionmaker[AsyncSession], receiver: Receiver
         org = await organizations.create_organization(session, actor, name="Newcomers")
         authority = await load_authority(session, directory.realm_id, "user", directory.admin_id)
         group_ids = [
-            (await organizations.create_group(session, actor, authority, org.id, name=f"Onboarding {n}"))[0].id
+            (await create_group(session, actor, authority, org.id, name=f"Onboarding {n}"))[0].id
             for n in range(1, JOINS + 1)
         ]
         # Step calls only: the receiver is not subscribed to the events this scenario makes.
@@ -492,7 +493,7 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
     role = await realm.role("viewer", ["realm.workflows.read"])
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Builders")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Builders")
     directory = Directory(realm.id, realm.admin.id, org.id, [group.id], {"granted": role.id}, [subject.id])
     flow = {
         "schema_version": 1,

@@ -16,7 +16,8 @@ from sqlalchemy import text
 
 from engine.directory import webhooks
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.processes import cockpit_env, start, wait_for
 from testing.receiver import Received, Receiver
@@ -56,11 +57,11 @@ async def test_a_worker_killed_between_the_call_and_the_record(
         "retry": {"max_attempts": 3, "backoff": "1s"},
     }
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name="Sync", definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     subject = await realm.user("subject@example.com")
     async with realm.sessions() as session, session.begin():
         run = await runs.start_manual_run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.directory import identity
+from engine.directory.throttle import THROTTLE_PER_ADDRESS
 from testing.processes import cockpit_env, free_port, start, stop, wait_http
 
 
@@ -37,10 +37,10 @@ def test_a_spoofed_forwarded_for_does_not_escape_the_address_throttle(database_u
     base, process = _serve(database_url, tmp_path, "default")
     try:
         with httpx.Client(base_url=base, timeout=30) as client:
-            statuses = [_fail_sign_in(client, f"203.0.113.{i}", i) for i in range(identity.THROTTLE_PER_ADDRESS + 1)]
+            statuses = [_fail_sign_in(client, f"203.0.113.{i}", i) for i in range(THROTTLE_PER_ADDRESS + 1)]
     finally:
         stop(process)  # type: ignore[arg-type]
-    assert statuses[: identity.THROTTLE_PER_ADDRESS] == [401] * identity.THROTTLE_PER_ADDRESS
+    assert statuses[:THROTTLE_PER_ADDRESS] == [401] * THROTTLE_PER_ADDRESS
     assert statuses[-1] == 429, statuses
 
 
@@ -49,12 +49,11 @@ def test_a_named_proxy_is_believed(database_url: str, tmp_path: Path) -> None:
     try:
         with httpx.Client(base_url=base, timeout=30) as client:
             statuses = [
-                _fail_sign_in(client, f"198.51.100.7, 203.0.113.{i}", i)
-                for i in range(identity.THROTTLE_PER_ADDRESS + 1)
+                _fail_sign_in(client, f"198.51.100.7, 203.0.113.{i}", i) for i in range(THROTTLE_PER_ADDRESS + 1)
             ]
             # The same client behind the proxy is throttled as one address.
-            same = [_fail_sign_in(client, "203.0.113.250", 100 + i) for i in range(identity.THROTTLE_PER_ADDRESS + 1)]
+            same = [_fail_sign_in(client, "203.0.113.250", 100 + i) for i in range(THROTTLE_PER_ADDRESS + 1)]
     finally:
         stop(process)  # type: ignore[arg-type]
-    assert statuses == [401] * (identity.THROTTLE_PER_ADDRESS + 1), statuses
+    assert statuses == [401] * (THROTTLE_PER_ADDRESS + 1), statuses
     assert same[-1] == 429, same

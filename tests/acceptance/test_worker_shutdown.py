@@ -8,7 +8,8 @@ from pathlib import Path
 from sqlalchemy import text
 
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.factories import RealmHandle
 from testing.processes import cockpit_env, start, wait_for
 
@@ -28,11 +29,11 @@ async def test_sigterm_hands_back_the_leases_the_worker_holds(
 ) -> None:
     end = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name="W", definition=end, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     run_ids = []
     for name in ("ours", "theirs"):
         subject = await realm.user(f"{name}@example.com")

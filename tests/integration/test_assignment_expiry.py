@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.authz import load_authority
-from engine.directory.roles import expire_due_assignments
+from engine.directory.role_assignments import expire_due_assignments
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.worker import queue
 from testing.factories import RealmHandle

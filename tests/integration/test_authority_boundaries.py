@@ -9,10 +9,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import identity
 from engine.directory.models import Group, GroupRole, RealmPolicy, RoleAssignment, ServicePrincipal, User
+from engine.directory.realms import builtin_role
 from engine.platform.ids import new_id
-from engine.workflows import service as workflows
+from engine.workflows.publication import publish_revision
 from testing.factories import HTML, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
 Client = AsyncTestClient[Litestar]
@@ -120,7 +120,7 @@ async def test_tokens_write_cannot_mint_a_token_for_a_stronger_service_principal
             RoleAssignment(
                 id=new_id("ras"),
                 realm_id=realm.id,
-                role_id=(await identity.builtin_role(session, realm.id, "realm-admin")).id,
+                role_id=(await builtin_role(session, realm.id, "realm-admin")).id,
                 service_principal_id=strong.id,
                 granted_by=realm.admin.id,
             )
@@ -272,7 +272,7 @@ async def test_the_publish_approval_policy_is_a_floor(client: Client, realm: Rea
         assert policy is not None
         policy.extensions = {"workflow_publish_approval": False}
     async with realm.sessions() as session, session.begin():
-        published = await workflows.publish_revision(session, realm.actor, before["id"], 1)
+        published = await publish_revision(session, realm.actor, before["id"], 1)
     assert published.revision.status == "published"
 
 

@@ -16,8 +16,10 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.state import context_of
-from engine.directory import credentials, identity, tokens
+from engine.directory import credentials, tokens
 from engine.directory.models import Group, GroupMember, GroupRole, ServicePrincipal
+from engine.directory.sessions import revoke_session
+from engine.directory.tokens import mint_token
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import driver_connection
 from engine.platform.ids import new_id
@@ -189,7 +191,7 @@ async def test_an_ended_browser_session_is_refused_on_the_next_request(client: C
     assert (await client.get(api)).status_code == 200
 
     async with realm.sessions() as session, session.begin():
-        await identity.revoke_session(session, login.session_id)
+        await revoke_session(session, login.session_id)
     assert (await client.get(api)).status_code == 401
 
 
@@ -201,7 +203,7 @@ async def test_a_service_principal_s_revoked_role_is_refused_on_the_next_request
         principal = ServicePrincipal(id=new_id("spn"), realm_id=realm.id, name="deployer")
         session.add(principal)
         await session.flush()
-        token, _ = await identity.mint_token(session, realm.actor, audience="admin", service_principal=principal)
+        token, _ = await mint_token(session, realm.actor, audience="admin", service_principal=principal)
     granted = await client.post(
         f"{realm.api}/role-assignments",
         json={"role_id": role.id, "service_principal_id": principal.id},

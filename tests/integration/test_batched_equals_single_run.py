@@ -27,15 +27,18 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from engine.directory import identity, organizations, roles
+from engine.directory import roles
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group, update_group
 from engine.directory.models import User
+from engine.directory.sessions import open_session
 from engine.platform.clock import FixedClock
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.databases import clone_database, drop_database
 from testing.factories import RealmHandle, make_realm
 
@@ -81,10 +84,8 @@ class World:
     async def _group(self) -> str:
         async with self.realm.sessions() as session, session.begin():
             authority = await load_authority(session, self.realm.id, "user", self.realm.admin.id)
-            group, _ = await organizations.create_group(session, self.realm.actor, authority, self.org.id, name="Team")
-            await organizations.update_group(
-                session, self.realm.actor, authority, self.org.id, group.id, role_ids=[self.viewer.id]
-            )
+            group, _ = await create_group(session, self.realm.actor, authority, self.org.id, name="Team")
+            await update_group(session, self.realm.actor, authority, self.org.id, group.id, role_ids=[self.viewer.id])
         return group.id
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -162,7 +163,7 @@ async def seed(
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
         await roles.update_role(session, realm.actor, authority, world.power.id, permissions=list(POWER))
     async with sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             publisher,
             name=f"Equal {world.examples}",
@@ -171,7 +172,7 @@ async def seed(
             requires_approval=False,
         )
     async with sessions() as session, session.begin():
-        await workflows.publish_revision(session, publisher, workflow.id, 1)
+        await publish_revision(session, publisher, workflow.id, 1)
     if narrow and weakened:
         async with sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)
@@ -191,7 +192,7 @@ async def seed(
                         {"g": world.group_id, "u": subject.id, "r": realm.id},
                     )
             if state["credentials"]:
-                await identity.open_session(session, subject, method="password", mfa=False)
+                await open_session(session, subject, method="password", mfa=False)
         if state["credentials"]:
             await realm.token(subject)
         if state["holds"]:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from engine.directory import identity
 from engine.directory.audit import Actor
 from engine.directory.models import Organization, Role, User
+from engine.directory.sessions import open_session
 from engine.platform.clock import FixedClock
 from engine.runs.runner import Runner, RunnerSettings
 from testing.factories import RealmHandle
@@ -87,7 +87,7 @@ async def suspended(p: Place) -> None:
 
 async def signed_in(p: Place) -> None:
     async with p.realm.sessions() as session, session.begin():
-        await identity.open_session(session, p.subject, method="password", mfa=False)
+        await open_session(session, p.subject, method="password", mfa=False)
     await p.realm.token(p.subject)
 
 
@@ -168,14 +168,15 @@ async def place(realm: RealmHandle, narrow: bool) -> Place:
 
 
 async def publish_as(p: Place, definition: dict[str, Any]) -> str:
-    from engine.workflows import service as workflows
+    from engine.workflows.catalog import create_workflow
+    from engine.workflows.publication import publish_revision
 
     async with p.realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, p.publisher, name="One step", definition=definition, has_definition=True, requires_approval=False
         )
     async with p.realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, p.publisher, workflow.id, 1)
+        await publish_revision(session, p.publisher, workflow.id, 1)
     return workflow.id
 
 

@@ -19,7 +19,7 @@ from cockpit.names import resolve_names
 from cockpit.pages.workflows.editor_text import parse_text
 from engine.directory.models import Group, User, WebhookSubscription
 from engine.platform.ids import new_id
-from engine.workflows.service import get_revision
+from engine.workflows.lookup import get_revision
 from testing.factories import HTML, RealmHandle
 from testing.pages import htmx, signed_in
 from testing.workflows import make_workflow, manual_then_end, stage

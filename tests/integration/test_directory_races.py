@@ -17,8 +17,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import organizations, roles
+from engine.directory import roles
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group, update_group
 from engine.platform.errors import Conflict, ValidationFailed
 from testing.factories import RealmHandle
 
@@ -58,14 +59,12 @@ async def test_two_moves_at_once_never_make_a_parent_cycle(realm: RealmHandle) -
     org = await realm.organization("Acme")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        a, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="A")
-        b, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="B")
+        a, _ = await create_group(session, realm.actor, authority, org.id, name="A")
+        b, _ = await create_group(session, realm.actor, authority, org.id, name="B")
 
     def move(group_id: str, parent_id: str) -> Any:
         async def change(session: Any) -> Any:
-            return await organizations.update_group(
-                session, realm.actor, authority, org.id, group_id, parent_id=parent_id
-            )
+            return await update_group(session, realm.actor, authority, org.id, group_id, parent_id=parent_id)
 
         return change
 
@@ -76,7 +75,7 @@ async def test_two_moves_at_once_never_make_a_parent_cycle(realm: RealmHandle) -
 
     # A longer loop closes the same way: C under B, then B under C's descendant... C is under A.
     async with realm.sessions() as session, session.begin():
-        c, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="C")
+        c, _ = await create_group(session, realm.actor, authority, org.id, name="C")
     _, second = await race(realm, move(c.id, a.id), move(b.id, c.id))
     assert isinstance(second, ValidationFailed), second
     assert await parents(realm, a.id, b.id, c.id) == {a.id: b.id, b.id: None, c.id: a.id}

@@ -12,8 +12,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import identity, organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import add_group_member
+from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, THROTTLE_WINDOW, UnknownRealmFailures
 from engine.platform.clock import FixedClock
 from testing.directory import in_group, member_group
 from testing.factories import HTML, RealmHandle, bearer, form_value, independent_admin
@@ -38,7 +39,7 @@ async def join_group(realm: RealmHandle, group_id: str, user_id: str) -> None:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
         org_id = await session.scalar(text("SELECT organization_id FROM groups WHERE id = :g"), {"g": group_id})
-        await organizations.add_group_member(session, realm.actor, authority, org_id, group_id, user_id)
+        await add_group_member(session, realm.actor, authority, org_id, group_id, user_id)
 
 
 async def test_removals_and_suspensions_happen_and_are_never_reversed(realm: RealmHandle) -> None:
@@ -191,10 +192,10 @@ async def age_failures(realm: RealmHandle, by: timedelta) -> None:
 
 async def test_the_account_throttle_ends_with_its_window(client: Client, realm: RealmHandle) -> None:
     await realm.user("pat@example.com", password=PASSWORD)
-    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+    for _ in range(THROTTLE_PER_ACCOUNT):
         assert (await post_password(client, realm.slug, "pat@example.com", "wrong")).status_code == 401
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 429
-    await age_failures(realm, identity.THROTTLE_WINDOW - timedelta(minutes=1))
+    await age_failures(realm, THROTTLE_WINDOW - timedelta(minutes=1))
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 429  # still inside
     await age_failures(realm, timedelta(minutes=1, seconds=1))
     signed_in = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
@@ -204,22 +205,22 @@ async def test_the_account_throttle_ends_with_its_window(client: Client, realm: 
 
 async def test_the_address_throttle_ends_with_its_window(client: Client, realm: RealmHandle) -> None:
     await realm.user("pat@example.com", password=PASSWORD)
-    for i in range(identity.THROTTLE_PER_ADDRESS):
+    for i in range(THROTTLE_PER_ADDRESS):
         assert (await post_password(client, realm.slug, f"guess{i}@example.com", "wrong")).status_code == 401
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 429
-    await age_failures(realm, identity.THROTTLE_WINDOW + timedelta(seconds=1))
+    await age_failures(realm, THROTTLE_WINDOW + timedelta(seconds=1))
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
 
 
 def test_failures_at_unknown_realms_count_only_inside_the_window() -> None:
-    failures = identity.UnknownRealmFailures()
+    failures = UnknownRealmFailures()
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+    for _ in range(THROTTLE_PER_ACCOUNT):
         failures.record("nowhere", "Pat@example.com", "10.0.0.1", moment=start)
-    inside = start + identity.THROTTLE_WINDOW - timedelta(seconds=1)
-    assert failures.per_account("nowhere", "pat@example.com", inside) == identity.THROTTLE_PER_ACCOUNT
-    assert failures.per_address("10.0.0.1", inside) == identity.THROTTLE_PER_ACCOUNT
-    after = start + identity.THROTTLE_WINDOW + timedelta(seconds=1)
+    inside = start + THROTTLE_WINDOW - timedelta(seconds=1)
+    assert failures.per_account("nowhere", "pat@example.com", inside) == THROTTLE_PER_ACCOUNT
+    assert failures.per_address("10.0.0.1", inside) == THROTTLE_PER_ACCOUNT
+    after = start + THROTTLE_WINDOW + timedelta(seconds=1)
     assert failures.per_account("nowhere", "pat@example.com", after) == 0
     assert failures.per_address("10.0.0.1", after) == 0
 

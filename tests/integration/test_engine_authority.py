@@ -26,10 +26,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import engine.directory
-from engine.directory import identity, organizations, principals, roles, tokens
+from engine.directory import organizations, principals, roles, tokens
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import PERMISSION_CHECKED, PERMISSIONS, Authority, Grant
+from engine.directory.groups import add_group_member, create_group, remove_group_member, update_group
 from engine.directory.models import GroupMember
+from engine.directory.role_assignments import create_assignment, revoke_assignment
+from engine.directory.tokens import mint_token
 from engine.platform.errors import Forbidden
 from testing.factories import RealmHandle, enrol_totp
 
@@ -58,10 +62,10 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     # does a run's step after its decision (the publisher's authority and the grant ceiling, decided
     # in engine/runs/decisions.py). A writer keeps only the invariants no decision can, such as the
     # realm's last administrator.
-    "engine.directory.roles.apply_assignment": "writes a grant roles.create_assignment or a run's decision allowed",
-    "engine.directory.roles.apply_revocation": "writes a revocation roles.revoke_assignment or a run allowed",
-    "engine.directory.organizations.apply_group_join": "writes what add_group_member or a run's decision allowed",
-    "engine.directory.organizations.apply_group_leave": "writes what remove_group_member or a run allowed",
+    "engine.directory.role_assignments.apply_assignment": "writes a grant create_assignment or a run's decision allowed",
+    "engine.directory.role_assignments.apply_revocation": "writes a revocation revoke_assignment or a run allowed",
+    "engine.directory.groups.apply_group_join": "writes what add_group_member or a run's decision allowed",
+    "engine.directory.groups.apply_group_leave": "writes what remove_group_member or a run allowed",
     "engine.directory.organizations.apply_member_removal": "writes what remove_member or a run's decision allowed",
     "engine.directory.principals.apply_user_status": "writes what set_user_status or a run's decision allowed",
     "engine.runs.service.check_start_request": "checks a start request (realm.workflows.run, starter authority)",
@@ -70,10 +74,10 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.directory.authz.require_authority_over": "is the authority rule itself",
     "engine.directory.principals.require_outranks": "is the authority rule itself",
     "engine.directory.independence.require_independent": "is the independent-reviewer rule itself",
-    "engine.directory.identity.issue_sign_in_link": (
+    "engine.directory.sign_in_links.issue_sign_in_link": (
         "the primitive behind principals.create_sign_in_link (checked) and the operator's CLI"
     ),
-    "engine.directory.identity.mint_token": (
+    "engine.directory.tokens.mint_token": (
         "the primitive behind tokens.mint_own_token and tokens.mint_service_principal_token, and the CLI"
     ),
     "engine.directory.tokens.mint_own_token": "a user mints a token for themselves only",
@@ -88,13 +92,13 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     "engine.directory.webhooks.delete_subscription": "a webhook subscription, not a principal",
     "engine.runs.approvals.request_approval": "a run's approval step asks; the run's publisher is checked",
     "engine.runs.approvals.decide": (
-        "only a named approver decides; an approved role assignment is made by roles.create_assignment (checked)"
+        "only a named approver decides; an approved role assignment is made by create_assignment (checked)"
     ),
     "engine.runs.approvals.delegate": "only a named approver hands their decision on",
-    "engine.runs.role_requests.request_role_assignment": "records what roles.create_assignment (checked) answered",
+    "engine.runs.role_requests.request_role_assignment": "records what create_assignment (checked) answered",
     "engine.endpoints.deliveries.redeliver": "sends an event delivery again; changes no principal",
     "engine.runs.controls.rerun_run": "a re-run goes through start_manual_run's rules",
-    "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.service.set_enabled's rules",
+    "engine.runs.controls.set_workflow_enabled": "goes through engine.workflows.catalog.set_enabled's rules",
     "engine.runs.controls.retry_now": "changes only when a waiting attempt happens",
     "engine.runs.controls.bulk_action": "each run goes through its own cancel or re-run",
     "engine.runs.attention.resolve_run": "records a note on a finished run",
@@ -104,14 +108,15 @@ NOT_A_PRINCIPAL_CHANGE: dict[str, str] = {
     ),
     "engine.runs.service.start_manual_runs": "each person's run goes through start_manual_run's rules",
     "engine.runs.service.cancel_run": "cancelling only undoes what the run did, under its publisher",
-    "engine.workflows.service.create_workflow": "a workflow definition; it acts only once published",
-    "engine.workflows.service.update_workflow": "renames a workflow",
-    "engine.workflows.service.delete_workflow": "removes a workflow",
-    "engine.workflows.service.set_enabled": "enables or disables a workflow",
-    "engine.workflows.service.stage_revision": "a draft does nothing until published",
-    "engine.workflows.service.decide_revision": "a decision on a revision (engine/directory/independence.py)",
-    "engine.workflows.service.publish_revision": "publication passes the delegation ceiling for every step",
-    "engine.workflows.service.rollback": "rollback passes the same delegation ceiling",
+    "engine.workflows.catalog.create_workflow": "a workflow definition; it acts only once published",
+    "engine.workflows.catalog.update_workflow": "renames a workflow",
+    "engine.workflows.catalog.delete_workflow": "removes a workflow",
+    "engine.workflows.catalog.set_enabled": "enables or disables a workflow",
+    "engine.workflows.revisions.stage_revision": "a draft does nothing until published",
+    "engine.workflows.revisions.add_revision": "writes the draft that create_workflow or stage_revision accepted",
+    "engine.workflows.revisions.decide_revision": "a decision on a revision (engine/directory/independence.py)",
+    "engine.workflows.publication.publish_revision": "publication passes the delegation ceiling for every step",
+    "engine.workflows.publication.rollback": "rollback passes the same delegation ceiling",
 }
 
 
@@ -132,7 +137,7 @@ class World:
 Case = Callable[[AsyncSession, Actor, Authority, World], Awaitable[Any]]
 
 CASES: dict[str, Case] = {
-    "engine.directory.identity.create_user": lambda s, a, auth, w: identity.create_user(
+    "engine.directory.accounts.create_user": lambda s, a, auth, w: create_user(
         s, a, email="new@example.com", display_name="New", authority=auth
     ),
     "engine.directory.principals.update_user": lambda s, a, auth, w: principals.update_user(
@@ -154,16 +159,14 @@ CASES: dict[str, Case] = {
     "engine.directory.organizations.remove_member": lambda s, a, auth, w: organizations.remove_member(
         s, a, w.org, w.target, authority=auth
     ),
-    "engine.directory.organizations.create_group": lambda s, a, auth, w: organizations.create_group(
-        s, a, auth, w.org, name="Another"
-    ),
-    "engine.directory.organizations.update_group": lambda s, a, auth, w: organizations.update_group(
+    "engine.directory.groups.create_group": lambda s, a, auth, w: create_group(s, a, auth, w.org, name="Another"),
+    "engine.directory.groups.update_group": lambda s, a, auth, w: update_group(
         s, a, auth, w.org, w.group, name="Renamed"
     ),
-    "engine.directory.organizations.add_group_member": lambda s, a, auth, w: organizations.add_group_member(
+    "engine.directory.groups.add_group_member": lambda s, a, auth, w: add_group_member(
         s, a, auth, w.org, w.other_group, w.target
     ),
-    "engine.directory.organizations.remove_group_member": lambda s, a, auth, w: organizations.remove_group_member(
+    "engine.directory.groups.remove_group_member": lambda s, a, auth, w: remove_group_member(
         s, a, auth, w.org, w.group, w.target
     ),
     "engine.directory.roles.create_role": lambda s, a, auth, w: roles.create_role(
@@ -173,10 +176,12 @@ CASES: dict[str, Case] = {
         s, a, auth, w.role, description="changed"
     ),
     "engine.directory.roles.delete_role": lambda s, a, auth, w: roles.delete_role(s, a, auth, w.role),
-    "engine.directory.roles.create_assignment": lambda s, a, auth, w: roles.create_assignment(
+    "engine.directory.role_assignments.create_assignment": lambda s, a, auth, w: create_assignment(
         s, a, auth, role_id=w.role, user_id=w.outsider
     ),
-    "engine.directory.roles.revoke_assignment": lambda s, a, auth, w: roles.revoke_assignment(s, a, auth, w.assignment),
+    "engine.directory.role_assignments.revoke_assignment": lambda s, a, auth, w: revoke_assignment(
+        s, a, auth, w.assignment
+    ),
     "engine.directory.tokens.mint_service_principal_token": lambda s, a, auth, w: tokens.mint_service_principal_token(
         s, a, w.sp, name="t", expires_in_days=30, authority=auth
     ),
@@ -203,8 +208,8 @@ def test_every_checked_function_has_a_case() -> None:
 def test_only_run_steps_and_own_tokens_are_exempt() -> None:
     exempt = {name for name, check in PERMISSION_CHECKED.items() if check.exempt}
     assert exempt == {
-        "engine.directory.roles.create_assignment",
-        "engine.directory.roles.revoke_assignment",
+        "engine.directory.role_assignments.create_assignment",
+        "engine.directory.role_assignments.revoke_assignment",
         "engine.directory.tokens.revoke",
     }
 
@@ -219,13 +224,13 @@ async def _world(realm: RealmHandle) -> World:
     role = await realm.role("Unused", ["realm.users.read"])
     assignment = await realm.assign(target, held_role)
     async with realm.sessions() as session, session.begin():
-        group, _ = await organizations.create_group(session, realm.actor, None, org.id, name="Team")
-        other, _ = await organizations.create_group(session, realm.actor, None, org.id, name="Other")
+        group, _ = await create_group(session, realm.actor, None, org.id, name="Team")
+        other, _ = await create_group(session, realm.actor, None, org.id, name="Other")
         session.add(GroupMember(group_id=group.id, user_id=target.id, realm_id=realm.id, added_by=realm.admin.id))
         sp = await principals.create_service_principal(
             session, realm.actor, name="robot", description="", authority=None
         )
-        _, token = await identity.mint_token(session, realm.actor, audience="admin", service_principal=sp)
+        _, token = await mint_token(session, realm.actor, audience="admin", service_principal=sp)
     return World(realm, org.id, group.id, other.id, role.id, target.id, outsider.id, assignment.id, sp.id, token.id)
 
 

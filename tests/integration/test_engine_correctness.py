@@ -17,7 +17,8 @@ from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs import triggers
 from engine.runs.runstore import leases
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.directory import outage, refuse_role_changes
 from testing.factories import RealmHandle
 from testing.runs import drain, load, make_runner, rows, start
@@ -293,7 +294,7 @@ class TestTriggersAndReferences:
     async def test_an_expiry_about_a_service_principal_starts_no_run(self, realm: RealmHandle) -> None:
         from engine.directory.models import RoleAssignment
         from engine.directory.principals import create_service_principal
-        from engine.directory.roles import expire_due_assignments
+        from engine.directory.role_assignments import expire_due_assignments
         from engine.platform.ids import new_id
 
         wid = await publish(
@@ -334,8 +335,8 @@ class TestTriggersAndReferences:
     async def test_a_deleted_group_fails_group_missing_for_an_organization_scoped_publisher(
         self, realm: RealmHandle
     ) -> None:
-        from engine.directory import organizations
         from engine.directory.authz import load_authority
+        from engine.directory.groups import create_group
 
         org = await realm.organization("Eng")
         publisher = await realm.user("publisher@example.com")
@@ -349,10 +350,10 @@ class TestTriggersAndReferences:
         await realm.member(org, subject)
         async with realm.sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)
-            group, *_ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+            group, *_ = await create_group(session, realm.actor, authority, org.id, name="Team")
         actor = realm.actor.__class__(type="user", id=publisher.id, realm_id=realm.id)
         async with realm.sessions() as session, session.begin():
-            workflow, _ = await workflows.create_workflow(
+            workflow, _ = await create_workflow(
                 session,
                 actor,
                 name="Team",
@@ -361,7 +362,7 @@ class TestTriggersAndReferences:
                 requires_approval=False,
             )
         async with realm.sessions() as session, session.begin():
-            await workflows.publish_revision(session, actor, workflow.id, 1)
+            await publish_revision(session, actor, workflow.id, 1)
         run_id = await start(realm, workflow.id, subject.id)
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM groups WHERE id = :g"), {"g": group.id})

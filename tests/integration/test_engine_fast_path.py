@@ -18,8 +18,11 @@ from engine.directory import organizations, roles
 from engine.directory import principals as directory
 from engine.directory.audit import Actor
 from engine.directory.authz import AUTHORITY_SQL, load_authority
+from engine.directory.groups import add_group_member, create_group, remove_group_member, update_group
 from engine.directory.models import Group, Role, User
+from engine.directory.role_assignments import create_assignment, expire_due_assignments, revoke_assignment
 from engine.platform.clock import FixedClock
+from engine.platform.db import positional
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import batched
 from testing.factories import RealmHandle
@@ -28,7 +31,7 @@ from testing.statements import recording
 from testing.workflows import publish
 
 # The statement that reads a principal's authority, as the fast path sends it.
-AUTHORITY = batched.positional(AUTHORITY_SQL)
+AUTHORITY = positional(AUTHORITY_SQL)
 
 
 def runner(realm: RealmHandle, clock: FixedClock, *, fast: bool = True, group: int = 50, worker: str = "") -> Runner:
@@ -56,7 +59,7 @@ async def directory_for_runs(realm: RealmHandle) -> tuple[str, Role, Group]:
     role = await realm.role("viewer", ["realm.workflows.read"])
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Team")
     return org.id, role, group
 
 
@@ -224,22 +227,22 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def assign(session: Any) -> None:
         auth = await admin_authority(session)
-        await roles.create_assignment(session, actor, auth, role_id=custom.id, user_id=user.id)
+        await create_assignment(session, actor, auth, role_id=custom.id, user_id=user.id)
 
     async def revoke(session: Any) -> None:
         assignment_id = await session.scalar(
             text("SELECT id FROM role_assignments WHERE user_id = :u AND role_id = :r"), {"u": user.id, "r": custom.id}
         )
-        await roles.revoke_assignment(session, actor, await admin_authority(session), assignment_id)
+        await revoke_assignment(session, actor, await admin_authority(session), assignment_id)
 
     async def expiring(session: Any) -> None:
         auth = await admin_authority(session)
-        await roles.create_assignment(
+        await create_assignment(
             session, actor, auth, role_id=custom.id, user_id=user.id, expires_at=datetime.now(UTC) + timedelta(hours=1)
         )
 
     async def expire(session: Any) -> None:
-        assert await roles.expire_due_assignments(session, datetime.now(UTC) + timedelta(hours=2)) >= 1
+        assert await expire_due_assignments(session, datetime.now(UTC) + timedelta(hours=2)) >= 1
 
     await moves("user", assign)
     await moves("user", revoke)
@@ -249,11 +252,11 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def join(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.add_group_member(session, actor, auth, org_id, group.id, user.id)
+        await add_group_member(session, actor, auth, org_id, group.id, user.id)
 
     async def leave(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.remove_group_member(session, actor, auth, org_id, group.id, user.id)
+        await remove_group_member(session, actor, auth, org_id, group.id, user.id)
 
     await moves("user", join)
     await moves("user", leave)
@@ -267,20 +270,20 @@ async def test_every_change_to_authority_moves_an_epoch(realm: RealmHandle) -> N
 
     async def group_roles(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[custom.id])
+        await update_group(session, actor, auth, org_id, group.id, role_ids=[custom.id])
 
     async def new_group(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.create_group(session, actor, auth, org_id, name="Another", parent_id=group.id)
+        await create_group(session, actor, auth, org_id, name="Another", parent_id=group.id)
 
     async def service_principal(session: Any) -> None:
         auth = await admin_authority(session)
         sp = await directory.create_service_principal(session, actor, name="robot", description="", authority=auth)
-        await roles.create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
+        await create_assignment(session, actor, auth, role_id=custom.id, service_principal_id=sp.id)
 
     async def no_group_roles(session: Any) -> None:
         auth = await admin_authority(session)
-        await organizations.update_group(session, actor, auth, org_id, group.id, role_ids=[])
+        await update_group(session, actor, auth, org_id, group.id, role_ids=[])
 
     async def delete_role(session: Any) -> None:
         await roles.delete_role(session, actor, await admin_authority(session), custom.id)
@@ -303,21 +306,22 @@ async def _publisher(realm: RealmHandle, *, expires_in: timedelta | None = None)
 
 
 async def _publish_as(realm: RealmHandle, actor: Actor, definition: dict[str, Any], name: str = "Grant") -> str:
-    from engine.workflows import service as workflows
+    from engine.workflows.catalog import create_workflow
+    from engine.workflows.publication import publish_revision
 
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor, workflow.id, 1)
+        await publish_revision(session, actor, workflow.id, 1)
     return workflow.id
 
 
 async def _revoke(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await roles.revoke_assignment(session, realm.actor, authority, assignment_id)
+        await revoke_assignment(session, realm.actor, authority, assignment_id)
 
 
 async def _suspend(realm: RealmHandle, publisher: User, assignment_id: str, clock: FixedClock) -> None:
@@ -478,7 +482,7 @@ async def test_in_one_group_a_refused_run_is_recorded_there_and_the_others_go_on
     holder = (await subjects(realm, org_id, 1))[0]
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await roles.create_assignment(session, realm.actor, authority, role_id=role.id, user_id=holder.id)
+        await create_assignment(session, realm.actor, authority, role_id=role.id, user_id=holder.id)
     wid = await publish(realm, three_steps(role, group))
     everyone = [fresh[0], holder, *fresh[1:]]
     run_ids = [await start(realm, wid, s.id) for s in everyone]
@@ -581,7 +585,7 @@ async def test_a_publisher_who_holds_an_organization_only_makes_its_steps_there_
     member_role = await realm.role("org-members", ["org.members.write"], boundary="organization")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(
+        group, _ = await create_group(
             session, realm.actor, authority, org.id, name="Stewards", role_ids=[member_role.id]
         )
     publisher = await realm.user()
@@ -640,7 +644,7 @@ async def _refusing_change(realm: RealmHandle, what: str, granted: Role, group: 
                 session, realm.actor, authority, granted.id, permissions=["realm.audit.read", "realm.users.write"]
             )
         else:
-            await organizations.update_group(session, realm.actor, authority, org_id, group.id, role_ids=[strong.id])
+            await update_group(session, realm.actor, authority, org_id, group.id, role_ids=[strong.id])
 
 
 @pytest.mark.parametrize("what", ["role", "group"])
@@ -805,7 +809,7 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     wide = await realm.role("members-everywhere", ["org.members.write"])  # bounded by nothing
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Everywhere")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Everywhere")
     publisher = await realm.user()
     await realm.assign(publisher, await realm.role("publisher", ["realm.workflows.*"]))
     await realm.assign(
@@ -819,7 +823,7 @@ async def test_a_group_that_gives_a_realm_wide_role_needs_its_permissions_realm_
     wid = await _publish_as(realm, Actor(type="user", id=publisher.id, realm_id=realm.id), definition)
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, realm.actor, authority, org.id, group.id, role_ids=[wide.id])
+        await update_group(session, realm.actor, authority, org.id, group.id, role_ids=[wide.id])
     subject = (await subjects(realm, org.id, 1))[0]
     run_id = await start(realm, wid, subject.id)
     r = runner(realm, FixedClock(datetime.now(UTC) + timedelta(minutes=5), jitter=0.0))

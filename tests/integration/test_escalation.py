@@ -25,8 +25,8 @@ from litestar.routes import HTTPRoute
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import identity
 from engine.directory.models import RoleAssignment, ServicePrincipal, User
+from engine.directory.tokens import mint_token
 from engine.platform.ids import new_id
 from testing.authorization import ACCOUNT, MATRIX
 from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp
@@ -275,9 +275,7 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
             assert row is not None
             row.status = "suspended"
             tokens[kind] = (
-                await identity.mint_token(
-                    session, realm.actor, audience="admin", user=await session.get(User, users[kind])
-                )
+                await mint_token(session, realm.actor, audience="admin", user=await session.get(User, users[kind]))
             )[1].id
     async with realm.sessions() as session, session.begin():
         sp = ServicePrincipal(id=new_id("spn"), realm_id=realm.id, name="deployer")
@@ -291,9 +289,7 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
             granted_by=realm.admin.id,
         )
         session.add(sp_assignment)
-        tokens["sp_admin"] = (await identity.mint_token(session, realm.actor, audience="admin", service_principal=sp))[
-            1
-        ].id
+        tokens["sp_admin"] = (await mint_token(session, realm.actor, audience="admin", service_principal=sp))[1].id
     assignments["sp_admin"] = sp_assignment.id
 
     async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import roles
 from engine.directory.admins import active_admin_count
 from engine.directory.authz import load_authority
 from engine.directory.models import Group, GroupMember, GroupRole, User
+from engine.directory.role_assignments import revoke_assignment
 from engine.platform.errors import Conflict
 from engine.platform.ids import new_id
 from testing.factories import HTML, RealmHandle, bearer, browser_session
@@ -166,11 +166,11 @@ async def test_two_administrators_revoking_each_other_at_once_leave_one(realm: R
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
     async with realm.sessions() as one, realm.sessions() as two:
         await one.begin()
-        await roles.revoke_assignment(one, realm.actor, authority, second_grant)  # uncommitted
+        await revoke_assignment(one, realm.actor, authority, second_grant)  # uncommitted
 
         async def other() -> Any:
             async with two.begin():
-                return await roles.revoke_assignment(two, realm.actor, authority, first_grant)
+                return await revoke_assignment(two, realm.actor, authority, first_grant)
 
         task = asyncio.create_task(other())
         await asyncio.sleep(0.5)

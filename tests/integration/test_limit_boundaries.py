@@ -11,9 +11,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import identity, webhooks
+from engine.directory import sign_in_links, webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
+from engine.directory.realms import realm_by_slug
+from engine.directory.sign_in_links import consume_sign_in_link, issue_sign_in_link, sign_in_link_usable
 from engine.platform.clock import FixedClock
 from engine.platform.errors import Conflict, NotFound, Unauthorized
 from engine.runs import approval_links, approvals, schedules
@@ -263,25 +265,25 @@ async def test_a_sign_in_link_works_until_a_second_before_fifteen_minutes_and_no
     and a second after, it is neither usable nor spent."""
     issued = datetime.now(UTC).replace(microsecond=0)
     clock = FixedClock(issued)
-    monkeypatch.setattr(identity, "SYSTEM_CLOCK", clock)
+    monkeypatch.setattr(sign_in_links, "SYSTEM_CLOCK", clock)
     user = await realm.user()
     async with realm.sessions() as session, session.begin():
-        token, row = await identity.issue_sign_in_link(session, user)
+        token, row = await issue_sign_in_link(session, user)
     assert row.expires_at == issued + timedelta(minutes=15)
     async with realm.sessions() as session:
-        realm_row = await identity.realm_by_slug(session, realm.slug)
+        realm_row = await realm_by_slug(session, realm.slug)
     assert realm_row is not None
 
     async def usable(at: datetime) -> bool:
         clock.set(at)
         async with realm.sessions() as session:
-            return await identity.sign_in_link_usable(session, realm_row, token)
+            return await sign_in_link_usable(session, realm_row, token)
 
     async def consumed(at: datetime) -> str | None:
         clock.set(at)
         async with realm.sessions() as session, session.begin():
             try:
-                return (await identity.consume_sign_in_link(session, realm_row, token)).id
+                return (await consume_sign_in_link(session, realm_row, token)).id
             except Unauthorized:
                 return None
 

@@ -9,12 +9,12 @@ import re
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from testing.factories import HTML, RealmHandle, bearer
 from testing.pages import signed_in, step_block
 from testing.runs import drain_realm, run_state, start
@@ -66,7 +66,7 @@ async def test_the_author_of_a_revision_sees_approve_and_reject_disabled_with_wh
 ) -> None:
     await signed_in(client, realm)
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name="Joiner",
@@ -194,7 +194,7 @@ async def test_the_home_activity_names_groups_and_people(client: Client, realm: 
     org = await realm.organization("Engineering")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _roles = await organizations.create_group(session, realm.actor, authority, org.id, name="On-call")
+        group, _roles = await create_group(session, realm.actor, authority, org.id, name="On-call")
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
     activity = home.text.split('class="activity"', 1)[1].split("</table>", 1)[0]
     assert (

@@ -15,8 +15,8 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import User
 from engine.runs.runner import Runner
 from testing.approvals import decide
@@ -41,7 +41,7 @@ class Desk:
         org = await realm.organization("Lab")
         async with realm.sessions() as session, session.begin():
             authority = await load_authority(session, realm.id, "user", realm.admin.id)
-            group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Lab team")
+            group, _ = await create_group(session, realm.actor, authority, org.id, name="Lab team")
         definition = {
             "schema_version": 1,
             "triggers": [{"type": "manual"}],

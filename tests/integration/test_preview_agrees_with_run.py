@@ -21,9 +21,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from engine.directory import organizations
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group, update_group
 from engine.directory.models import Role
 from engine.endpoints.calls import EndpointSettings
 from engine.platform.clock import FixedClock
@@ -33,7 +33,8 @@ from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.preview import PreviewSettings, preview_run
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.factories import TEST_SECRET_KEY, RealmHandle, bearer, make_realm
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ class World:
     async def _group(self) -> str:
         async with self.sessions() as session, session.begin():
             authority = await load_authority(session, self.realm.id, "user", self.realm.admin.id)
-            group, _ = await organizations.create_group(session, self.realm.actor, authority, self.org.id, name="Team")
+            group, _ = await create_group(session, self.realm.actor, authority, self.org.id, name="Team")
         return group.id
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -111,7 +112,7 @@ async def example(world: World, state: dict[str, bool], kinds: list[str]) -> Non
         "steps": [step_of(world, kind, i) for i, kind in enumerate(kinds)],
     }
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name=f"Agree {world.examples}",
@@ -120,7 +121,7 @@ async def example(world: World, state: dict[str, bool], kinds: list[str]) -> Non
             requires_approval=False,
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     await preview_then_run(realm, workflow.id, subject.id, fast=state["fast"], worker=f"{world.examples}")
 
 
@@ -228,7 +229,7 @@ class Case:
 async def publish_as(realm: RealmHandle, publisher: Actor, step: dict[str, Any]) -> str:
     definition = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "only"} | step]}
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             publisher,
             name=f"Case {uuid4().hex[:6]}",
@@ -237,7 +238,7 @@ async def publish_as(realm: RealmHandle, publisher: Actor, step: dict[str, Any])
             requires_approval=False,
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, publisher, workflow.id, 1)
+        await publish_revision(session, publisher, workflow.id, 1)
     return workflow.id
 
 
@@ -257,9 +258,9 @@ async def narrow_publisher(realm: RealmHandle) -> tuple[Actor, Role]:
 async def group_in(realm: RealmHandle, org_id: str, *role_ids: str) -> str:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org_id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org_id, name="Team")
         if role_ids:
-            await organizations.update_group(session, realm.actor, authority, org_id, group.id, role_ids=list(role_ids))
+            await update_group(session, realm.actor, authority, org_id, group.id, role_ids=list(role_ids))
     return group.id
 
 
@@ -464,11 +465,11 @@ async def test_a_grant_after_an_approval_by_someone_who_could_not_make_it_is_ref
         ],
     }
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name="Ask", definition=definition, has_definition=True, requires_approval=False
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
 
     async def approve(run_id: str) -> None:
         async with realm.sessions() as session:

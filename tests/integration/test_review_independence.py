@@ -16,15 +16,20 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select, text
 
-from engine.directory import identity, independence, organizations, roles
+from engine.directory import independence, organizations, roles
+from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import add_group_member, create_group, update_group
 from engine.directory.models import AuditEvent, RoleAssignment, User
+from engine.directory.realms import builtin_role
 from engine.platform import config
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.lookup import get_revision
+from engine.workflows.revisions import decide_revision
 from testing.factories import RealmHandle, bearer, browser_session, independent_admin
 
 Client = AsyncTestClient[Litestar]
@@ -36,7 +41,7 @@ DEFINITION = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{
 async def _workflow(realm: RealmHandle) -> str:
     """A workflow that requires approval, its first revision a draft authored by the realm's admin."""
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             realm.actor,
             name=f"Reviewed {new_id('wfl')[-6:]}",
@@ -50,7 +55,7 @@ async def _workflow(realm: RealmHandle) -> str:
 async def _decide(realm: RealmHandle, reviewer: User, workflow_id: str, *, approve: bool = True) -> None:
     actor = Actor(type="user", id=reviewer.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
-        await workflows.decide_revision(session, actor, workflow_id, 1, approve=approve, comment=None)
+        await decide_revision(session, actor, workflow_id, 1, approve=approve, comment=None)
 
 
 async def _refusals(realm: RealmHandle, event: str = "workflow.revision.review_refused") -> list[dict[str, Any]]:
@@ -63,21 +68,21 @@ async def _refusals(realm: RealmHandle, event: str = "workflow.revision.review_r
 
 async def _status(realm: RealmHandle, workflow_id: str) -> str:
     async with realm.sessions() as session:
-        revision = await workflows.get_revision(session, realm.id, workflow_id, 1)
+        revision = await get_revision(session, realm.id, workflow_id, 1)
         return revision.status
 
 
 async def _operator_user(realm: RealmHandle, email: str) -> User:
     """A user the operator made: nobody in the realm created them."""
     async with realm.sessions() as session, session.begin():
-        return await identity.create_user(
+        return await create_user(
             session, Actor.system(realm.id), email=email, display_name=email.split("@")[0], authority=None
         )
 
 
 async def _grant_admin(realm: RealmHandle, user: User, *, by: str | None, age: timedelta) -> None:
     async with realm.sessions() as session, session.begin():
-        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        admin_role = await builtin_role(session, realm.id, "realm-admin")
         session.add(
             RoleAssignment(
                 id=new_id("ras"),
@@ -160,7 +165,7 @@ async def test_an_account_made_by_an_account_the_author_made_is_the_authors_too(
     deputy = await realm.user("deputy@example.com")
     async with realm.sessions() as session, session.begin():
         deputy_actor = Actor(type="user", id=deputy.id, realm_id=realm.id)
-        grandchild = await identity.create_user(
+        grandchild = await create_user(
             session, deputy_actor, email="grandchild@example.com", display_name="G", authority=None
         )
     await _grant_admin(realm, grandchild, by=None, age=timedelta(days=400))
@@ -202,17 +207,17 @@ async def test_the_setting_moves_the_window(realm: RealmHandle, monkeypatch: pyt
 async def _group_with_admin_role(realm: RealmHandle, *, role_by: str | None) -> tuple[str, str]:
     org = await realm.organization()
     async with realm.sessions() as session, session.begin():
-        admin_role = await identity.builtin_role(session, realm.id, "realm-admin")
+        admin_role = await builtin_role(session, realm.id, "realm-admin")
         system = Actor.system(realm.id)
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(
+        group, _ = await create_group(
             session,
             Actor(type="user", id=role_by, realm_id=realm.id) if role_by else system,
             everything,
             org.id,
             name="A",
         )
-        await organizations.update_group(
+        await update_group(
             session,
             Actor(type="user", id=role_by, realm_id=realm.id) if role_by else system,
             everything,
@@ -227,7 +232,7 @@ async def _join(realm: RealmHandle, org_id: str, group_id: str, user: User, *, b
     async with realm.sessions() as session, session.begin():
         await organizations.add_member(session, Actor.system(realm.id), org_id, user.id, authority=None)
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.add_group_member(session, by, everything, org_id, group_id, user.id)
+        await add_group_member(session, by, everything, org_id, group_id, user.id)
 
 
 async def test_a_group_membership_the_author_added_does_not_count(realm: RealmHandle) -> None:
@@ -253,7 +258,7 @@ async def test_a_role_the_author_gave_a_group_does_not_count(realm: RealmHandle)
     # Someone else renaming the group keeps who granted its role: still refused.
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, Actor.system(realm.id), everything, org_id, group_id, name="Renamed")
+        await update_group(session, Actor.system(realm.id), everything, org_id, group_id, name="Renamed")
     await _refused_with(realm, reviewer, workflow_id, "authority_from_author")
 
 
@@ -263,11 +268,11 @@ async def test_a_group_the_author_moved_under_an_admin_group_does_not_count(real
     system = Actor.system(realm.id)
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        child, _ = await organizations.create_group(session, system, everything, org_id, name="Child")
+        child, _ = await create_group(session, system, everything, org_id, name="Child")
     await _join(realm, org_id, child.id, reviewer, by=system)
     async with realm.sessions() as session, session.begin():
         everything = await load_authority(session, realm.id, "user", realm.admin.id)
-        await organizations.update_group(session, realm.actor, everything, org_id, child.id, parent_id=parent_id)
+        await update_group(session, realm.actor, everything, org_id, child.id, parent_id=parent_id)
     await _refused_with(realm, reviewer, await _workflow(realm), "authority_from_author")
 
 

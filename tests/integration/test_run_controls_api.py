@@ -61,15 +61,15 @@ def flaky_group_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 async def group_workflow(realm: RealmHandle, backoff: str = "1h") -> tuple[str, Any]:
-    from engine.directory import organizations
     from engine.directory.authz import load_authority
+    from engine.directory.groups import create_group
 
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")
     await realm.member(org, subject)
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Team")
     wid = await publish(
         realm,
         definition(

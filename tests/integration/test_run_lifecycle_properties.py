@@ -40,7 +40,8 @@ from engine.runs import service as runs
 from engine.runs.runner import Runner, RunnerSettings
 from engine.runs.runstore import leases
 from engine.runs.states import FINISHED
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.directory import refuse_role_changes
 from testing.factories import RealmHandle, make_realm
 
@@ -129,7 +130,7 @@ class RunLifecycle(RuleBasedStateMachine):
         }
         async with self.realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM refused_roles"))
-            workflow, _ = await workflows.create_workflow(
+            workflow, _ = await create_workflow(
                 session,
                 self.realm.actor,
                 name=f"Lifecycle {self.h.examples}",
@@ -138,7 +139,7 @@ class RunLifecycle(RuleBasedStateMachine):
                 requires_approval=False,
             )
         async with self.realm.sessions() as session, session.begin():
-            await workflows.publish_revision(session, self.realm.actor, workflow.id, 1)
+            await publish_revision(session, self.realm.actor, workflow.id, 1)
         return workflow.id
 
     # --- rules -----------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import organizations
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from testing.factories import RealmHandle, bearer
 from testing.runs import drain, load, make_runner
 from testing.workflows import publish
@@ -52,7 +52,7 @@ def outcomes(answer: dict[str, Any]) -> list[tuple[str, str, str | None]]:
 async def group_of(realm: RealmHandle, org_id: str, name: str = "Team") -> str:
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        group, _ = await organizations.create_group(session, realm.actor, authority, org_id, name=name)
+        group, _ = await create_group(session, realm.actor, authority, org_id, name=name)
     return group.id
 
 

@@ -171,11 +171,11 @@ async def test_retry_timing_with_an_injectable_clock(realm: RealmHandle, monkeyp
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")
     await realm.member(org, subject)
-    from engine.directory import organizations
+    from engine.directory.groups import create_group
 
     authority = await _authority(realm)
     async with realm.sessions() as session, session.begin():
-        group, _ = await organizations.create_group(session, realm.actor, authority, org.id, name="Team")
+        group, _ = await create_group(session, realm.actor, authority, org.id, name="Team")
     definition = {
         "schema_version": 1,
         "triggers": [{"type": "manual"}],
@@ -476,13 +476,13 @@ async def test_a_change_the_database_refuses_fails_the_step_for_good_as_a_confli
     """A step whose change the database refuses (a duplicate made concurrently, a row gone; here a
     trigger refusing every new group membership) fails ``conflict`` at its first attempt, with the
     driver's one-line summary and never retried, though its policy allows three tries."""
-    from engine.directory import organizations
+    from engine.directory.groups import create_group
 
     org = await realm.organization("Eng")
     subject = await realm.user("subject@example.com")
     await realm.member(org, subject)
     async with realm.sessions() as session, session.begin():
-        group, _ = await organizations.create_group(session, realm.actor, await _authority(realm), org.id, name="Team")
+        group, _ = await create_group(session, realm.actor, await _authority(realm), org.id, name="Team")
         await session.execute(
             text(
                 "CREATE FUNCTION refuse_member() RETURNS trigger LANGUAGE plpgsql AS"

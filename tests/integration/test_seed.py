@@ -9,9 +9,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from cockpit.bootstrap import first_start
-from engine.directory import identity
 from engine.directory.authz import check_assignment, load_authority
+from engine.directory.realms import create_realm, realm_by_slug
 from engine.directory.seed import DEMO_ADMIN_EMAIL, seed_demo
+from engine.directory.sign_in_links import consume_sign_in_link
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
 
@@ -36,7 +37,7 @@ async def counts(sessions: Sessions) -> dict[str, int]:
 async def test_the_demo_realm_has_people_organizations_roles_and_groups(sessions: Sessions) -> None:
     assert await seed(sessions) is True
     async with sessions() as session:
-        realm = await identity.realm_by_slug(session, "demo")
+        realm = await realm_by_slug(session, "demo")
         assert realm is not None and realm.name == "Demo"
         users = dict((await session.execute(text("SELECT email, password_hash FROM users"))).all())
         assert DEMO_ADMIN_EMAIL in users and "approver@demo.example" in users and "auditor@demo.example" in users
@@ -138,9 +139,9 @@ def test_first_start_prints_a_working_link_then_only_how_to_get_one(settings: Se
         engine = make_engine(database_url, pool_size=1)
         try:
             async with make_sessionmaker(engine)() as session, session.begin():
-                realm = await identity.realm_by_slug(session, "demo")
+                realm = await realm_by_slug(session, "demo")
                 assert realm is not None
-                return (await identity.consume_sign_in_link(session, realm, token)).email
+                return (await consume_sign_in_link(session, realm, token)).email
         finally:
             await engine.dispose()
 
@@ -156,7 +157,7 @@ def test_first_start_leaves_an_installation_with_its_own_realms_alone(settings: 
         engine = make_engine(database_url, pool_size=1)
         try:
             async with make_sessionmaker(engine)() as session, session.begin():
-                await identity.create_realm(session, "acme", admin_email="root@acme.example")
+                await create_realm(session, "acme", admin_email="root@acme.example")
         finally:
             await engine.dispose()
 
@@ -174,7 +175,7 @@ def test_first_start_shows_a_published_onboarding_workflow_with_a_finished_and_a
         engine = make_engine(database_url, pool_size=1)
         try:
             async with make_sessionmaker(engine)() as session:
-                realm = await identity.realm_by_slug(session, "demo")
+                realm = await realm_by_slug(session, "demo")
                 assert realm is not None
                 rows = await session.execute(
                     text(

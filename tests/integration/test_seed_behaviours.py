@@ -16,6 +16,7 @@ from sqlalchemy import text
 from engine.directory import organizations, webhooks
 from engine.directory.audit import Actor
 from engine.directory.authz import load_authority
+from engine.directory.groups import create_group
 from engine.directory.models import Role, User
 from engine.platform.clock import FixedClock
 from engine.platform.errors import EngineError
@@ -23,8 +24,10 @@ from engine.runs import service as runs
 from engine.runs import triggers as event_triggers
 from engine.runs.runner import Runner, RunnerSettings
 from engine.worker.runtime import wake_pass
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
 from engine.workflows.definitions.canonical import input_version
+from engine.workflows.publication import publish_revision, rollback
+from engine.workflows.revisions import stage_revision
 from testing.authorization import realm_routes
 from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.runs import drain, load
@@ -44,7 +47,7 @@ async def administrator(realm: RealmHandle, email: str) -> User:
 
 async def create(realm: RealmHandle, definition: dict[str, Any], name: str = "Seed") -> str:
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session, realm.actor, name=name, definition=definition, has_definition=True, requires_approval=False
         )
     return workflow.id
@@ -52,7 +55,7 @@ async def create(realm: RealmHandle, definition: dict[str, Any], name: str = "Se
 
 async def publish_as(realm: RealmHandle, user: User, workflow_id: str, number: int) -> None:
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor_of(realm, user), workflow_id, number)
+        await publish_revision(session, actor_of(realm, user), workflow_id, number)
 
 
 async def start(realm: RealmHandle, workflow_id: str, subject: User) -> str:
@@ -95,11 +98,11 @@ async def test_a_run_keeps_its_revision_and_publisher_across_publish_and_rollbac
     clock.current = datetime.now(UTC) + timedelta(seconds=1)  # after the runs it must find due
     await drain(worker)
     async with realm.sessions() as session, session.begin():
-        await workflows.stage_revision(session, realm.actor, wid, waits_then_grants(second))
+        await stage_revision(session, realm.actor, wid, waits_then_grants(second))
     await publish_as(realm, b, wid, 2)
     on_two = await start(realm, wid, subjects[1])
     async with realm.sessions() as session, session.begin():
-        await workflows.rollback(session, actor_of(realm, c), wid, 1)
+        await rollback(session, actor_of(realm, c), wid, 1)
     rolled_back = await start(realm, wid, subjects[2])
     clock.current = datetime.now(UTC) + timedelta(seconds=1)
     await drain(worker)
@@ -213,7 +216,7 @@ async def refusal(realm: RealmHandle, user: User, workflow_id: str) -> tuple[str
     (the revision is left unpublished either way)."""
     async with realm.sessions() as session:
         try:
-            await workflows.publish_revision(session, actor_of(realm, user), workflow_id, 1)
+            await publish_revision(session, actor_of(realm, user), workflow_id, 1)
         except EngineError as refused:
             return refused.code, [(i.path, i.code) for i in refused.issues]
         finally:
@@ -229,15 +232,9 @@ async def test_a_group_step_needs_the_ceiling_of_every_role_its_ancestors_grant(
     auditor = await realm.role("auditor", ["realm.audit.read"])
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        root, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Root", role_ids=[auditor.id]
-        )
-        middle, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Middle", parent_id=root.id
-        )
-        child, _ = await organizations.create_group(
-            session, realm.actor, authority, org.id, name="Child", parent_id=middle.id
-        )
+        root, _ = await create_group(session, realm.actor, authority, org.id, name="Root", role_ids=[auditor.id])
+        middle, _ = await create_group(session, realm.actor, authority, org.id, name="Middle", parent_id=root.id)
+        child, _ = await create_group(session, realm.actor, authority, org.id, name="Child", parent_id=middle.id)
     wid = await create(
         realm,
         {
@@ -269,7 +266,7 @@ async def test_steps_without_an_organization_are_checked_where_every_trigger_pin
     eng, sales = await realm.organization("Eng"), await realm.organization("Sales")
     async with realm.sessions() as session, session.begin():
         authority = await load_authority(session, realm.id, "user", realm.admin.id)
-        team, _ = await organizations.create_group(session, realm.actor, authority, eng.id, name="Team")
+        team, _ = await create_group(session, realm.actor, authority, eng.id, name="Team")
     in_eng = await publisher(realm, "in-eng@example.com", ["org.members.write"], organization_id=eng.id)
     everywhere = await publisher(realm, "everywhere@example.com", ["org.members.write"])
 

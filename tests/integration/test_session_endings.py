@@ -10,9 +10,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import identity
 from engine.directory import principals as directory
 from engine.directory.models import User
+from engine.directory.sessions import create_session
+from engine.directory.tokens import mint_token
 from engine.platform.errors import Conflict, Unauthorized
 from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session, enrol_totp, sign_in_link
 
@@ -133,9 +134,9 @@ async def test_no_credential_is_made_for_a_suspended_user(realm: RealmHandle) ->
         row = await session.get(User, user.id)
         assert row is not None
         with pytest.raises(Unauthorized):
-            await identity.create_session(session, row, mfa=True)
+            await create_session(session, row, mfa=True)
         with pytest.raises(Conflict) as refused:
-            await identity.mint_token(session, realm.actor, audience="account", user=row)
+            await mint_token(session, realm.actor, audience="account", user=row)
         assert refused.value.code == "user_suspended"
 
 
@@ -150,7 +151,7 @@ async def test_a_session_opened_while_a_suspension_commits_does_not_outlive_it(r
             async with realm.sessions() as session, session.begin():
                 row = await session.get(User, user.id)
                 assert row is not None
-                cookie, _ = await identity.create_session(session, row, mfa=True)
+                cookie, _ = await create_session(session, row, mfa=True)
                 return cookie
 
         attempt = asyncio.create_task(sign_in())

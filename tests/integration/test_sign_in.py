@@ -17,8 +17,11 @@ from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
 from cockpit.state import context_of
-from engine.directory import identity
+from engine.directory.mfa import enable_totp, new_totp_secret, verify_second_factor
 from engine.directory.models import User
+from engine.directory.realms import realm_by_slug
+from engine.directory.sign_in_links import sign_in_link_usable
+from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
@@ -250,7 +253,7 @@ async def test_six_attempts_on_one_account_are_throttled_even_with_the_right_pas
     client: Client, realm: RealmHandle
 ) -> None:
     await realm.user("pat@example.com", password=PASSWORD)
-    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+    for _ in range(THROTTLE_PER_ACCOUNT):
         assert (await post_password(client, realm.slug, "pat@example.com", "wrong")).status_code == 401
     sixth = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
     assert sixth.status_code == 429
@@ -262,7 +265,7 @@ async def test_six_attempts_on_one_account_are_throttled_even_with_the_right_pas
 
 async def test_one_address_is_throttled_across_accounts(client: Client, realm: RealmHandle) -> None:
     await realm.user("pat@example.com", password=PASSWORD)
-    for i in range(identity.THROTTLE_PER_ADDRESS):
+    for i in range(THROTTLE_PER_ADDRESS):
         response = await post_password(client, realm.slug, f"guess{i}@example.com", "wrong")
         assert response.status_code == 401
     blocked = await post_password(client, realm.slug, "pat@example.com", PASSWORD)
@@ -270,7 +273,7 @@ async def test_one_address_is_throttled_across_accounts(client: Client, realm: R
 
 
 async def test_unknown_realms_are_throttled_like_known_ones(client: Client, realm: RealmHandle) -> None:
-    for _ in range(identity.THROTTLE_PER_ACCOUNT):
+    for _ in range(THROTTLE_PER_ACCOUNT):
         assert (await post_password(client, "no-such-realm", "pat@example.com", "x")).status_code == 401
     assert (await post_password(client, "no-such-realm", "pat@example.com", "x")).status_code == 429
 
@@ -352,9 +355,9 @@ def test_the_cli_prints_a_link_to_the_continue_page(
         engine = make_engine(database_url, pool_size=1)
         try:
             async with make_sessionmaker(engine)() as session:
-                realm = await identity.realm_by_slug(session, "acme")
+                realm = await realm_by_slug(session, "acme")
                 assert realm is not None
-                return await identity.sign_in_link_usable(session, realm, found.group(1))
+                return await sign_in_link_usable(session, realm, found.group(1))
         finally:
             await engine.dispose()
 
@@ -382,7 +385,7 @@ async def test_a_right_password_never_forgives_wrong_codes(client: Client, realm
         answers.append(first.status_code)
         if first.status_code != 303:
             continue
-        for _ in range(identity.THROTTLE_PER_ACCOUNT - 1):
+        for _ in range(THROTTLE_PER_ACCOUNT - 1):
             step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
             csrf = form_value(step.text, "_csrf")
             code = await client.post(
@@ -394,7 +397,7 @@ async def test_a_right_password_never_forgives_wrong_codes(client: Client, realm
     assert answers == [303, 401, 401, 401, 401, 303, 401, 429, 429, 429, 429], answers
     async with realm.sessions() as session:
         kinds = (await session.execute(text("SELECT kind, count(*) FROM sign_in_failures GROUP BY kind"))).all()
-    assert dict(kinds) == {"second_factor": identity.THROTTLE_PER_ACCOUNT}  # type: ignore[arg-type]
+    assert dict(kinds) == {"second_factor": THROTTLE_PER_ACCOUNT}  # type: ignore[arg-type]
     # A right code (after the window) forgives them all.
     async with realm.sessions() as session, session.begin():
         await session.execute(text("UPDATE sign_in_failures SET occurred_at = occurred_at - interval '16 minutes'"))
@@ -429,9 +432,7 @@ async def race_wrong_codes(database_url: str, attempts: list[tuple[User, str]], 
             assert row is not None
             await start.wait()
             try:
-                await identity.verify_second_factor(
-                    session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address
-                )
+                await verify_second_factor(session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address)
             except Unauthorized:
                 return "wrong"
             except TooManyRequests:
@@ -454,8 +455,8 @@ async def test_concurrent_wrong_codes_of_one_account_let_exactly_the_allowed_num
     secrets = {user.id: await enrol_totp(realm, user)}
     attempts = [(user, f"10.0.0.{i}") for i in range(15)]  # different addresses: only the account limits
     outcomes = await race_wrong_codes(database_url, attempts, secrets)
-    assert outcomes.count("wrong") == identity.THROTTLE_PER_ACCOUNT, outcomes
-    assert outcomes.count("throttled") == 15 - identity.THROTTLE_PER_ACCOUNT
+    assert outcomes.count("wrong") == THROTTLE_PER_ACCOUNT, outcomes
+    assert outcomes.count("throttled") == 15 - THROTTLE_PER_ACCOUNT
 
 
 async def test_concurrent_wrong_codes_from_one_address_let_exactly_the_allowed_number_through(
@@ -465,8 +466,8 @@ async def test_concurrent_wrong_codes_from_one_address_let_exactly_the_allowed_n
     secrets = {user.id: await enrol_totp(realm, user) for user in users}
     attempts = [(user, "10.9.9.9") for user in users for _ in range(4)]  # 24 tries, 4 per account
     outcomes = await race_wrong_codes(database_url, attempts, secrets)
-    assert outcomes.count("wrong") == identity.THROTTLE_PER_ADDRESS, outcomes
-    assert outcomes.count("throttled") == len(attempts) - identity.THROTTLE_PER_ADDRESS
+    assert outcomes.count("wrong") == THROTTLE_PER_ADDRESS, outcomes
+    assert outcomes.count("throttled") == len(attempts) - THROTTLE_PER_ADDRESS
 
 
 async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_pages(
@@ -479,7 +480,7 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
     page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
     csrf = form_value(page.text, "_csrf")
     # Even a well-formed enrolment (sealed by the server for this user) is refused.
-    secret = identity.new_totp_secret()
+    secret = new_totp_secret()
     sealed = seal_enrolment(context_of(client.app).settings, user.id, secret)
     refused = await client.post(
         f"/realms/{realm.slug}/mfa",
@@ -501,9 +502,7 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
         row = await session.get(User, user.id)
         assert row is not None
         with pytest.raises(Forbidden) as no_link:
-            await identity.enable_totp(
-                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False
-            )
+            await enable_totp(session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False)
         assert no_link.value.code == "enrolment_needs_link"
     # Nor does a second enrolment replace a factor already set up, even from a link session.
     await enrol_totp(realm, user)
@@ -511,7 +510,5 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
         row = await session.get(User, user.id)
         assert row is not None
         with pytest.raises(Conflict) as twice:
-            await identity.enable_totp(
-                session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True
-            )
+            await enable_totp(session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True)
         assert twice.value.code == "mfa_enrolled"

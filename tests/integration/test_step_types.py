@@ -24,7 +24,8 @@ from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.runner import Runner, RunnerSettings
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow
+from engine.workflows.publication import publish_revision
 from testing.directory import member_group
 from testing.factories import RealmHandle
 
@@ -38,7 +39,7 @@ def body(*steps: dict[str, Any]) -> dict[str, Any]:
 async def publish(realm: RealmHandle, definition: dict[str, Any], actor: Actor | None = None) -> str:
     actor = actor or realm.actor
     async with realm.sessions() as session, session.begin():
-        workflow, _ = await workflows.create_workflow(
+        workflow, _ = await create_workflow(
             session,
             actor,
             name=f"Steps {new_id('org')[-8:]}",
@@ -47,7 +48,7 @@ async def publish(realm: RealmHandle, definition: dict[str, Any], actor: Actor |
             requires_approval=False,
         )
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, actor, workflow.id, 1)
+        await publish_revision(session, actor, workflow.id, 1)
     return workflow.id
 
 

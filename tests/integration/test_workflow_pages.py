@@ -19,8 +19,9 @@ from cockpit.pages.workflows.diff import side_by_side
 from cockpit.pages.workflows.editor_text import line_of, parse_text, pointer_lines
 from engine.directory.audit import Actor
 from engine.directory.models import RealmPolicy, User
-from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json, line_diff, pretty_json
+from engine.workflows.publication import approval_needed, publish_revision
+from engine.workflows.revisions import decide_revision
 from engine.workflows.templates import workflow_templates
 from testing.factories import HTML, RealmHandle, independent_admin
 from testing.pages import htmx, signed_in
@@ -167,8 +168,8 @@ async def test_the_list_shows_state_revision_approval_and_owner_and_filters(clie
         )
     admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
-        await workflows.decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
-        await workflows.publish_revision(session, admin, onboarding.id, 1)
+        await decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
+        await publish_revision(session, admin, onboarding.id, 1)
 
     url = f"/realms/{realm.slug}/workflows"
     listing = await client.get(url, headers=HTML)
@@ -319,7 +320,7 @@ async def test_pages_say_approval_is_needed_once_the_policy_floor_covers_an_olde
             await session.scalar(text("SELECT requires_approval FROM workflows WHERE id = :w"), {"w": workflow.id})
             is False
         )
-        assert await workflows.approval_needed(session, workflow) is True
+        assert await approval_needed(session, workflow) is True
     assert "requires approval" in after["list"]
     assert "a revision is published only once someone other than its author approved it" in after["detail"]
     assert 'action="' + base + '/revisions/1/publish"' not in after["revision"]
@@ -506,7 +507,7 @@ async def test_the_revision_page_diffs_against_the_published_revision_or_any_oth
     )
     workflow = await make_workflow(realm, body=first)
     async with realm.sessions() as session, session.begin():
-        await workflows.publish_revision(session, realm.actor, workflow.id, 1)
+        await publish_revision(session, realm.actor, workflow.id, 1)
     second = manual_then_end(
         {"id": "pause", "type": "wait", "duration": "1h"},
         {"id": "ask", "type": "approval", "approvers": [realm.admin.id], "expires_in": "48h"},
@@ -746,8 +747,8 @@ async def test_revisions_waiting_for_review_show_to_a_reviewer_and_never_to_thei
     # Once approved and published, nothing waits for anyone.
     admin = Actor(type="user", id=realm.admin.id, realm_id=realm.id, mfa_session=True)
     async with realm.sessions() as session, session.begin():
-        await workflows.decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
-        await workflows.publish_revision(session, admin, onboarding.id, 1)
+        await decide_revision(session, admin, onboarding.id, 1, approve=True, comment=None)
+        await publish_revision(session, admin, onboarding.id, 1)
     await signed_in(client, realm)
     page = (await client.get(home, headers=HTML)).text
     assert re.search(r'id="kpi-reviews-waiting".*?data-testid="kpi-value">0<', page, re.S)

@@ -141,7 +141,7 @@ def test_each_approval_refusal_says_which_rule() -> None:
 
 
 def test_named_parameters_become_numbered_once_each_in_order_of_first_use() -> None:
-    from engine.runs.runstore.batched import positional
+    from engine.platform.db import positional
 
     statement = positional("SELECT :run_id, :now::timestamptz, x::text, :run_id, :step")
     assert statement.sql == "SELECT $1, $2::timestamptz, x::text, $1, $3"

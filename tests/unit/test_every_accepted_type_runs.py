@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from engine.runs import triggers
 from engine.runs.steps import STEP_TYPES
-from engine.workflows.definitions.validation import STEP_TYPES as CONTRACT_STEP_TYPES
-from engine.workflows.definitions.validation import TRIGGER_TYPES, validate_definition
+from engine.workflows.definitions.validation import validate_definition
+from engine.workflows.definitions.vocabulary import STEP_TYPES as CONTRACT_STEP_TYPES
+from engine.workflows.definitions.vocabulary import TRIGGER_TYPES
 
 
 def test_every_step_type_the_contract_accepts_has_a_runtime() -> None:

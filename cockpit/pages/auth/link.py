@@ -19,7 +19,8 @@ from cockpit.pages.auth.sessions import (
     start_session,
 )
 from cockpit.state import AnyRequest, context_of
-from engine.directory import identity
+from engine.directory.realms import realm_by_slug
+from engine.directory.sign_in_links import consume_sign_in_link, sign_in_link_usable
 from engine.platform.errors import Unauthorized
 
 LINK_INVALID = "This sign-in link cannot be used: it was used already, it has expired, or it is not complete."
@@ -40,10 +41,8 @@ class SignInLinkPages(Controller):
     async def link_page(self, request: AnyRequest, realm: FromPath[str], token: FromQuery[str] = "") -> Template:
         ctx = context_of(request.app)
         async with ctx.sessions() as session:
-            realm_row = await identity.realm_by_slug(session, realm)
-            usable = (
-                bool(token) and realm_row is not None and await identity.sign_in_link_usable(session, realm_row, token)
-            )
+            realm_row = await realm_by_slug(session, realm)
+            usable = bool(token) and realm_row is not None and await sign_in_link_usable(session, realm_row, token)
         if not usable:
             return anonymous_page(request, "pages/auth/link_invalid.html", slug=realm, status_code=400)
         return anonymous_page(request, "pages/auth/link.html", slug=realm, token=token)
@@ -55,11 +54,11 @@ class SignInLinkPages(Controller):
         require_pre_csrf(request, data.csrf)
         ctx = context_of(request.app)
         async with ctx.sessions() as session, session.begin():
-            realm_row = await identity.realm_by_slug(session, realm)
+            realm_row = await realm_by_slug(session, realm)
             try:
                 if realm_row is None or not data.token:
                     raise Unauthorized(LINK_INVALID)
-                user = await identity.consume_sign_in_link(session, realm_row, data.token)
+                user = await consume_sign_in_link(session, realm_row, data.token)
             except Unauthorized:
                 pass
             else:

@@ -21,7 +21,7 @@ from cockpit.auth import CurrentPrincipal, Principal, client_address
 from cockpit.pages.auth.sessions import CodeForm, safe_next, settings_of, signed_in, start_session
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory import identity
+from engine.directory.mfa import enable_totp, new_totp_secret, totp_uri, verify_second_factor
 from engine.directory.models import BrowserSession, User
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
@@ -104,9 +104,9 @@ class MfaPages(Controller):
         if user.totp_enabled_at is None and mfa_session:
             secret = open_enrolment(settings, user.id, sealed) if sealed else None
             if secret is None:
-                secret = identity.new_totp_secret()
+                secret = new_totp_secret()
                 sealed = seal_enrolment(settings, user.id, secret)
-            uri = identity.totp_uri(secret, user.email, slug)
+            uri = totp_uri(secret, user.email, slug)
             extra = {"secret": grouped(secret), "raw_secret": secret, "qr": qr_svg(uri), "sealed": sealed, "uri": uri}
         return page(
             request,
@@ -142,15 +142,13 @@ class MfaPages(Controller):
                     raise ValidationFailed(
                         "This enrolment has expired. Add the new code below to your app and try again."
                     )
-                await identity.enable_totp(
+                await enable_totp(
                     session, ctx.settings.secret_key, user, secret, data.code, mfa_session=principal.audience == "admin"
                 )
             elif principal.audience == "admin":
                 return Redirect(target, status_code=303)  # verified already
             else:
-                await identity.verify_second_factor(
-                    session, ctx.settings.secret_key, user, data.code, client_address(request)
-                )
+                await verify_second_factor(session, ctx.settings.secret_key, user, data.code, client_address(request))
         except (ValidationFailed, Unauthorized, TooManyRequests, Forbidden) as exc:
             failure = exc
         else:

@@ -30,8 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from cockpit.auth import PRE_SESSION_COOKIE, SESSION_COOKIE, client_address, request_id_of
 from cockpit.state import AnyRequest, context_of
-from engine.directory import identity
 from engine.directory.models import BrowserSession, User
+from engine.directory.sessions import open_session, resolve_session
+from engine.directory.throttle import UnknownRealmFailures
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
@@ -88,11 +89,11 @@ def clear_cookie(response: Response[Any], settings: Settings, key: str) -> None:
     )
 
 
-def unknown_realms(request: AnyRequest) -> identity.UnknownRealmFailures:
+def unknown_realms(request: AnyRequest) -> UnknownRealmFailures:
     state = request.app.state
     store = state.get(UNKNOWN_REALMS_KEY)
-    if not isinstance(store, identity.UnknownRealmFailures):
-        store = identity.UnknownRealmFailures()
+    if not isinstance(store, UnknownRealmFailures):
+        store = UnknownRealmFailures()
         state[UNKNOWN_REALMS_KEY] = store
     return store
 
@@ -186,7 +187,7 @@ async def current_browser_session(session: AsyncSession, request: AnyRequest) ->
     cookie = request.cookies.get(SESSION_COOKIE)
     if not cookie:
         return None
-    live = await identity.resolve_session(session, cookie)
+    live = await resolve_session(session, cookie)
     return live.session if live else None
 
 
@@ -199,7 +200,7 @@ async def start_session(
     mfa: bool,
     replaces: BrowserSession | None,
 ) -> str:
-    cookie, _ = await identity.open_session(
+    cookie, _ = await open_session(
         session,
         user,
         method=method,

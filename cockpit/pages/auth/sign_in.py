@@ -27,8 +27,11 @@ from cockpit.pages.auth.sessions import (
     unknown_realms,
 )
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory import identity
+from engine.directory.mfa import verify_second_factor
 from engine.directory.models import User
+from engine.directory.passwords import sign_in_with_password
+from engine.directory.realms import realm_by_slug
+from engine.directory.sessions import close_session
 from engine.platform.errors import TooManyRequests, Unauthorized
 
 
@@ -68,7 +71,7 @@ class SignInPages(Controller):
         # Its own transaction: a failed attempt is recorded (and committed) for throttling.
         async with ctx.sessions() as session, session.begin():
             try:
-                user = await identity.sign_in_with_password(
+                user = await sign_in_with_password(
                     session, realm, data.email, data.password, address, unknown_realms(request)
                 )
             except (Unauthorized, TooManyRequests) as exc:
@@ -123,7 +126,7 @@ class SignInPages(Controller):
         ctx = context_of(request.app)
         failure: Unauthorized | TooManyRequests
         async with ctx.sessions() as session, session.begin():
-            realm_row = await identity.realm_by_slug(session, realm)
+            realm_row = await realm_by_slug(session, realm)
             user = await session.get(User, pending.user_id)
             if (
                 realm_row is None
@@ -134,9 +137,7 @@ class SignInPages(Controller):
             ):
                 return Redirect(f"/realms/{realm}/sign-in", status_code=303)
             try:
-                await identity.verify_second_factor(
-                    session, ctx.settings.secret_key, user, data.code, client_address(request)
-                )
+                await verify_second_factor(session, ctx.settings.secret_key, user, data.code, client_address(request))
             except (Unauthorized, TooManyRequests) as exc:
                 failure = exc
             else:
@@ -153,7 +154,7 @@ class SignInPages(Controller):
         # request's transaction, and a second connection updating the same row would wait for it.
         ctx = context_of(request.app)
         if principal.session_id:
-            await identity.close_session(
+            await close_session(
                 db_session, principal.id, principal.realm.id, principal.session_id, request_id_of(request)
             )
         response = Redirect(f"/realms/{realm}/sign-in?signed_out=1", status_code=303)

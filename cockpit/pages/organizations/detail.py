@@ -23,9 +23,11 @@ from cockpit.pages.common import (
 )
 from cockpit.pages.organizations.shared import FLASHES, GROUPS_WRITE, MEMBERS_WRITE, READ, flash_of
 from cockpit.state import AnyRequest, DbSession
+from engine.directory import groups as directory_groups
 from engine.directory import organizations as orgs
 from engine.directory import principals as directory
 from engine.directory import roles
+from engine.directory.groups import all_groups, group_role_ids
 from engine.directory.models import Organization
 from engine.platform.errors import EngineError
 
@@ -72,7 +74,7 @@ class OrganizationPages(Controller):
             return page(
                 request, "pages/organizations/_members.html", nav="organizations", status_code=status_code, **context
             )
-        groups = await orgs.all_groups(db_session, realm_id, org.id)
+        groups = await all_groups(db_session, realm_id, org.id)
         realm_roles = await roles.all_roles(db_session, realm_id)
         return page(
             request,
@@ -80,7 +82,7 @@ class OrganizationPages(Controller):
             nav="organizations",
             status_code=status_code,
             groups=groups,
-            group_roles=await orgs.group_role_ids(db_session, [g.id for g in groups]),
+            group_roles=await group_role_ids(db_session, [g.id for g in groups]),
             group_names={g.id: g.name for g in groups},
             roles=realm_roles,
             role_names={r.id: r.name for r in realm_roles},
@@ -193,7 +195,7 @@ class OrganizationPages(Controller):
         role_ids = [v for v in form.getall("role_ids", []) if isinstance(v, str) and v]
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                group, _ = await orgs.create_group(
+                group, _ = await directory_groups.create_group(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),

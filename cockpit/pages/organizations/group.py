@@ -22,8 +22,11 @@ from cockpit.pages.common import (
 )
 from cockpit.pages.organizations.shared import FLASHES, GROUPS_WRITE, READ, flash_of
 from cockpit.state import AnyRequest, DbSession
+from engine.directory import groups as directory_groups
 from engine.directory import organizations as orgs
 from engine.directory import roles
+from engine.directory.group_grants import lineage
+from engine.directory.groups import all_groups, get_group, group_role_ids, list_group_members
 from engine.directory.models import Group, Organization
 from engine.platform.errors import EngineError, invalid
 
@@ -52,7 +55,7 @@ class GroupPages(Controller):
         realm_id = principal.realm.id
         await db_session.refresh(org)  # current values, also after a change that was undone
         await db_session.refresh(group)
-        members = await orgs.list_group_members(
+        members = await list_group_members(
             db_session, realm_id, org.id, group.id, cursor=request.query_params.get("members_cursor") or None
         )
         can_groups = may(principal, "org.groups.write", org.id)
@@ -78,10 +81,10 @@ class GroupPages(Controller):
                 status_code=status_code,
                 **context,
             )
-        chain = await orgs.lineage(db_session, group.id)
-        groups = await orgs.all_groups(db_session, realm_id, org.id)
+        chain = await lineage(db_session, group.id)
+        groups = await all_groups(db_session, realm_id, org.id)
         by_id = {g.id: g for g in groups}
-        granted = await orgs.group_role_ids(db_session, chain)
+        granted = await group_role_ids(db_session, chain)
         ancestors = [by_id[gid] for gid in chain[1:] if gid in by_id]
         realm_roles = await roles.all_roles(db_session, realm_id)
         return page(
@@ -109,7 +112,7 @@ class GroupPages(Controller):
         principal: CurrentPrincipal,
     ) -> Template:
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
-        group = await orgs.get_group(db_session, principal.realm.id, org.id, group_id)
+        group = await get_group(db_session, principal.realm.id, org.id, group_id)
         return await self._group(request, db_session, principal, org, group)
 
     @post("/{org_id:str}/groups/{group_id:str}", operation_id="groupPageUpdate", opt=GROUPS_WRITE)
@@ -122,13 +125,13 @@ class GroupPages(Controller):
         principal: CurrentPrincipal,
     ) -> Response[Any]:
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
-        group = await orgs.get_group(db_session, principal.realm.id, org.id, group_id)
+        group = await get_group(db_session, principal.realm.id, org.id, group_id)
         form = await form_of(request)
         name, parent_id = field(form, "name"), field(form, "parent_id")
         role_ids = [v for v in form.getall("role_ids", []) if isinstance(v, str) and v]
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                await orgs.update_group(
+                await directory_groups.update_group(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
@@ -164,14 +167,14 @@ class GroupPages(Controller):
         principal: CurrentPrincipal,
     ) -> Response[Any]:
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
-        group = await orgs.get_group(db_session, principal.realm.id, org.id, group_id)
+        group = await get_group(db_session, principal.realm.id, org.id, group_id)
         form = await form_of(request)
         user_id = field(form, "user_id")
         try:
             async with db_session.begin_nested():  # an error undoes only this change
                 if not user_id:
                     raise invalid("/user_id", "Pick a member of the organization.", "required")
-                await orgs.add_group_member(
+                await directory_groups.add_group_member(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),
@@ -200,10 +203,10 @@ class GroupPages(Controller):
         principal: CurrentPrincipal,
     ) -> Response[Any]:
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
-        group = await orgs.get_group(db_session, principal.realm.id, org.id, group_id)
+        group = await get_group(db_session, principal.realm.id, org.id, group_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                await orgs.remove_group_member(
+                await directory_groups.remove_group_member(
                     db_session,
                     principal.actor(request_id_of(request)),
                     authority_of(principal),

@@ -14,7 +14,7 @@ from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.pages.common import page
 from cockpit.pages.runs.shared import RUN, parse_time, split_state
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import controls as run_controls
 from engine.runs import run_reads
@@ -76,7 +76,7 @@ class RunBulkPages(Controller):
                     one_state, group = split_state(data.state.strip())
                     subject_id: str | None = data.subject.strip() or None
                     if subject_id and "@" in subject_id:
-                        user = await identity.user_by_email(db_session, realm_id, subject_id)
+                        user = await user_by_email(db_session, realm_id, subject_id)
                         subject_id = user.id if user is not None else "usr_none"
                     try:
                         after, before = parse_time(data.created_after), parse_time(data.created_before)

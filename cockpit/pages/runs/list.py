@@ -24,14 +24,15 @@ from cockpit.pages.runs.shared import (
     split_state,
 )
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import run_reads
 from engine.runs.models import WorkflowRun
 from engine.runs.outcome import Outcome, people_in, run_outcome, run_title
 from engine.runs.states import FINISHED, RUN_STATES
-from engine.workflows import service as workflows
+from engine.workflows.catalog import list_workflows
+from engine.workflows.lookup import get_workflow
 from engine.workflows.models import Workflow
 
 TABLE_ID = "runs-table"
@@ -84,7 +85,7 @@ class RunListPages(Controller):
         subject_id: str | None = None
         if subject:
             if "@" in subject:
-                user = await identity.user_by_email(db_session, realm_id, subject)
+                user = await user_by_email(db_session, realm_id, subject)
                 subject_id = user.id if user is not None else None
                 if user is None:
                     subject_note = f"There is no user {subject} in this realm."
@@ -120,7 +121,7 @@ class RunListPages(Controller):
             except EngineError as exc:
                 list_error = exc.detail + " " + "; ".join(i.message for i in exc.issues)
                 status_code = exc.status
-        choices = (await workflows.list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
+        choices = (await list_workflows(db_session, realm_id, limit=PICKER_LIMIT)).items
         names = await people(db_session, realm_id, [i for line in items for i in people_in(line.run)])
         rows = self._rows(items, {k: u.display_name or u.email for k, u in names.items()})
         base = f"/realms/{principal.realm.slug}" + (f"/workflows/{workflow.id}/runs" if workflow else "/runs")
@@ -216,7 +217,7 @@ class RunListPages(Controller):
         created_after: FromQuery[str | None] = None,
         created_before: FromQuery[str | None] = None,
     ) -> Template:
-        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
         return await self._list(
             request,
             db_session,

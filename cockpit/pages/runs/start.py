@@ -22,13 +22,14 @@ from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
-from engine.directory import identity, organizations
+from engine.directory import organizations
 from engine.directory import principals as directory
+from engine.directory.accounts import user_by_email
 from engine.directory.models import Organization, User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.preview import WOULD_FAIL, preview_run
-from engine.workflows import service as workflows
+from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.models import Workflow
 
 START_ID = "run-start"
@@ -45,7 +46,7 @@ class StartChoices:
 
 async def start_choices(db_session: DbSession, realm_id: str, workflow_id: str) -> StartChoices:
     """The choices of both start forms (one person, several people), each list cut at PICKER_LIMIT."""
-    workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+    workflow = await get_workflow(db_session, realm_id, workflow_id)
     people_page = await directory.list_users(db_session, realm_id, status="active", limit=PICKER_LIMIT)
     orgs = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
     return StartChoices(
@@ -96,7 +97,7 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
     if not subject:
         return "", Issue("/subject_id", "required", "Give the subject's email or user id.")
     if "@" in subject:
-        user = await identity.user_by_email(db_session, realm_id, subject)
+        user = await user_by_email(db_session, realm_id, subject)
         if user is None:
             return "", Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
         return user.id, None
@@ -105,7 +106,7 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
     try:
-        revision = await workflows.get_revision(db_session, realm_id, workflow_id, number)
+        revision = await get_revision(db_session, realm_id, workflow_id, number)
     except NotFound:
         return []
     steps = revision.definition.get("steps", [])
@@ -274,7 +275,7 @@ class RunStartPages(Controller):
         step_errors: list[dict[str, Any]] = []
         step_issues = [(i, _STEP_PATH.match(i.path)) for i in exc.issues]
         if any(m for _, m in step_issues):
-            workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+            workflow = await get_workflow(db_session, realm_id, workflow_id)
             steps = (
                 await definition_steps(db_session, realm_id, workflow_id, workflow.published_revision)
                 if workflow.published_revision
@@ -336,7 +337,7 @@ class RunStartManyPages(Controller):
         by_id = await directory.users_by_id(db_session, realm_id, [e for e in entries if "@" not in e])
         found = []
         for entry in entries:
-            user = await identity.user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
+            user = await user_by_email(db_session, realm_id, entry) if "@" in entry else by_id.get(entry)
             found.append({"entry": entry, "user": user, "subject_id": user.id if user is not None else entry})
         return found
 

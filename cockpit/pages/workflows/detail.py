@@ -17,7 +17,11 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError
 from engine.runs import controls as run_controls
 from engine.runs import schedules
-from engine.workflows import service as workflows
+from engine.workflows import publication as workflow_publication
+from engine.workflows.catalog import delete_workflow
+from engine.workflows.lookup import get_workflow
+from engine.workflows.references import validate_for_realm
+from engine.workflows.revisions import list_revisions
 
 STATE_ID = "workflow-state"
 
@@ -39,9 +43,9 @@ class WorkflowPages(Controller):
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
         await db_session.refresh(workflow)  # current values, also after a change that was undone
-        approval_needed = await workflows.approval_needed(db_session, workflow)
+        approval_needed = await workflow_publication.approval_needed(db_session, workflow)
         can_write = may(principal, "realm.workflows.write")
         can_publish = may(principal, "realm.workflows.publish")
         if targets(request, STATE_ID):
@@ -56,7 +60,7 @@ class WorkflowPages(Controller):
                 can_publish=can_publish,
                 **context,
             )
-        revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+        revisions = await list_revisions(db_session, realm_id, workflow.id)
         names = await display_names(
             db_session,
             principal.realm,
@@ -69,7 +73,7 @@ class WorkflowPages(Controller):
         schedule_lines = await schedules.schedule_status(db_session, workflow, published, SYSTEM_CLOCK.now())
         # Health: what the published revision names must still be there, or its runs fail at that step.
         health = (
-            [i for i in await workflows.validate_for_realm(db_session, realm_id, published.definition)]
+            [i for i in await validate_for_realm(db_session, realm_id, published.definition)]
             if published is not None and workflow.state != "deleted"
             else []
         )
@@ -99,7 +103,7 @@ class WorkflowPages(Controller):
     async def _set_enabled(
         self, request: AnyRequest, workflow_id: str, db_session: DbSession, principal: Principal, enabled: bool
     ) -> Response[Any]:
-        await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        await get_workflow(db_session, principal.realm.id, workflow_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
                 workflow = await run_controls.set_workflow_enabled(
@@ -130,10 +134,10 @@ class WorkflowPages(Controller):
     async def remove(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
-        await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        await get_workflow(db_session, principal.realm.id, workflow_id)
         try:
             async with db_session.begin_nested():  # an error undoes only this change
-                await workflows.delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
+                await delete_workflow(db_session, principal.actor(request_id_of(request)), workflow_id)
         except EngineError as exc:
             return await self._detail(
                 request, db_session, principal, workflow_id, status_code=exc.status, error=exc.detail

@@ -29,9 +29,13 @@ from cockpit.pages.workflows.editor_text import EditorIssue, ParsedText, parse_t
 from cockpit.pages.workflows.shared import WRITE, as_authored, compact, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession
 from engine.platform.errors import EngineError, NotFound
-from engine.workflows import service as workflows
 from engine.workflows.definitions import authored_json
+from engine.workflows.inputs import prefixed
+from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.models import Workflow, WorkflowRevision
+from engine.workflows.publication import approval_needed
+from engine.workflows.references import validate_for_realm
+from engine.workflows.revisions import list_revisions, stage_revision
 from engine.workflows.templates import workflow_template
 
 SKELETON: dict[str, Any] = {
@@ -61,8 +65,8 @@ async def check_text(db_session: DbSession, realm_id: str, text: str) -> ParsedT
     parsed = parse_text(text)
     if not parsed.parsed:
         return parsed
-    found = await workflows.validate_for_realm(db_session, realm_id, parsed.value)
-    parsed.issues = place(workflows.prefixed(found, "/definition"), text)
+    found = await validate_for_realm(db_session, realm_id, parsed.value)
+    parsed.issues = place(prefixed(found, "/definition"), text)
     return parsed
 
 
@@ -135,7 +139,7 @@ class WorkflowEditorPages(Controller):
             nav="workflows",
             status_code=status_code,
             workflow=workflow,
-            approval_needed=await workflows.approval_needed(db_session, workflow),
+            approval_needed=await approval_needed(db_session, workflow),
             base=base,
             text=checked.text,
             issues=checked.issues,
@@ -161,12 +165,12 @@ class WorkflowEditorPages(Controller):
         """The latest revision's text (or revision ``?from=``'s), or a template's (``?template=``):
         then nothing is saved until the author saves, and validation names what is left to choose."""
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
         base: WorkflowRevision | None
         if from_revision is not None:
-            base = await workflows.get_revision(db_session, realm_id, workflow.id, from_revision)
+            base = await get_revision(db_session, realm_id, workflow.id, from_revision)
         else:
-            revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+            revisions = await list_revisions(db_session, realm_id, workflow.id)
             base = revisions[0] if revisions else None
         chosen = workflow_template(template) if template and from_revision is None else None
         if chosen is not None:
@@ -181,7 +185,7 @@ class WorkflowEditorPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
         """Changes nothing: the issues of the text as typed, and the preview when it parses."""
-        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
         text = field(await request.form(), "definition")
         checked = await check_text(db_session, principal.realm.id, text)
         return page(
@@ -203,7 +207,7 @@ class WorkflowEditorPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
         """Changes nothing stored: one builder change applied to the text, which comes back with it."""
-        workflow = await workflows.get_workflow(db_session, principal.realm.id, workflow_id)
+        workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
         form = await request.form()
         text = field(form, "definition")
         values = [v for v in form.getall("value") if isinstance(v, str)] if "value" in form else []
@@ -235,7 +239,7 @@ class WorkflowEditorPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Response[Any]:
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
         data = await request.form()
         text = field(data, "definition")
         base_number = field(data, "base")
@@ -245,7 +249,7 @@ class WorkflowEditorPages(Controller):
         if parsed.parsed:
             try:
                 async with db_session.begin_nested():  # an error undoes only this change
-                    staged = await workflows.stage_revision(
+                    staged = await stage_revision(
                         db_session, principal.actor(request_id_of(request)), workflow.id, parsed.value
                     )
             except EngineError as exc:
@@ -261,7 +265,7 @@ class WorkflowEditorPages(Controller):
         base = None
         if base_number.isdigit():
             try:
-                base = await workflows.get_revision(db_session, realm_id, workflow.id, int(base_number))
+                base = await get_revision(db_session, realm_id, workflow.id, int(base_number))
             except NotFound:
                 base = None
         await db_session.refresh(workflow)

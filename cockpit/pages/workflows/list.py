@@ -18,7 +18,7 @@ from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
 from engine.directory.policy import publish_approval_required
 from engine.platform.errors import EngineError, Issue, ValidationFailed
-from engine.workflows import service as workflows
+from engine.workflows.catalog import create_workflow, list_workflows, revisions_waiting_for_review
 from engine.workflows.models import WORKFLOW_STATES
 from engine.workflows.templates import workflow_template, workflow_templates
 
@@ -45,7 +45,7 @@ class WorkflowListPages(Controller):
         q = (q or "").strip()[:200]
         status_code = 200
         try:
-            found = await workflows.list_workflows(
+            found = await list_workflows(
                 db_session, principal.realm.id, state=state or None, q=q or None, cursor=cursor or None
             )
             items, next_cursor, list_error = found.items, found.next_cursor, None
@@ -68,7 +68,7 @@ class WorkflowListPages(Controller):
             approval_floor=await publish_approval_required(db_session, principal.realm.id),
             names=await display_names(db_session, principal.realm, (w.owner_id for w in items)),
             health=await health_cache.health_of(db_session, principal.realm.id, [w.id for w in items]),
-            reviews=await workflows.revisions_waiting_for_review(
+            reviews=await revisions_waiting_for_review(
                 db_session, principal.realm.id, [w.id for w in items], principal.id
             )
             if may(principal, "realm.workflows.publish")
@@ -171,7 +171,7 @@ class WorkflowListPages(Controller):
                     "The request is not valid.", issues=[Issue(i.path, i.code, i.message) for i in parsed.issues]
                 )
             async with db_session.begin_nested():  # an error undoes only this change
-                workflow, _ = await workflows.create_workflow(
+                workflow, _ = await create_workflow(
                     db_session,
                     principal.actor(request_id_of(request)),
                     name=form["name"],

@@ -22,12 +22,15 @@ from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
 from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
-from engine.directory import identity
+from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, NotFound, invalid
 from engine.runs.preview import preview_run
-from engine.workflows import service as workflows
+from engine.workflows import publication as workflow_publication
 from engine.workflows.definitions import authored_json
 from engine.workflows.definitions.diff import line_diff, structured_diff
+from engine.workflows.lookup import get_revision, get_workflow
+from engine.workflows.publication import approval_needed, publish_revision
+from engine.workflows.revisions import decide_revision, list_revisions
 
 DIFF_ID = "revision-diff"
 
@@ -50,8 +53,8 @@ class WorkflowRevisionPages(Controller):
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
     ) -> Template:
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
-        revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
+        revisions = await list_revisions(db_session, realm_id, workflow.id)
         names = await display_names(
             db_session, principal.realm, [r.author_id for r in revisions] + [r.decided_by for r in revisions]
         )
@@ -60,7 +63,7 @@ class WorkflowRevisionPages(Controller):
             "pages/workflows/revisions.html",
             nav="workflows",
             workflow=workflow,
-            approval_needed=await workflows.approval_needed(db_session, workflow),
+            approval_needed=await approval_needed(db_session, workflow),
             revisions=revisions,
             names=names,
             can_write=may(principal, "realm.workflows.write"),
@@ -79,16 +82,16 @@ class WorkflowRevisionPages(Controller):
         **context: Any,
     ) -> Template:
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
         await db_session.refresh(workflow)  # current values, also after a change that was undone
-        revision = await workflows.get_revision(db_session, realm_id, workflow.id, number)
+        revision = await get_revision(db_session, realm_id, workflow.id, number)
         await db_session.refresh(revision)
-        all_revisions = await workflows.list_revisions(db_session, realm_id, workflow.id)
+        all_revisions = await list_revisions(db_session, realm_id, workflow.id)
         compare_to = against if against is not None else default_against(workflow, number)
         diff: dict[str, Any] | None = None
         other_definition: Any = None
         if compare_to is not None:
-            other = await workflows.get_revision(db_session, realm_id, workflow.id, compare_to)
+            other = await get_revision(db_session, realm_id, workflow.id, compare_to)
             diff = {
                 "against": compare_to,
                 "against_status": other.status,
@@ -116,7 +119,7 @@ class WorkflowRevisionPages(Controller):
             nav="workflows",
             status_code=status_code,
             workflow=workflow,
-            approval_needed=await workflows.approval_needed(db_session, workflow),
+            approval_needed=await approval_needed(db_session, workflow),
             revision=revision,
             revisions=all_revisions,
             diff=diff,
@@ -146,7 +149,7 @@ class WorkflowRevisionPages(Controller):
         try:
             subject_id = subject
             if "@" in subject:
-                user = await identity.user_by_email(db_session, principal.realm.id, subject)
+                user = await user_by_email(db_session, principal.realm.id, subject)
                 if user is None:
                     raise invalid("/subject_id", f"There is no user {subject} in this realm.", "not_found")
                 subject_id = user.id
@@ -192,21 +195,21 @@ class WorkflowRevisionPages(Controller):
         self, request: AnyRequest, workflow_id: str, number: int, db_session: DbSession, principal: Principal, verb: str
     ) -> Response[Any]:
         realm_id = principal.realm.id
-        workflow = await workflows.get_workflow(db_session, realm_id, workflow_id)
-        revision = await workflows.get_revision(db_session, realm_id, workflow.id, number)
+        workflow = await get_workflow(db_session, realm_id, workflow_id)
+        revision = await get_revision(db_session, realm_id, workflow.id, number)
         definition = as_authored(revision)
         comment = field(await request.form(), "comment").strip() or None
         actor = principal.actor(request_id_of(request))
         try:
             async with db_session.begin_nested():  # an error undoes only this change
                 if verb in ("approve", "reject"):
-                    await workflows.decide_revision(
+                    await decide_revision(
                         db_session, actor, workflow.id, number, approve=verb == "approve", comment=comment
                     )
                 elif verb == "publish":
-                    await workflows.publish_revision(db_session, actor, workflow.id, number, comment=comment)
+                    await publish_revision(db_session, actor, workflow.id, number, comment=comment)
                 else:
-                    await workflows.rollback(db_session, actor, workflow.id, number)
+                    await workflow_publication.rollback(db_session, actor, workflow.id, number)
         except EngineError as exc:
             return await self._revision(
                 request,

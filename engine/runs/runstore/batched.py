@@ -1,7 +1,7 @@
 """The fast path's statements (engine/runs/fastpath.py), for asyncpg.
 
 Written for asyncpg directly (no ORM between the runner and the wire): ``:name`` parameters are
-turned into ``$n`` once, by :func:`positional`. A transition of an internal step that can only
+turned into ``$n`` once, by :func:`engine.platform.db.positional`. A transition of an internal step that can only
 succeed is then two statements — the lock (``LOCK_FOR_TRANSITION``, shared by every run of a group commit) and one
 data-modifying statement that makes the effect, records the attempt and the audit events, and
 advances the run — and the commit.
@@ -9,36 +9,8 @@ advances the run — and the commit.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any
-
+from engine.platform.db import positional
 from engine.runs.states import RUN_EDGES
-
-_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
-
-
-@dataclass(frozen=True)
-class Positional:
-    """A statement with ``$n`` placeholders and the names they stand for, in order."""
-
-    sql: str
-    names: tuple[str, ...]
-
-    def args(self, values: dict[str, Any]) -> list[Any]:
-        return [values[name] for name in self.names]
-
-
-def positional(sql: str) -> Positional:
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return Positional(_PARAMETER.sub(number, sql), tuple(names))
-
 
 # Lock every listed run this worker still holds, for this transaction (a run missing from the result
 # was lost: its lease expired or another worker holds it); read with it what a transition needs: its

@@ -1,6 +1,6 @@
 """``assign_role {role_id, scope, organization_id?, expires_in?}``: grant a role; undone by revoking it.
 
-Decided by :func:`engine.runs.decisions.decide_assign_role`; written by ``roles.apply_assignment``.
+Decided by :func:`engine.runs.decisions.decide_assign_role`; written by ``apply_assignment``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import delete
 from sqlmodel import col
 
-from engine.directory import roles
 from engine.directory.audit import record_audit
 from engine.directory.models import RoleAssignment
+from engine.directory.role_assignments import apply_assignment
 from engine.runs.decisions import Effect
 from engine.runs.models import StepAttempt
 from engine.runs.steps.base import Outcome, StepContext, StepType, outcome_of
@@ -23,7 +23,7 @@ class AssignRole(StepType):
 
     async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
         values = effect.values
-        await roles.apply_assignment(
+        await apply_assignment(
             ctx.session,
             ctx.actor,
             assignment_id=values["assignment_id"],

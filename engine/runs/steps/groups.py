@@ -1,6 +1,6 @@
 """``add_to_group {group_id}`` (undone by taking the subject out again) and ``remove_from_group {group_id}``.
 
-Decided by :mod:`engine.runs.decisions`; written by ``organizations.apply_group_join`` and
+Decided by :mod:`engine.runs.decisions`; written by ``apply_group_join`` and
 ``apply_group_leave``.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import delete
 from sqlmodel import col
 
-from engine.directory import organizations
 from engine.directory.audit import record_audit
+from engine.directory.groups import apply_group_join, apply_group_leave
 from engine.directory.models import GroupMember
 from engine.runs.decisions import Effect
 from engine.runs.models import StepAttempt
@@ -23,7 +23,7 @@ class AddToGroup(StepType):
     name = "add_to_group"
 
     async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
-        await organizations.apply_group_join(
+        await apply_group_join(
             ctx.session,
             ctx.actor,
             effect.values["group_id"],
@@ -63,5 +63,5 @@ class RemoveFromGroup(StepType):
     async def write(self, ctx: StepContext, effect: Effect) -> Outcome:
         member = await ctx.session.get(GroupMember, (effect.values["group_id"], ctx.run.subject_id))
         assert member is not None  # read in this transaction by the snapshot
-        await organizations.apply_group_leave(ctx.session, ctx.actor, member, effect.values["organization_id"])
+        await apply_group_leave(ctx.session, ctx.actor, member, effect.values["organization_id"])
         return outcome_of(effect)

@@ -1,12 +1,12 @@
 """``remove_role {role_id, organization_id?}``: revoke the subject's assignments of a role (never reversed).
 
-Decided by :func:`engine.runs.decisions.decide_remove_role`; written by ``roles.apply_revocation``.
+Decided by :func:`engine.runs.decisions.decide_remove_role`; written by ``apply_revocation``.
 """
 
 from __future__ import annotations
 
-from engine.directory import roles
 from engine.directory.models import RoleAssignment
+from engine.directory.role_assignments import apply_revocation
 from engine.runs.decisions import Effect
 from engine.runs.steps.base import Outcome, StepContext, StepType, outcome_of
 
@@ -18,5 +18,5 @@ class RemoveRole(StepType):
         for assignment_id in effect.values["assignment_ids"]:
             assignment = await ctx.session.get(RoleAssignment, assignment_id)
             assert assignment is not None  # read in this transaction by the snapshot
-            await roles.apply_revocation(ctx.session, ctx.actor, assignment, effect.values["role_name"])
+            await apply_revocation(ctx.session, ctx.actor, assignment, effect.values["role_name"])
         return outcome_of(effect)

@@ -6,6 +6,7 @@ beside this module and served as they are (``contract(name)``).
 
 from __future__ import annotations
 
+from engine.workflows.definitions.authority import Requirement, required_authority
 from engine.workflows.definitions.canonical import (
     authored_json,
     canonical_json,
@@ -16,17 +17,9 @@ from engine.workflows.definitions.canonical import (
 from engine.workflows.definitions.contract import CONTRACT_NAMES, contract, shared_contract
 from engine.workflows.definitions.diff import line_diff, structured_diff
 from engine.workflows.definitions.durations import BOUNDS, Bounds, format_duration, parse_duration
-from engine.workflows.definitions.validation import (
-    ISSUE_CODES,
-    MAX_DEFINITION_BYTES,
-    ReferenceChecker,
-    References,
-    Requirement,
-    StaticReferences,
-    collect_references,
-    required_authority,
-    validate_definition,
-)
+from engine.workflows.definitions.references import ReferenceChecker, References, StaticReferences, collect_references
+from engine.workflows.definitions.validation import validate_definition
+from engine.workflows.definitions.vocabulary import ISSUE_CODES, MAX_DEFINITION_BYTES
 
 __all__ = [
     "BOUNDS",
