@@ -20,7 +20,7 @@ from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal
 from cockpit.names import ids_in, resolve_names
-from cockpit.pages.common import page
+from cockpit.pages.common import page, targets
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import audit_log
 from engine.platform.errors import EngineError
@@ -95,7 +95,7 @@ class AuditPages(Controller):
         for e in events:
             shown += [e["actor"]["id"], e["subject"]["id"], *ids_in(e["details"])]
         names = await resolve_names(db_session, realm_id, shown, slug=principal.realm.slug)
-        targeted = request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == TABLE_ID
+        targeted = targets(request, TABLE_ID)
         return page(
             request,
             "pages/audit/_table.html" if targeted else "pages/audit/list.html",

@@ -5,8 +5,9 @@ the API (``permission``, ``audience``, ``public``); the same guard checks them. 
 carry the session's CSRF token: htmx sends it as ``X-CSRF-Token`` (set on ``<body>``), plain
 forms as the hidden ``_csrf`` field (``{{ csrf_field() }}``).
 
-The same URL serves the full page, or for an htmx request (``HX-Request``, not a boosted
-navigation) just the fragment named by ``fragment``.
+The same URL serves the full page, or for an htmx request aimed at one component (``HX-Request``
+with ``HX-Target`` naming that component's id) just the component's fragment: a page asks
+:func:`targets`, the one place that reads those headers.
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ def page(
     template: str,
     *,
     nav: str | None = None,
-    fragment: str | None = None,
     status_code: int = 200,
     **context: Any,
 ) -> Template:
@@ -104,10 +104,7 @@ def page(
             "may_open": lambda href, method="GET": may_open(request, principal, href, method),
         }
     base |= context
-    # A boosted navigation (hx-boost) is an htmx request too, but wants the whole page.
-    partial = request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"
-    name = fragment if fragment and partial else template
-    return Template(template_name=name, context=base, status_code=status_code)
+    return Template(template_name=template, context=base, status_code=status_code)
 
 
 def form_errors(exc: EngineError) -> dict[str, Any]:
@@ -123,7 +120,8 @@ def current(request: Request[Any, Any, Any]) -> Principal:
 
 
 def targets(request: AnyRequest, element_id: str) -> bool:
-    """An htmx request for one component (not a boosted page load)."""
+    """An htmx request for one component (not a boosted page load, whose target is the body):
+    the page answers with that component's fragment alone."""
     return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == element_id
 
 

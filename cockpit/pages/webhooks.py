@@ -15,7 +15,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import form_errors, may, page
+from cockpit.pages.common import form_errors, may, page, targets
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import webhooks
 from engine.directory.audit import DELIVERABLE_EVENT_TYPES
@@ -24,13 +24,10 @@ from engine.platform.errors import EngineError
 from engine.workflows.references import refuse_if_referenced
 
 COMPONENT_ID = "webhooks"
+DELIVERIES_ID = "deliveries"
 READ = {"permission": "realm.webhooks.read"}
 WRITE = {"permission": "realm.webhooks.write"}
 STATE_ACTIONS = {"pause": "paused", "resume": "active", "disable": "disabled"}
-
-
-def _targets_component(request: AnyRequest) -> bool:
-    return request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == COMPONENT_ID
 
 
 class WebhooksPages(Controller):
@@ -60,7 +57,7 @@ class WebhooksPages(Controller):
             list_error = "; ".join(i.message for i in exc.issues) or exc.detail
             status_code = max(status_code, exc.status)
         template = "pages/webhooks/list.html"
-        if _targets_component(request):
+        if targets(request, COMPONENT_ID):
             # htmx swaps only 2xx answers: the component shows its own error message.
             template, status_code = "pages/webhooks/_component.html", 200
         return page(
@@ -143,7 +140,7 @@ class WebhooksPages(Controller):
             list_error = "; ".join(i.message for i in exc.issues) or exc.detail
             status_code = max(status_code, exc.status)
         template = "pages/webhooks/deliveries.html"
-        if request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == "deliveries":
+        if targets(request, DELIVERIES_ID):
             template, status_code = "pages/webhooks/_deliveries.html", 200
         allows = context_of(request.app).settings.allow_private_egress
         return page(

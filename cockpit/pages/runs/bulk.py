@@ -11,7 +11,7 @@ from litestar.params import URLEncodedBody
 from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal, request_id_of
-from cockpit.pages.common import page
+from cockpit.pages.common import page, targets
 from cockpit.pages.runs.shared import RUN, parse_time, split_state
 from cockpit.state import AnyRequest, DbSession
 from engine.directory.accounts import user_by_email
@@ -41,6 +41,7 @@ class BulkForm(msgspec.Struct):
 
 
 BULK_CHUNK = 50
+PROGRESS_ID = "bulk-progress"  # the progress component the bulk forms swap
 
 
 class RunBulkPages(Controller):
@@ -127,8 +128,7 @@ class RunBulkPages(Controller):
                     refused_rows.append(result)
         return page(
             request,
-            "pages/runs/bulk.html",
-            fragment="pages/runs/_bulk_progress.html",
+            "pages/runs/_bulk_progress.html" if targets(request, PROGRESS_ID) else "pages/runs/bulk.html",
             nav="runs",
             status_code=status_code,
             bulk={
