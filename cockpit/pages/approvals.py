@@ -8,27 +8,19 @@ of a run, or anyone not named, gets 404 like an approval that does not exist.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
-from sqlalchemy import func, select
-from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.models import User
+from engine.directory import accounts as directory_accounts
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import approval_links, approval_models, approval_views, approvals
-from engine.runs.approval_models import WorkflowApproval
-from engine.runs.models import WorkflowRun
-from engine.runs.outcome import decided_then, people_in, run_outcome
-from engine.workflows.models import Workflow, WorkflowRevision
 
 ACCOUNT = {"audience": "account"}
 FLASHES = {
@@ -36,147 +28,14 @@ FLASHES = {
     "rejected": "Rejected. The run stops and undoes what it did.",
     "delegated": "Handed on. The person you chose decides now; this request stays in your history.",
 }
-STATUS_WORDS = {
-    "pending": "waiting for a decision",
-    "approved": "approved",
-    "rejected": "rejected",
-    "expired": "expired without a decision",
-    "cancelled": "cancelled (the run stopped)",
-}
-
-
-@dataclass
-class ApprovalCard:
-    approval: WorkflowApproval
-    workflow_name: str
-    subject: str
-    subject_email: str
-    started_by: str
-    started_at: datetime | None
-    run_state: str
-    next_steps: list[str]
-    approvers: list[str]
-    decided_by: str | None
-    delegations: list[str]
-    # Once decided: what the decision led to, in words ("approved — then failed: …"); None while
-    # pending and for a role assignment asked for by hand (no run follows it).
-    led_to: str | None = None
-
-    @property
-    def status_words(self) -> str:
-        return STATUS_WORDS.get(self.approval.status, self.approval.status)
-
-
-async def cards(db_session: DbSession, realm_id: str, rows: list[WorkflowApproval]) -> list[ApprovalCard]:
-    """Everything a list of approvals shows, in a fixed number of queries whatever its length."""
-    if not rows:
-        return []
-    run_ids = [r.run_id for r in rows if r.run_id]
-    run_rows = (await db_session.execute(select(WorkflowRun).where(col(WorkflowRun.id).in_(run_ids)))).scalars()
-    runs = {r.id: r for r in run_rows}
-    revision_ids = {r.revision_id for r in runs.values()}
-    definitions = {
-        rid: d
-        for rid, d in await db_session.execute(
-            select(col(WorkflowRevision.id), col(WorkflowRevision.definition)).where(
-                col(WorkflowRevision.id).in_(revision_ids)
-            )
-        )
-    }
-    workflow_names = {
-        wid: n
-        for wid, n in await db_session.execute(
-            select(col(Workflow.id), col(Workflow.name)).where(
-                col(Workflow.id).in_({r.workflow_id for r in rows if r.workflow_id})
-            )
-        )
-    }
-    people_ids: set[str] = set()
-    for row in rows:
-        people_ids |= {row.subject_id, *row.approvers, *(d.get("from", "") for d in row.delegations)}
-        people_ids |= {d.get("to", "") for d in row.delegations}
-        if row.decided_by:
-            people_ids.add(row.decided_by)
-        run = runs.get(row.run_id or "")
-        if run is not None:
-            people_ids |= {run.starter_id or "", run.publisher_id, *people_in(run)}
-        if row.request:
-            people_ids.add(str(row.request.get("requested_by") or ""))
-    people = {
-        u.id: u
-        for u in (
-            await db_session.execute(
-                select(User).where(col(User.id).in_(sorted(i for i in people_ids if i)), col(User.realm_id) == realm_id)
-            )
-        ).scalars()
-    }
-
-    def name(user_id: str | None) -> str:
-        user = people.get(user_id or "")
-        return user.display_name if user else "a former user"
-
-    plans: list[tuple[list[dict[str, Any]], str | None]] = []
-    for row in rows:
-        if row.request is not None:  # a role assignment asked for by hand: the grant is what follows
-            org = row.request.get("organization_id")
-            grant = {"type": "assign_role", "role_id": row.request.get("role_id"), "organization_id": org}
-            plans.append(([grant | {"scope": "organization" if org else "realm"}], org))
-            continue
-        run = runs.get(row.run_id or "")
-        steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
-        plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
-    words = await approval_views.describe_steps(db_session, realm_id, plans)
-    names = {k: u.display_name or u.email for k, u in people.items()}
-    moment = SYSTEM_CLOCK.now()
-    out = []
-    for row, described in zip(rows, words, strict=True):
-        run = runs.get(row.run_id or "")
-        if row.request is not None:
-            started_by = f"{name(row.request.get('requested_by'))}, by hand"
-        elif run is None:
-            started_by = "unknown"
-        elif run.starter_id:
-            started_by = f"{name(run.starter_id)}, by hand"
-        else:
-            started_by = f"a {run.trigger_type} trigger, published by {name(run.publisher_id)}"
-        subject = people.get(row.subject_id)
-        led_to = None
-        if row.status != approval_models.PENDING and row.request is None:
-            led_to = decided_then(row.status, run_outcome(run, names, now=moment) if run is not None else None)
-        out.append(
-            ApprovalCard(
-                approval=row,
-                workflow_name=(
-                    "Role assignment"
-                    if row.request is not None
-                    else workflow_names.get(row.workflow_id or "", "a deleted workflow")
-                ),
-                subject=subject.display_name if subject else "a former user",
-                subject_email=subject.email if subject else "",
-                started_by=started_by,
-                started_at=run.created_at if run else row.created_at,
-                run_state=run.state if run else "",
-                next_steps=[w.text for w in described],
-                approvers=[name(a) for a in row.approvers],
-                decided_by=name(row.decided_by) if row.decided_by else None,
-                delegations=[f"{name(d.get('from'))} handed it to {name(d.get('to'))}" for d in row.delegations],
-                led_to=led_to,
-            )
-        )
-    return out
 
 
 async def counts(db_session: DbSession, principal: Principal) -> dict[str, int]:
-    waiting = await approval_views.count_waiting_for(db_session, principal.realm.id, principal.id)
-    decided = int(
-        await db_session.scalar(
-            select(func.count()).where(
-                col(WorkflowApproval.realm_id) == principal.realm.id, col(WorkflowApproval.decided_by) == principal.id
-            )
-        )
-        or 0
-    )
-    return {"waiting": waiting, "decided": decided}
+    realm_id = principal.realm.id
+    return {
+        "waiting": await approval_views.count_waiting_for(db_session, realm_id, principal.id),
+        "decided": await approval_views.count_decided_by(db_session, realm_id, principal.id),
+    }
 
 
 class ApprovalsPages(Controller):
@@ -199,7 +58,9 @@ class ApprovalsPages(Controller):
             "pages/approvals/list.html",
             nav="approvals",
             tab="waiting",
-            cards=await cards(db_session, principal.realm.id, found.items),
+            cards=await approval_views.approval_cards(
+                db_session, principal.realm.id, found.items, now=SYSTEM_CLOCK.now()
+            ),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
             now=SYSTEM_CLOCK.now(),
@@ -221,7 +82,9 @@ class ApprovalsPages(Controller):
             "pages/approvals/list.html",
             nav="approvals",
             tab="decided",
-            cards=await cards(db_session, principal.realm.id, found.items),
+            cards=await approval_views.approval_cards(
+                db_session, principal.realm.id, found.items, now=SYSTEM_CLOCK.now()
+            ),
             next_cursor=found.next_cursor,
             counts=await counts(db_session, principal),
             now=SYSTEM_CLOCK.now(),
@@ -238,7 +101,7 @@ class ApprovalsPages(Controller):
         **context: Any,
     ) -> Template:
         row = await approval_views.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
-        [card] = await cards(db_session, principal.realm.id, [row])
+        [card] = await approval_views.approval_cards(db_session, principal.realm.id, [row], now=SYSTEM_CLOCK.now())
         return page(
             request,
             "pages/approvals/detail.html",
@@ -299,12 +162,8 @@ class ApprovalsPages(Controller):
         form = await request.form()
         email = str(form.get("email") or "").strip()
         try:
-            target = await db_session.scalar(
-                select(col(User.id)).where(
-                    col(User.realm_id) == principal.realm.id, func.lower(col(User.email)) == email.lower()
-                )
-            )
-            if not email or target is None:
+            target = await directory_accounts.user_by_email(db_session, principal.realm.id, email) if email else None
+            if target is None:
                 raise ValidationFailed(
                     "The delegation is not valid.",
                     issues=[Issue("/email", "not_found", "no user of this realm has this email address")],
@@ -313,7 +172,7 @@ class ApprovalsPages(Controller):
                 db_session,
                 principal.actor(request_id_of(request)),
                 approval_id,
-                user_id=target,
+                user_id=target.id,
                 now=SYSTEM_CLOCK.now(),
                 mail_configured=context_of(request.app).settings.mail is not None,
             )

@@ -1,5 +1,5 @@
 """Approvals as people see them: counts, a user's list, one approval for its user, the API's shape,
-and a run's steps in words.
+a run's steps in words, and the cards the approval pages show (everything in names).
 
 Someone who is not (or no longer) named, who did not decide and did not hand it on, sees nothing:
 404, exactly as for an approval that does not exist; nor does the subject.
@@ -8,6 +8,7 @@ Someone who is not (or no longer) named, who did not decide and did not hand it 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, func, or_, select
@@ -15,10 +16,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.directory.models import Group, Organization, Role, User
+from engine.directory.principals import users_by_id
 from engine.platform.errors import Issue, NotFound, ValidationFailed
 from engine.platform.ids import is_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import APPROVAL_STATUSES, PENDING, WorkflowApproval
+from engine.runs.models import WorkflowRun
+from engine.runs.outcome import decided_then, people_in, run_outcome
+from engine.workflows.models import Workflow, WorkflowRevision
+
+STATUS_WORDS = {
+    "pending": "waiting for a decision",
+    "approved": "approved",
+    "rejected": "rejected",
+    "expired": "expired without a decision",
+    "cancelled": "cancelled (the run stopped)",
+}
 
 
 async def count_pending_approvals(session: AsyncSession, realm_id: str | None, workflow_id: str | None = None) -> int:
@@ -36,6 +49,13 @@ async def count_waiting_for(session: AsyncSession, realm_id: str, user_id: str) 
         col(WorkflowApproval.realm_id) == realm_id,
         col(WorkflowApproval.status) == PENDING,
         col(WorkflowApproval.approvers).contains([user_id]),
+    )
+    return int(await session.scalar(query) or 0)
+
+
+async def count_decided_by(session: AsyncSession, realm_id: str, user_id: str) -> int:
+    query = select(func.count()).where(
+        col(WorkflowApproval.realm_id) == realm_id, col(WorkflowApproval.decided_by) == user_id
     )
     return int(await session.scalar(query) or 0)
 
@@ -215,4 +235,122 @@ def _words(
         else:
             words = f"does {kind}"
         out.append(StepWords(sid, words))
+    return out
+
+
+# --- The cards of the approval pages -----------------------------------------------------------------
+
+
+@dataclass
+class ApprovalCard:
+    approval: WorkflowApproval
+    workflow_name: str
+    subject: str
+    subject_email: str
+    started_by: str
+    started_at: datetime | None
+    run_state: str
+    next_steps: list[str]
+    approvers: list[str]
+    decided_by: str | None
+    delegations: list[str]
+    # Once decided: what the decision led to, in words ("approved — then failed: …"); None while
+    # pending and for a role assignment asked for by hand (no run follows it).
+    led_to: str | None = None
+
+    @property
+    def status_words(self) -> str:
+        return STATUS_WORDS.get(self.approval.status, self.approval.status)
+
+
+async def approval_cards(
+    session: AsyncSession, realm_id: str, rows: list[WorkflowApproval], *, now: datetime
+) -> list[ApprovalCard]:
+    """Everything a list of approvals shows, in a fixed number of queries whatever its length."""
+    if not rows:
+        return []
+    run_ids = [r.run_id for r in rows if r.run_id]
+    run_rows = (await session.execute(select(WorkflowRun).where(col(WorkflowRun.id).in_(run_ids)))).scalars()
+    runs = {r.id: r for r in run_rows}
+    revision_ids = {r.revision_id for r in runs.values()}
+    definitions = {
+        rid: d
+        for rid, d in await session.execute(
+            select(col(WorkflowRevision.id), col(WorkflowRevision.definition)).where(
+                col(WorkflowRevision.id).in_(revision_ids)
+            )
+        )
+    }
+    workflow_names = {
+        wid: n
+        for wid, n in await session.execute(
+            select(col(Workflow.id), col(Workflow.name)).where(
+                col(Workflow.id).in_({r.workflow_id for r in rows if r.workflow_id})
+            )
+        )
+    }
+    people_ids: set[str] = set()
+    for row in rows:
+        people_ids |= {row.subject_id, *row.approvers, *(d.get("from", "") for d in row.delegations)}
+        people_ids |= {d.get("to", "") for d in row.delegations}
+        if row.decided_by:
+            people_ids.add(row.decided_by)
+        run = runs.get(row.run_id or "")
+        if run is not None:
+            people_ids |= {run.starter_id or "", run.publisher_id, *people_in(run)}
+        if row.request:
+            people_ids.add(str(row.request.get("requested_by") or ""))
+    people = await users_by_id(session, realm_id, people_ids)
+
+    def name(user_id: str | None) -> str:
+        user = people.get(user_id or "")
+        return user.display_name if user else "a former user"
+
+    plans: list[tuple[list[dict[str, Any]], str | None]] = []
+    for row in rows:
+        if row.request is not None:  # a role assignment asked for by hand: the grant is what follows
+            org = row.request.get("organization_id")
+            grant = {"type": "assign_role", "role_id": row.request.get("role_id"), "organization_id": org}
+            plans.append(([grant | {"scope": "organization" if org else "realm"}], org))
+            continue
+        run = runs.get(row.run_id or "")
+        steps = list((definitions.get(run.revision_id) or {}).get("steps", [])) if run else []
+        plans.append((steps[(row.step_index or 0) + 1 :], run.organization_id if run else None))
+    words = await describe_steps(session, realm_id, plans)
+    names = {k: u.display_name or u.email for k, u in people.items()}
+    out = []
+    for row, described in zip(rows, words, strict=True):
+        run = runs.get(row.run_id or "")
+        if row.request is not None:
+            started_by = f"{name(row.request.get('requested_by'))}, by hand"
+        elif run is None:
+            started_by = "unknown"
+        elif run.starter_id:
+            started_by = f"{name(run.starter_id)}, by hand"
+        else:
+            started_by = f"a {run.trigger_type} trigger, published by {name(run.publisher_id)}"
+        subject = people.get(row.subject_id)
+        led_to = None
+        if row.status != PENDING and row.request is None:
+            led_to = decided_then(row.status, run_outcome(run, names, now=now) if run is not None else None)
+        out.append(
+            ApprovalCard(
+                approval=row,
+                workflow_name=(
+                    "Role assignment"
+                    if row.request is not None
+                    else workflow_names.get(row.workflow_id or "", "a deleted workflow")
+                ),
+                subject=subject.display_name if subject else "a former user",
+                subject_email=subject.email if subject else "",
+                started_by=started_by,
+                started_at=run.created_at if run else row.created_at,
+                run_state=run.state if run else "",
+                next_steps=[w.text for w in described],
+                approvers=[name(a) for a in row.approvers],
+                decided_by=name(row.decided_by) if row.decided_by else None,
+                delegations=[f"{name(d.get('from'))} handed it to {name(d.get('to'))}" for d in row.delegations],
+                led_to=led_to,
+            )
+        )
     return out
