@@ -53,7 +53,7 @@ from testing.receiver import Receiver
 PREVIOUS_RELEASE = "59bc042f6196202e764d1f0b2239845cdfc6ecec"
 PREVIOUS_HEAD = "0018"
 LEASE_SECONDS = 3
-WAVES = (8, 8, 8)  # runs started: before the migration, after it with both releases, after one old worker stopped
+WAVES = (8, 8, 8)  # runs started: before the migration, after it with both releases, after the old workers stop
 CALL_SECONDS = 0.4  # each endpoint call takes this long, so runs are in flight while the releases change
 STEP_IDS = ("grant", "join", "drop", "sync", "done")
 AUDIT_PER_RUN = Counter(
@@ -246,9 +246,11 @@ def test_the_previous_release_s_workers_run_beside_the_new_ones_across_a_migrati
             await wave(WAVES[1] - WAVES[1] // 2)
             await watch(2.0)
             await asyncio.to_thread(stop, old[0])
-            await wave(WAVES[2])
+            await wave(WAVES[2] - WAVES[2] // 2)
             await watch(1.0)
             await asyncio.to_thread(stop, old[1])
+            # The last runs come once no old worker is left: only this release's workers can take them.
+            await wave(WAVES[2] // 2)
             deadline = time.monotonic() + DRAIN_SECONDS
             while await unfinished(sessions, run_ids):
                 assert time.monotonic() < deadline, f"{await unfinished(sessions, run_ids)} runs never finished"
