@@ -17,11 +17,12 @@ from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import ids_in
-from cockpit.pages.common import field, may, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, may, page, targets
 from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
 from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
+from engine.directory import organizations
 from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, NotFound, invalid
 from engine.runs.preview import preview_run
@@ -113,6 +114,10 @@ class WorkflowRevisionPages(Controller):
             ],
         )
         context.setdefault("flash", flash_of(request))
+        can_run = may(principal, "realm.workflows.run")
+        if can_run and not fragment:  # the preview form offers the realm's organizations by name
+            found = await organizations.list_organizations(db_session, realm_id, state="active", limit=PICKER_LIMIT)
+            context["preview_organizations"] = sorted(found.items, key=lambda o: o.name.lower())
         return page(
             request,
             "pages/workflows/_diff.html" if fragment else "pages/workflows/revision.html",
@@ -128,7 +133,7 @@ class WorkflowRevisionPages(Controller):
             is_author=revision.author_id == principal.id,
             can_publish=may(principal, "realm.workflows.publish"),
             can_write=may(principal, "realm.workflows.write"),
-            can_run=may(principal, "realm.workflows.run"),
+            can_run=can_run,
             compact=compact,
             **context,
         )
