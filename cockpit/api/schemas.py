@@ -20,11 +20,9 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from engine.platform.read_models import Shape
+
 T = TypeVar("T")
-
-
-class Shape(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Base of every answer struct: a view member the struct does not declare is an error, never dropped."""
 
 
 def typed(shape: type[T], view: Any) -> T:
