@@ -33,51 +33,6 @@ def typed(shape: type[T], view: Any) -> T:
 # --- Directory ------------------------------------------------------------------------------------
 
 
-class Webhook(Shape):
-    id: str
-    destination: str
-    state: str
-    allow_private_network: bool
-    event_types: list[str] | None
-    egress_permitted: bool
-    previous_secret_expires_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class WebhookWithSecret(Webhook):
-    """A subscription with its signing secret: the answer to a create or a rotation, once."""
-
-    secret: str
-
-
-class WebhookPage(Shape):
-    items: list[Webhook]
-    next_cursor: str | None
-
-
-class WebhookDelivery(Shape):
-    id: str
-    subscription_id: str
-    event_id: str
-    event_type: str
-    state: str
-    attempts: int
-    last_status_code: int | None
-    last_error: str | None
-    last_latency_ms: int | None
-    last_attempt_at: datetime | None
-    next_attempt_at: datetime | None
-    redelivery_of: str | None
-    created_at: datetime
-    finished_at: datetime | None
-
-
-class WebhookDeliveryPage(Shape):
-    items: list[WebhookDelivery]
-    next_cursor: str | None
-
-
 class NoticeTemplate(Shape):
     name: str
     subject: str
@@ -96,39 +51,6 @@ class Policy(Shape):
     extensions: PolicyExtensionValues
     updated_at: datetime | None
     updated_by: str | None
-
-
-class TokenOwner(Shape):
-    type: str
-    id: str | None
-
-
-class ApiToken(Shape):
-    id: str
-    name: str
-    audience: str
-    owner: TokenOwner
-    created_at: datetime
-    expires_at: datetime | None
-    last_used_at: datetime | None
-    revoked: bool
-    revoked_at: datetime | None
-
-
-class ApiTokenPage(Shape):
-    items: list[ApiToken]
-    next_cursor: str | None
-
-
-class MintedToken(Shape):
-    """``token`` is the bearer token itself: in this answer only."""
-
-    id: str
-    name: str
-    audience: str
-    created_at: datetime
-    expires_at: datetime | None
-    token: str
 
 
 class AuditParty(Shape):

@@ -161,3 +161,59 @@ class RoleAssignment(Shape):
 class RoleAssignmentPage(Shape):
     items: list[RoleAssignment]
     next_cursor: str | None
+
+
+class Webhook(Shape):
+    id: str
+    destination: str
+    state: str
+    allow_private_network: bool
+    event_types: list[str] | None
+    egress_permitted: bool
+    previous_secret_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookWithSecret(Webhook):
+    """A subscription with its signing secret: the answer to a create or a rotation, once."""
+
+    secret: str
+
+
+class WebhookPage(Shape):
+    items: list[Webhook]
+    next_cursor: str | None
+
+
+class TokenOwner(Shape):
+    type: str
+    id: str | None
+
+
+class ApiToken(Shape):
+    id: str
+    name: str
+    audience: str
+    owner: TokenOwner
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked: bool
+    revoked_at: datetime | None
+
+
+class ApiTokenPage(Shape):
+    items: list[ApiToken]
+    next_cursor: str | None
+
+
+class MintedToken(Shape):
+    """``token`` is the bearer token itself: in this answer only."""
+
+    id: str
+    name: str
+    audience: str
+    created_at: datetime
+    expires_at: datetime | None
+    token: str

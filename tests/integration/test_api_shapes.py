@@ -409,9 +409,8 @@ async def test_typed_answers_are_the_views_byte_for_byte(
 
     shapes = {type(typed).__name__ for _, typed in conversions}
     expected = {
-        "MintedToken", "ApiTokenPage",
-        "PendingRoleAssignment", "Approval", "ApprovalPage", "Webhook", "WebhookWithSecret", "WebhookPage",
-        "WebhookDeliveryPage", "NoticeTemplate", "Policy", "DefinitionValidation", "CreatedWorkflow", "WorkflowPage",
+        "PendingRoleAssignment", "Approval", "ApprovalPage",
+        "NoticeTemplate", "Policy", "DefinitionValidation", "CreatedWorkflow", "WorkflowPage",
         "Workflow", "Publication", "WorkflowRevision", "RevisionPage", "RevisionDiff", "RunWithAttempts",
         "RunTimeline", "WorkflowRunPage", "BulkOutcome", "NoticePage", "AuditEventPage",
     }  # fmt: skip
