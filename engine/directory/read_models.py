@@ -10,6 +10,7 @@ answer gives them; free-form values (an audit event's details) stay free-form.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from engine.platform.read_models import Shape
 
@@ -217,3 +218,47 @@ class MintedToken(Shape):
     created_at: datetime
     expires_at: datetime | None
     token: str
+
+
+class NoticeTemplate(Shape):
+    name: str
+    subject: str
+    body: str
+    variables: list[str]
+    overridden: bool
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class PolicyExtensionValues(Shape):
+    workflow_publish_approval: bool
+
+
+class Policy(Shape):
+    extensions: PolicyExtensionValues
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class AuditParty(Shape):
+    type: str | None
+    id: str | None
+
+
+class AuditEvent(Shape):
+    """``details`` is free-form: what the event type records."""
+
+    id: str
+    occurred_at: datetime
+    actor: AuditParty
+    category: str
+    type: str
+    subject: AuditParty
+    request_id: str | None
+    correlation_id: str | None
+    details: dict[str, Any]
+
+
+class AuditEventPage(Shape):
+    items: list[AuditEvent]
+    next_cursor: str | None

@@ -409,10 +409,9 @@ async def test_typed_answers_are_the_views_byte_for_byte(
 
     shapes = {type(typed).__name__ for _, typed in conversions}
     expected = {
-        "PendingRoleAssignment", "Approval", "ApprovalPage",
-        "NoticeTemplate", "Policy", "DefinitionValidation", "CreatedWorkflow", "WorkflowPage",
+        "PendingRoleAssignment", "Approval", "ApprovalPage", "DefinitionValidation", "CreatedWorkflow", "WorkflowPage",
         "Workflow", "Publication", "WorkflowRevision", "RevisionPage", "RevisionDiff", "RunWithAttempts",
-        "RunTimeline", "WorkflowRunPage", "BulkOutcome", "NoticePage", "AuditEventPage",
+        "RunTimeline", "WorkflowRunPage", "BulkOutcome", "NoticePage",
     }  # fmt: skip
     assert expected <= shapes, expected - shapes
     for view, typed in conversions:
