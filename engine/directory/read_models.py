@@ -187,6 +187,26 @@ class WebhookPage(Shape):
     next_cursor: str | None
 
 
+class NoticeTemplate(Shape):
+    name: str
+    subject: str
+    body: str
+    variables: list[str]
+    overridden: bool
+    updated_at: datetime | None
+    updated_by: str | None
+
+
+class PolicyExtensionValues(Shape):
+    workflow_publish_approval: bool
+
+
+class Policy(Shape):
+    extensions: PolicyExtensionValues
+    updated_at: datetime | None
+    updated_by: str | None
+
+
 class TokenOwner(Shape):
     type: str
     id: str | None
@@ -218,26 +238,6 @@ class MintedToken(Shape):
     created_at: datetime
     expires_at: datetime | None
     token: str
-
-
-class NoticeTemplate(Shape):
-    name: str
-    subject: str
-    body: str
-    variables: list[str]
-    overridden: bool
-    updated_at: datetime | None
-    updated_by: str | None
-
-
-class PolicyExtensionValues(Shape):
-    workflow_publish_approval: bool
-
-
-class Policy(Shape):
-    extensions: PolicyExtensionValues
-    updated_at: datetime | None
-    updated_by: str | None
 
 
 class AuditParty(Shape):
