@@ -5,12 +5,10 @@ from __future__ import annotations
 from litestar import Controller, get
 from litestar.params import FromQuery
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE
 from cockpit.auth import CurrentPrincipal
 from cockpit.state import DbSession
-from engine.directory import audit_log
+from engine.directory import audit_log, read_models
 
 
 class AuditEventsController(Controller):
@@ -31,7 +29,7 @@ class AuditEventsController(Controller):
         correlation_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.AuditEventPage:
+    ) -> read_models.AuditEventPage:
         """``type`` is exact or a prefix ending with ``*``; ``since`` (inclusive) and ``until``
         (exclusive) are ISO 8601 timestamps; ``correlation_id``: everything one request or one run caused."""
         filters = audit_log.AuditFilters(
@@ -44,4 +42,6 @@ class AuditEventsController(Controller):
             correlation_id=correlation_id,
         )
         page = await audit_log.list_audit_events(db_session, principal.realm.id, filters, cursor=cursor, limit=limit)
-        return typed(schemas.AuditEventPage, page_view(page, audit_log.audit_event_view))
+        return read_models.AuditEventPage(
+            items=[audit_log.audit_event_view(e) for e in page.items], next_cursor=page.next_cursor
+        )

@@ -12,18 +12,18 @@ import msgspec
 from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
+from cockpit.api.common import REALM_BASE, Body, check, id_issue
 from cockpit.api.roles import authority_of
-from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import organizations as orgs
+from engine.directory import read_models
 from engine.directory.groups import (
     add_group_member,
     create_group,
     get_group,
     group_member_view,
+    group_membership_view,
     group_role_ids,
     group_view,
     list_group_members,
@@ -81,10 +81,10 @@ class OrganizationsController(Controller):
         data: JSONBody[CreateOrganization],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Organization:
+    ) -> read_models.Organization:
         """Create an organization (its name unique in the realm, regardless of case)."""
         org = await orgs.create_organization(db_session, principal.actor(request_id_of(request)), name=data.name)
-        return typed(schemas.Organization, orgs.organization_view(org))
+        return orgs.organization_view(org)
 
     @get("/", operation_id="listOrganizations", opt={"permission": "realm.organizations.read"})
     async def list(
@@ -95,20 +95,22 @@ class OrganizationsController(Controller):
         org_state: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.OrganizationPage:
+    ) -> read_models.OrganizationPage:
         """The realm's organizations."""
         page = await orgs.list_organizations(
             db_session, principal.realm.id, q=q, state=org_state, cursor=cursor, limit=limit
         )
-        return typed(schemas.OrganizationPage, page_view(page, orgs.organization_view))
+        return read_models.OrganizationPage(
+            items=[orgs.organization_view(item) for item in page.items], next_cursor=page.next_cursor
+        )
 
     @get("/{org_id:str}", operation_id="getOrganization", opt=READ)
     async def retrieve(
         self, org_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Organization:
+    ) -> read_models.Organization:
         """One organization of the realm."""
         org = await orgs.get_organization(db_session, principal.realm.id, org_id)
-        return typed(schemas.Organization, orgs.organization_view(org))
+        return orgs.organization_view(org)
 
     @patch("/{org_id:str}", operation_id="updateOrganization", opt={"permission": "realm.organizations.write"})
     async def update(
@@ -118,12 +120,12 @@ class OrganizationsController(Controller):
         data: JSONBody[UpdateOrganization],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Organization:
+    ) -> read_models.Organization:
         """Change an organization's name or state."""
         org = await orgs.update_organization(
             db_session, principal.actor(request_id_of(request)), org_id, name=data.name, state=data.state
         )
-        return typed(schemas.Organization, orgs.organization_view(org))
+        return orgs.organization_view(org)
 
     @post(
         "/{org_id:str}/members",
@@ -137,7 +139,7 @@ class OrganizationsController(Controller):
         data: JSONBody[AddMember],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.OrganizationMembership:
+    ) -> read_models.OrganizationMembership:
         """Add a user to the organization (409 ``already_a_member``); may start workflows."""
         check(id_issue("/user_id", data.user_id, "usr"))
         membership = await orgs.add_member(
@@ -147,7 +149,7 @@ class OrganizationsController(Controller):
             data.user_id,
             authority=await authority_of(principal, db_session),
         )
-        return typed(schemas.OrganizationMembership, orgs.membership_view(membership))
+        return orgs.membership_view(membership)
 
     @get("/{org_id:str}/members", operation_id="listOrganizationMembers", opt=READ)
     async def list_members(
@@ -157,10 +159,12 @@ class OrganizationsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.OrganizationMemberPage:
+    ) -> read_models.OrganizationMemberPage:
         """The members of an organization, with when they joined."""
         page = await orgs.list_members(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
-        return typed(schemas.OrganizationMemberPage, page_view(page, lambda row: orgs.membership_view(row[0], row[1])))
+        return read_models.OrganizationMemberPage(
+            items=[orgs.member_view(row[0], row[1]) for row in page.items], next_cursor=page.next_cursor
+        )
 
     @delete("/{org_id:str}/members/{user_id:str}", operation_id="removeOrganizationMember", opt=MEMBERS_WRITE)
     async def remove_member(
@@ -189,7 +193,7 @@ class GroupsController(Controller):
         data: JSONBody[CreateGroup],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Group:
+    ) -> read_models.Group:
         """Create a group in the organization, optionally under a parent group and with roles."""
         check(id_issue("/parent_id", data.parent_id, "grp") + _role_id_issues(data.role_ids))
         group, role_ids = await create_group(
@@ -201,7 +205,7 @@ class GroupsController(Controller):
             parent_id=data.parent_id,
             role_ids=data.role_ids,
         )
-        return typed(schemas.Group, group_view(group, role_ids))
+        return group_view(group, role_ids)
 
     @get("/", operation_id="listGroups", opt=READ)
     async def list(
@@ -211,20 +215,22 @@ class GroupsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.GroupPage:
+    ) -> read_models.GroupPage:
         """The groups of an organization, with their parent and roles."""
         page = await list_groups(db_session, principal.realm.id, org_id, cursor=cursor, limit=limit)
         role_ids = await group_role_ids(db_session, [g.id for g in page.items])
-        return typed(schemas.GroupPage, page_view(page, lambda g: group_view(g, role_ids[g.id])))
+        return read_models.GroupPage(
+            items=[group_view(g, role_ids[g.id]) for g in page.items], next_cursor=page.next_cursor
+        )
 
     @get("/{group_id:str}", operation_id="getGroup", opt=READ)
     async def retrieve(
         self, org_id: FromPath[str], group_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Group:
+    ) -> read_models.Group:
         """One group of the organization."""
         group = await get_group(db_session, principal.realm.id, org_id, group_id)
         role_ids = (await group_role_ids(db_session, [group.id]))[group.id]
-        return typed(schemas.Group, group_view(group, role_ids))
+        return group_view(group, role_ids)
 
     @patch("/{group_id:str}", operation_id="updateGroup", opt=GROUPS_WRITE)
     async def update(
@@ -235,7 +241,7 @@ class GroupsController(Controller):
         data: JSONBody[UpdateGroup],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Group:
+    ) -> read_models.Group:
         """Rename a group, move it under another parent, or change its roles."""
         parent_id = orgs.UNCHANGED if isinstance(data.parent_id, msgspec.UnsetType) else data.parent_id
         check(
@@ -252,7 +258,7 @@ class GroupsController(Controller):
             parent_id=parent_id,
             role_ids=data.role_ids,
         )
-        return typed(schemas.Group, group_view(group, role_ids))
+        return group_view(group, role_ids)
 
     @post(
         "/{group_id:str}/members",
@@ -267,7 +273,7 @@ class GroupsController(Controller):
         data: JSONBody[AddMember],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.GroupMembership:
+    ) -> read_models.GroupMembership:
         """Add a member of the organization to the group; they hold the group's roles through it."""
         check(id_issue("/user_id", data.user_id, "usr"))
         member = await add_group_member(
@@ -278,7 +284,7 @@ class GroupsController(Controller):
             group_id,
             data.user_id,
         )
-        return typed(schemas.GroupMembership, group_member_view(member))
+        return group_membership_view(member)
 
     @get("/{group_id:str}/members", operation_id="listGroupMembers", opt=READ)
     async def list_members(
@@ -289,10 +295,12 @@ class GroupsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.GroupMemberPage:
+    ) -> read_models.GroupMemberPage:
         """The members of a group."""
         page = await list_group_members(db_session, principal.realm.id, org_id, group_id, cursor=cursor, limit=limit)
-        return typed(schemas.GroupMemberPage, page_view(page, lambda row: group_member_view(row[1], row[0])))
+        return read_models.GroupMemberPage(
+            items=[group_member_view(row[1], row[0]) for row in page.items], next_cursor=page.next_cursor
+        )
 
     @delete("/{group_id:str}/members/{user_id:str}", operation_id="removeGroupMember", opt=GROUPS_WRITE)
     async def remove_member(

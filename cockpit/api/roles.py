@@ -10,11 +10,11 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, check, id_issue, page_view
+from cockpit.api.common import REALM_BASE, Body, check, id_issue
 from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import roles
+from engine.directory import read_models, roles
 from engine.directory.authz import Authority, load_authority
 from engine.directory.role_assignments import (
     ApprovalNeeded,
@@ -64,9 +64,9 @@ class PermissionsController(Controller):
     tags = ["directory"]
 
     @get("/", operation_id="listPermissions", opt={"permission": "realm.roles.read"})
-    async def list(self) -> schemas.PermissionCatalog:
+    async def list(self) -> read_models.PermissionCatalog:
         """The permission catalog: each permission's name, level and what it allows (one list, no pages)."""
-        return typed(schemas.PermissionCatalog, {"items": roles.permission_catalog()})
+        return roles.permission_catalog()
 
 
 class RolesController(Controller):
@@ -76,7 +76,7 @@ class RolesController(Controller):
     @post("/", operation_id="createRole", opt={"permission": "realm.roles.write", "location": "/roles/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateRole], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Role:
+    ) -> read_models.Role:
         """Create a role: the permissions it grants, where it may be assigned, whether it needs approval."""
         role = await roles.create_role(
             db_session,
@@ -88,7 +88,7 @@ class RolesController(Controller):
             requires_approval=data.requires_approval,
             description=data.description,
         )
-        return typed(schemas.Role, roles.role_view(role))
+        return roles.role_view(role)
 
     @get("/", operation_id="listRoles", opt={"permission": "realm.roles.read"})
     async def list(
@@ -99,19 +99,19 @@ class RolesController(Controller):
         boundary: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.RolePage:
+    ) -> read_models.RolePage:
         """The realm's roles, the built-in ones included."""
         page = await roles.list_roles(
             db_session, principal.realm.id, q=q, boundary=boundary, cursor=cursor, limit=limit
         )
-        return typed(schemas.RolePage, page_view(page, roles.role_view))
+        return read_models.RolePage(items=[roles.role_view(item) for item in page.items], next_cursor=page.next_cursor)
 
     @get("/{role_id:str}", operation_id="getRole", opt={"permission": "realm.roles.read"})
     async def retrieve(
         self, role_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Role:
+    ) -> read_models.Role:
         """One role of the realm."""
-        return typed(schemas.Role, roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id)))
+        return roles.role_view(await roles.get_role(db_session, principal.realm.id, role_id))
 
     @patch("/{role_id:str}", operation_id="updateRole", opt={"permission": "realm.roles.write"})
     async def update(
@@ -121,7 +121,7 @@ class RolesController(Controller):
         data: JSONBody[UpdateRole],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Role:
+    ) -> read_models.Role:
         """Change a role's name, description, permissions or approval rule (never a built-in role's)."""
         role = await roles.update_role(
             db_session,
@@ -133,7 +133,7 @@ class RolesController(Controller):
             permissions=data.permissions,
             requires_approval=data.requires_approval,
         )
-        return typed(schemas.Role, roles.role_view(role))
+        return roles.role_view(role)
 
     @delete("/{role_id:str}", operation_id="deleteRole", opt={"permission": "realm.roles.write"})
     async def remove(
@@ -167,7 +167,7 @@ class RoleAssignmentsController(Controller):
         },
         status_code=201,
         responses={
-            201: ResponseSpec(schemas.RoleAssignment, description="Assigned"),
+            201: ResponseSpec(read_models.RoleAssignment, description="Assigned"),
             202: ResponseSpec(
                 schemas.PendingRoleAssignment,
                 description="The role requires approval: nothing is assigned until the approver approves",
@@ -180,7 +180,7 @@ class RoleAssignmentsController(Controller):
         data: JSONBody[CreateAssignment],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[schemas.RoleAssignment | schemas.PendingRoleAssignment]:
+    ) -> Response[read_models.RoleAssignment | schemas.PendingRoleAssignment]:
         """Assign a role to a user or a service principal, realm-wide or in an organization.
 
         201 with the assignment; 202 with a pending approval when the role requires approval.
@@ -209,7 +209,7 @@ class RoleAssignmentsController(Controller):
             approval = await role_requests.request_role_assignment(db_session, actor, assignment)
             pending = {"status": "pending_approval", "approval": approval_views.approval_view(approval)}
             return Response(typed(schemas.PendingRoleAssignment, pending), status_code=202)
-        return Response(typed(schemas.RoleAssignment, assignment_view(assignment)), status_code=201)
+        return Response(assignment_view(assignment), status_code=201)
 
     @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})
     async def list(
@@ -222,7 +222,7 @@ class RoleAssignmentsController(Controller):
         organization_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.RoleAssignmentPage:
+    ) -> read_models.RoleAssignmentPage:
         """Role assignments of the realm; filter by user, service principal, role or organization."""
         page = await list_assignments(
             db_session,
@@ -234,15 +234,17 @@ class RoleAssignmentsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return typed(schemas.RoleAssignmentPage, page_view(page, assignment_view))
+        return read_models.RoleAssignmentPage(
+            items=[assignment_view(item) for item in page.items], next_cursor=page.next_cursor
+        )
 
     @get("/{assignment_id:str}", operation_id="getRoleAssignment", opt={"permission": "realm.roles.read"})
     async def retrieve(
         self, assignment_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.RoleAssignment:
+    ) -> read_models.RoleAssignment:
         """One role assignment."""
         assignment = await get_assignment(db_session, principal.realm.id, assignment_id)
-        return typed(schemas.RoleAssignment, assignment_view(assignment))
+        return assignment_view(assignment)
 
     @delete("/{assignment_id:str}", operation_id="revokeRoleAssignment", opt={"permission": "realm.roles.write"})
     async def revoke(

@@ -6,12 +6,10 @@ import msgspec
 from litestar import Controller, delete, get, patch, put
 from litestar.params import FromPath, JSONBody
 
-from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body
-from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import notice_templates, policy
+from engine.directory import notice_templates, policy, read_models
 
 
 class PutTemplate(Body):
@@ -34,9 +32,9 @@ class TemplatesController(Controller):
     @get("/{name:str}", operation_id="getTemplate", opt={"permission": "realm.workflows.read"})
     async def get(
         self, name: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.NoticeTemplate:
+    ) -> read_models.NoticeTemplate:
         """The realm's wording, or the server's default (``overridden: false``)."""
-        return typed(schemas.NoticeTemplate, await notice_templates.get_template(db_session, principal.realm.id, name))
+        return await notice_templates.get_template(db_session, principal.realm.id, name)
 
     @put("/{name:str}", operation_id="putTemplate", opt={"permission": "realm.templates.write"})
     async def put(
@@ -46,12 +44,11 @@ class TemplatesController(Controller):
         data: JSONBody[PutTemplate],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.NoticeTemplate:
+    ) -> read_models.NoticeTemplate:
         """Set the wording; only the placeholders ``{{realm}} {{workflow}} {{notice}} {{time}}``."""
-        stored = await notice_templates.put_template(
+        return await notice_templates.put_template(
             db_session, principal.actor(request_id_of(request)), name, subject=data.subject, body=data.body
         )
-        return typed(schemas.NoticeTemplate, stored)
 
     @delete("/{name:str}", operation_id="resetTemplate", opt={"permission": "realm.templates.write"})
     async def reset(
@@ -66,16 +63,15 @@ class PolicyController(Controller):
     tags = ["settings"]
 
     @get("/", operation_id="getPolicy", opt={"permission": "realm.workflows.read"})
-    async def get(self, db_session: DbSession, principal: CurrentPrincipal) -> schemas.Policy:
+    async def get(self, db_session: DbSession, principal: CurrentPrincipal) -> read_models.Policy:
         """The realm policy: which extensions are on (such as approval before publishing a workflow)."""
-        return typed(schemas.Policy, await policy.get_policy(db_session, principal.realm.id))
+        return await policy.get_policy(db_session, principal.realm.id)
 
     @patch("/", operation_id="updatePolicy", opt={"permission": "realm.policy.write"})
     async def update(
         self, request: AnyRequest, data: JSONBody[UpdatePolicy], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Policy:
+    ) -> read_models.Policy:
         """Set extensions; ``workflow_publish_approval`` affects workflows created afterwards."""
         given = msgspec.structs.asdict(data.extensions)
         extensions = {name: value for name, value in given.items() if value is not None}
-        updated = await policy.update_policy(db_session, principal.actor(request_id_of(request)), extensions)
-        return typed(schemas.Policy, updated)
+        return await policy.update_policy(db_session, principal.actor(request_id_of(request)), extensions)

@@ -8,13 +8,11 @@ from litestar import Controller, delete, get, post
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import principals as directory
-from engine.directory import tokens
+from engine.directory import read_models, tokens
 from engine.directory.authz import load_authority
 
 
@@ -47,7 +45,7 @@ class TokensController(Controller):
     @post("/", operation_id="createToken", opt={"audience": "account", "location": "/tokens/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateToken], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.MintedToken:
+    ) -> read_models.MintedToken:
         """Mint a token for yourself; ``token`` is shown this once (default lifetime 90 days)."""
         token, row = await tokens.mint_own_token(
             db_session,
@@ -58,7 +56,7 @@ class TokensController(Controller):
             credential=principal.via,
             mfa=principal.via == "session" and principal.audience == "admin",
         )
-        return typed(schemas.MintedToken, tokens.minted_view(token, row))
+        return tokens.minted_view(token, row)
 
     @get("/", operation_id="listTokens", opt={"audience": "account"})
     async def list(
@@ -67,12 +65,14 @@ class TokensController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.ApiTokenPage:
+    ) -> read_models.ApiTokenPage:
         """Your tokens, revoked and expired ones included; never the token itself."""
         page = await tokens.list_tokens(
             db_session, principal.realm.id, user_id=principal.id, cursor=cursor, limit=limit
         )
-        return typed(schemas.ApiTokenPage, page_view(page, tokens.token_view))
+        return read_models.ApiTokenPage(
+            items=[tokens.token_view(item) for item in page.items], next_cursor=page.next_cursor
+        )
 
     @delete("/{token_id:str}", operation_id="revokeToken", opt={"audience": "account"})
     async def revoke(
@@ -105,7 +105,7 @@ class ServicePrincipalTokensController(Controller):
         data: JSONBody[CreateServicePrincipalToken],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.MintedToken:
+    ) -> read_models.MintedToken:
         """Mint an admin-audience token for the service principal; ``token`` is shown this once."""
         token, row = await tokens.mint_service_principal_token(
             db_session,
@@ -115,7 +115,7 @@ class ServicePrincipalTokensController(Controller):
             expires_in_days=data.expires_in_days,
             authority=principal.authority,
         )
-        return typed(schemas.MintedToken, tokens.minted_view(token, row))
+        return tokens.minted_view(token, row)
 
     @get("/", operation_id="listServicePrincipalTokens", opt={"permission": "realm.tokens.write"})
     async def list(
@@ -125,10 +125,12 @@ class ServicePrincipalTokensController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.ApiTokenPage:
+    ) -> read_models.ApiTokenPage:
         """The service principal's tokens (to find the one to revoke); never the token itself."""
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
         page = await tokens.list_tokens(
             db_session, principal.realm.id, service_principal_id=sp.id, cursor=cursor, limit=limit
         )
-        return typed(schemas.ApiTokenPage, page_view(page, tokens.token_view))
+        return read_models.ApiTokenPage(
+            items=[tokens.token_view(item) for item in page.items], next_cursor=page.next_cursor
+        )

@@ -5,12 +5,11 @@ from __future__ import annotations
 from litestar import Controller, Response, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, check, email_issue, page_view, password_issue, text_issue
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body, check, email_issue, password_issue, text_issue
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import principals as directory
+from engine.directory import read_models
 from engine.platform.errors import Issue
 
 
@@ -46,7 +45,7 @@ class UsersController(Controller):
     @post("/", operation_id="createUser", opt={"permission": "realm.users.write", "location": "/users/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateUser], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.User:
+    ) -> read_models.User:
         """Create a user (with a password if given); ``user.created`` may start workflows."""
         check(data.field_issues())
         user = await directory.create_user(
@@ -58,7 +57,7 @@ class UsersController(Controller):
             password=data.password,
             authority=principal.authority,
         )
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
     @get("/", operation_id="listUsers", opt={"permission": "realm.users.read"})
     async def list(
@@ -70,18 +69,20 @@ class UsersController(Controller):
         guest: FromQuery[bool | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.UserPage:
+    ) -> read_models.UserPage:
         """The realm's users; ``q`` searches, ``status`` and ``guest`` filter."""
         page = await directory.list_users(
             db_session, principal.realm.id, q=q, status=status, guest=guest, cursor=cursor, limit=limit
         )
-        return typed(schemas.UserPage, page_view(page, directory.user_view))
+        return read_models.UserPage(
+            items=[directory.user_view(item) for item in page.items], next_cursor=page.next_cursor
+        )
 
     @get("/{user_id:str}", operation_id="getUser", opt={"permission": "realm.users.read"})
-    async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> schemas.User:
+    async def get(self, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal) -> read_models.User:
         """One user of the realm: email, display name, status, whether a second factor is enrolled."""
         user = await directory.get_user(db_session, principal.realm.id, user_id)
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
     @patch("/{user_id:str}", operation_id="updateUser", opt={"permission": "realm.users.write"})
     async def update(
@@ -91,7 +92,7 @@ class UsersController(Controller):
         data: JSONBody[UpdateUser],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.User:
+    ) -> read_models.User:
         """Change a user's email, display name or password (a new password ends their other sessions)."""
         check(text_issue("/display_name", data.display_name) + password_issue("/password", data.password))
         user = await directory.update_user(
@@ -104,19 +105,19 @@ class UsersController(Controller):
             authority=principal.authority,
             keep_session_id=principal.session_id,
         )
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
     @post(
         "/{user_id:str}/suspend", operation_id="suspendUser", status_code=200, opt={"permission": "realm.users.suspend"}
     )
     async def suspend(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.User:
+    ) -> read_models.User:
         """Suspend a user: end their sessions, revoke their tokens and spend their sign-in links."""
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "suspended", authority=principal.authority
         )
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
     @post(
         "/{user_id:str}/reactivate",
@@ -126,12 +127,12 @@ class UsersController(Controller):
     )
     async def reactivate(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.User:
+    ) -> read_models.User:
         """Reactivate a suspended user; their ended sessions, tokens and links stay ended."""
         user = await directory.set_user_status(
             db_session, principal.actor(request_id_of(request)), user_id, "active", authority=principal.authority
         )
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
     @post(
         "/{user_id:str}/reset-mfa",
@@ -141,12 +142,12 @@ class UsersController(Controller):
     )
     async def reset_mfa(
         self, request: AnyRequest, user_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.User:
+    ) -> read_models.User:
         """Remove the user's second factor and end their browser sessions; they enrol again."""
         user = await directory.reset_mfa(
             db_session, principal.actor(request_id_of(request)), user_id, authority=principal.authority
         )
-        return typed(schemas.User, directory.user_view(user))
+        return directory.user_view(user)
 
 
 class CreateSignInLink(Body):
@@ -169,7 +170,7 @@ class SignInLinksController(Controller):
         data: JSONBody[CreateSignInLink],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[schemas.SignInLink]:
+    ) -> Response[read_models.SignInLink]:
         """A one-time sign-in link for a user of the realm (15 minutes, counts as a second factor).
 
         The caller must hold every permission the user holds, in every scope (403
@@ -183,9 +184,11 @@ class SignInLinksController(Controller):
         )
         path = f"/realms/{principal.realm.slug}/sign-in/link?token={token}"
         base = context_of(request.app).settings.link_base_url  # never the request's Host header
-        link = {"id": row.id, "user_id": row.user_id, "url": base + path, "path": path, "expires_at": row.expires_at}
+        link = read_models.SignInLink(
+            id=row.id, user_id=row.user_id, url=base + path, path=path, expires_at=row.expires_at
+        )
         return Response(
-            typed(schemas.SignInLink, link),
+            link,
             status_code=201,
             headers={"Cache-Control": "no-store"},
         )
@@ -206,7 +209,7 @@ class ServicePrincipalsController(Controller):
         data: JSONBody[CreateServicePrincipal],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.ServicePrincipal:
+    ) -> read_models.ServicePrincipal:
         """Create a service principal; mint its tokens with ``POST /service-principals/{sp_id}/tokens``."""
         check(text_issue("/name", data.name) + text_issue("/description", data.description, minimum=0, maximum=500))
         sp = await directory.create_service_principal(
@@ -216,7 +219,7 @@ class ServicePrincipalsController(Controller):
             description=data.description,
             authority=principal.authority,
         )
-        return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))
+        return directory.service_principal_view(sp)
 
     @get("/", operation_id="listServicePrincipals", opt={"permission": "realm.users.read"})
     async def list(
@@ -225,15 +228,17 @@ class ServicePrincipalsController(Controller):
         principal: CurrentPrincipal,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.ServicePrincipalPage:
+    ) -> read_models.ServicePrincipalPage:
         """The realm's service principals (non-person callers with their own tokens and roles)."""
         page = await directory.list_service_principals(db_session, principal.realm.id, cursor=cursor, limit=limit)
-        return typed(schemas.ServicePrincipalPage, page_view(page, directory.service_principal_view))
+        return read_models.ServicePrincipalPage(
+            items=[directory.service_principal_view(item) for item in page.items], next_cursor=page.next_cursor
+        )
 
     @get("/{sp_id:str}", operation_id="getServicePrincipal", opt={"permission": "realm.users.read"})
     async def get(
         self, sp_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.ServicePrincipal:
+    ) -> read_models.ServicePrincipal:
         """One service principal of the realm."""
         sp = await directory.get_service_principal(db_session, principal.realm.id, sp_id)
-        return typed(schemas.ServicePrincipal, directory.service_principal_view(sp))
+        return directory.service_principal_view(sp)

@@ -14,13 +14,12 @@ from litestar import Controller, delete, get, patch, post
 from litestar import get as read_route  # the controller's own ``get`` handler shadows the decorator
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory import webhooks
+from engine.directory import read_models, webhooks
 from engine.endpoints import deliveries
+from engine.endpoints import read_models as endpoint_models
 from engine.workflows.references import refuse_if_referenced
 
 
@@ -48,7 +47,7 @@ class WebhooksController(Controller):
     @post("/", operation_id="createWebhook", opt={"permission": "realm.webhooks.write", "location": "/webhooks/{id}"})
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWebhook], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.WebhookWithSecret:
+    ) -> read_models.WebhookWithSecret:
         """Subscribe a destination; the answer carries ``secret``, shown this once."""
         subscription, secret = await webhooks.create_subscription(
             db_session,
@@ -58,8 +57,9 @@ class WebhooksController(Controller):
             allow_private_network=data.allow_private_network,
             event_types=data.event_types,
         )
-        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return typed(schemas.WebhookWithSecret, view | {"secret": secret})
+        return webhooks.webhook_with_secret_view(
+            subscription, secret, operator_allows_private=_operator_allows_private(request)
+        )
 
     @get("/", operation_id="listWebhooks", opt={"permission": "realm.webhooks.read"})
     async def list(
@@ -70,23 +70,24 @@ class WebhooksController(Controller):
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.WebhookPage:
+    ) -> read_models.WebhookPage:
         """Subscriptions oldest first; deleted ones only with ``?state=deleted``."""
         page = await webhooks.list_subscriptions(
             db_session, principal.realm.id, state=state_filter, cursor=cursor, limit=limit
         )
         allows = _operator_allows_private(request)
-        view = page_view(page, lambda s: webhooks.webhook_view(s, operator_allows_private=allows))
-        return typed(schemas.WebhookPage, view)
+        return read_models.WebhookPage(
+            items=[webhooks.webhook_view(s, operator_allows_private=allows) for s in page.items],
+            next_cursor=page.next_cursor,
+        )
 
     @get("/{webhook_id:str}", operation_id="getWebhook", opt={"permission": "realm.webhooks.read"})
     async def get(
         self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Webhook:
+    ) -> read_models.Webhook:
         """One webhook subscription (never its secret)."""
         subscription = await webhooks.get_subscription(db_session, principal.realm.id, webhook_id)
-        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return typed(schemas.Webhook, view)
+        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
 
     @patch("/{webhook_id:str}", operation_id="updateWebhook", opt={"permission": "realm.webhooks.write"})
     async def update(
@@ -96,7 +97,7 @@ class WebhooksController(Controller):
         data: JSONBody[UpdateWebhook],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Webhook:
+    ) -> read_models.Webhook:
         """Change the state (active, paused, disabled), destination, flag or event types
         (``event_types: null`` means every directory event type)."""
         changes: dict[str, Any] = {}
@@ -111,8 +112,7 @@ class WebhooksController(Controller):
             destination=data.destination,
             **changes,
         )
-        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return typed(schemas.Webhook, view)
+        return webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
 
     @delete("/{webhook_id:str}", operation_id="deleteWebhook", opt={"permission": "realm.webhooks.write"})
     async def remove(
@@ -138,7 +138,7 @@ class WebhooksController(Controller):
     )
     async def rotate(
         self, request: AnyRequest, webhook_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.WebhookWithSecret:
+    ) -> read_models.WebhookWithSecret:
         """A new secret, shown this once; the previous one still signs until
         ``previous_secret_expires_at`` (24 h)."""
         subscription, secret = await webhooks.rotate_secret(
@@ -147,8 +147,9 @@ class WebhooksController(Controller):
             context_of(request.app).settings.secret_key,
             webhook_id,
         )
-        view = webhooks.webhook_view(subscription, operator_allows_private=_operator_allows_private(request))
-        return typed(schemas.WebhookWithSecret, view | {"secret": secret})
+        return webhooks.webhook_with_secret_view(
+            subscription, secret, operator_allows_private=_operator_allows_private(request)
+        )
 
     @read_route(
         "/{webhook_id:str}/deliveries",
@@ -163,12 +164,14 @@ class WebhooksController(Controller):
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.WebhookDeliveryPage:
+    ) -> endpoint_models.WebhookDeliveryPage:
         """The subscription's delivery log, newest first: event, tries, state, last answer and latency."""
         page = await deliveries.list_deliveries(
             db_session, principal.realm.id, webhook_id, state=state_filter, cursor=cursor, limit=limit
         )
-        return typed(schemas.WebhookDeliveryPage, page_view(page, deliveries.delivery_view))
+        return endpoint_models.WebhookDeliveryPage(
+            items=[deliveries.delivery_view(d) for d in page.items], next_cursor=page.next_cursor
+        )
 
     @post(
         "/{webhook_id:str}/deliveries/{delivery_id:str}/redeliver",
@@ -183,8 +186,8 @@ class WebhooksController(Controller):
         delivery_id: FromPath[str],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.WebhookDelivery:
+    ) -> endpoint_models.WebhookDelivery:
         """Send the delivery's event again, as a new delivery queued behind the subscription's others
         (409 while the subscription is disabled or deleted)."""
         copy = await deliveries.redeliver(db_session, principal.actor(request_id_of(request)), webhook_id, delivery_id)
-        return typed(schemas.WebhookDelivery, deliveries.delivery_view(copy))
+        return deliveries.delivery_view(copy)

@@ -12,7 +12,6 @@ page shows (actor, subject, and ids inside the details) carries its name, from o
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from litestar import Controller, get
 from litestar.params import FromQuery
@@ -22,7 +21,7 @@ from cockpit.auth import CurrentPrincipal
 from cockpit.names import ids_in, resolve_names
 from cockpit.pages.common import page, targets
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import audit_log
+from engine.directory import audit_log, read_models
 from engine.platform.errors import EngineError
 from engine.runs.name_lookup import NamedObject, match_names
 
@@ -82,7 +81,7 @@ class AuditPages(Controller):
         )
         params = filters.as_params() | {k: v for k, v in (("actor_id", actor), ("subject_id", subject)) if v}
         status_code = 200
-        events: list[dict[str, Any]] = []
+        events: list[read_models.AuditEvent] = []
         next_cursor = list_error = None
         try:
             found_page = await audit_log.list_audit_events(db_session, realm_id, filters, cursor=cursor)
@@ -93,7 +92,7 @@ class AuditPages(Controller):
             status_code = exc.status
         shown: list[str | None] = []
         for e in events:
-            shown += [e["actor"]["id"], e["subject"]["id"], *ids_in(e["details"])]
+            shown += [e.actor.id, e.subject.id, *ids_in(e.details)]
         names = await resolve_names(db_session, realm_id, shown, slug=principal.realm.slug)
         targeted = targets(request, TABLE_ID)
         return page(

@@ -94,7 +94,7 @@ class RolesPages(Controller):
             status_code=status_code,
             roles=found.items,
             next_cursor=found.next_cursor,
-            catalog=roles.permission_catalog(),
+            catalog=roles.permission_catalog().items,
             wildcards=WILDCARDS,
             can_create=may(principal, "realm.roles.write"),
             form=form

@@ -15,7 +15,7 @@ from litestar.response import Redirect, Template
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import form_errors, may, page
 from cockpit.state import AnyRequest, DbSession
-from engine.directory import notice_templates, policy
+from engine.directory import notice_templates, policy, read_models
 from engine.platform.errors import EngineError, ValidationFailed
 
 NAME = notice_templates.WORKFLOW_NOTICE
@@ -37,7 +37,7 @@ class TemplatesPages(Controller):
         self,
         request: AnyRequest,
         principal: Principal,
-        current: dict[str, Any],
+        current: read_models.NoticeTemplate,
         *,
         subject: str,
         body: str,
@@ -63,7 +63,7 @@ class TemplatesPages(Controller):
     @get("/", operation_id="templatesPage", opt={"permission": "realm.workflows.read"})
     async def show(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Template:
         current = await notice_templates.get_template(db_session, principal.realm.id, NAME)
-        return await self._render(request, principal, current, subject=current["subject"], body=current["body"])
+        return await self._render(request, principal, current, subject=current.subject, body=current.body)
 
     @post("/", operation_id="templatesPageSave", opt={"permission": "realm.templates.write"})
     async def save(self, request: AnyRequest, db_session: DbSession, principal: CurrentPrincipal) -> Response[Any]:

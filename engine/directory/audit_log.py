@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import read_models
 from engine.directory.models import AuditEvent
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.pagination import Page, keyset_page
@@ -56,18 +56,18 @@ def _escape_like(value: str) -> str:
     return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def audit_event_view(event: AuditEvent) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "occurred_at": event.occurred_at,
-        "actor": {"type": event.actor_type, "id": event.actor_id},
-        "category": event.category,
-        "type": event.type,
-        "subject": {"type": event.subject_type, "id": event.subject_id},
-        "request_id": event.request_id,
-        "correlation_id": event.correlation_id,
-        "details": event.details or {},
-    }
+def audit_event_view(event: AuditEvent) -> read_models.AuditEvent:
+    return read_models.AuditEvent(
+        id=event.id,
+        occurred_at=event.occurred_at,
+        actor=read_models.AuditParty(type=event.actor_type, id=event.actor_id),
+        category=event.category,
+        type=event.type,
+        subject=read_models.AuditParty(type=event.subject_type, id=event.subject_id),
+        request_id=event.request_id,
+        correlation_id=event.correlation_id,
+        details=event.details or {},
+    )
 
 
 async def list_audit_events(

@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import rules
+from engine.directory import read_models, rules
 from engine.directory.admins import holds_admin_role, is_admin, keeping_an_admin
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
@@ -31,28 +31,39 @@ from engine.platform.names import normalize
 from engine.platform.pagination import Page, keyset_page
 
 
-def group_view(group: Group, role_ids: Sequence[str]) -> dict[str, Any]:
-    return {
-        "id": group.id,
-        "organization_id": group.organization_id,
-        "name": group.name,
-        "parent_id": group.parent_id,
-        "role_ids": list(role_ids),
-        "created_at": group.created_at,
-    }
+def group_view(group: Group, role_ids: Sequence[str]) -> read_models.Group:
+    return read_models.Group(
+        id=group.id,
+        organization_id=group.organization_id,
+        name=group.name,
+        parent_id=group.parent_id,
+        role_ids=list(role_ids),
+        created_at=group.created_at,
+    )
 
 
-def group_member_view(member: GroupMember, user: User | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "group_id": member.group_id,
-        "user_id": member.user_id,
-        "added_by": member.added_by,
-        "source_run_id": member.source_run_id,
-        "created_at": member.created_at,
-    }
-    if user is not None:
-        out |= {"email": user.email, "display_name": user.display_name, "status": user.status}
-    return out
+def group_membership_view(member: GroupMember) -> read_models.GroupMembership:
+    return read_models.GroupMembership(
+        group_id=member.group_id,
+        user_id=member.user_id,
+        added_by=member.added_by,
+        source_run_id=member.source_run_id,
+        created_at=member.created_at,
+    )
+
+
+def group_member_view(member: GroupMember, user: User) -> read_models.GroupMember:
+    """A group membership with the member's name and status, as lists show it."""
+    return read_models.GroupMember(
+        group_id=member.group_id,
+        user_id=member.user_id,
+        added_by=member.added_by,
+        source_run_id=member.source_run_id,
+        created_at=member.created_at,
+        email=user.email,
+        display_name=user.display_name,
+        status=user.status,
+    )
 
 
 async def get_group(session: AsyncSession, realm_id: str, org_id: str, group_id: str) -> Group:

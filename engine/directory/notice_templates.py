@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.sandbox import SandboxedEnvironment
@@ -20,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import read_models
 from engine.directory.audit import Actor, record_audit
 from engine.directory.models import Realm, Template
 from engine.platform.clock import SYSTEM_CLOCK
@@ -142,24 +142,26 @@ async def _override(session: AsyncSession, realm_id: str, name: str) -> Template
     return result.scalar_one_or_none()
 
 
-def template_view(name: str, row: Template | None) -> dict[str, Any]:
-    return {
-        "name": name,
-        "subject": row.subject if row else DEFAULT_SUBJECT,
-        "body": row.body if row else DEFAULT_BODY,
-        "variables": list(VARIABLES),
-        "overridden": row is not None,
-        "updated_at": row.updated_at if row else None,
-        "updated_by": row.updated_by if row else None,
-    }
+def template_view(name: str, row: Template | None) -> read_models.NoticeTemplate:
+    return read_models.NoticeTemplate(
+        name=name,
+        subject=row.subject if row else DEFAULT_SUBJECT,
+        body=row.body if row else DEFAULT_BODY,
+        variables=list(VARIABLES),
+        overridden=row is not None,
+        updated_at=row.updated_at if row else None,
+        updated_by=row.updated_by if row else None,
+    )
 
 
-async def get_template(session: AsyncSession, realm_id: str, name: str) -> dict[str, Any]:
+async def get_template(session: AsyncSession, realm_id: str, name: str) -> read_models.NoticeTemplate:
     _check_name(name)
     return template_view(name, await _override(session, realm_id, name))
 
 
-async def put_template(session: AsyncSession, actor: Actor, name: str, *, subject: str, body: str) -> dict[str, Any]:
+async def put_template(
+    session: AsyncSession, actor: Actor, name: str, *, subject: str, body: str
+) -> read_models.NoticeTemplate:
     """Store the realm's wording (every issue reported at once; nothing stored when invalid)."""
     _check_name(name)
     check_template(subject, body)
@@ -173,7 +175,7 @@ async def put_template(session: AsyncSession, actor: Actor, name: str, *, subjec
     row.updated_at = SYSTEM_CLOCK.now()
     row.updated_by = actor.id
     await session.flush()
-    changed = [k for k in ("subject", "body") if before[k] != (subject if k == "subject" else body)]
+    changed = [k for k, old, new in (("subject", before.subject, subject), ("body", before.body, body)) if old != new]
     await record_audit(
         session,
         actor,
@@ -186,7 +188,7 @@ async def put_template(session: AsyncSession, actor: Actor, name: str, *, subjec
     return template_view(name, row)
 
 
-async def reset_template(session: AsyncSession, actor: Actor, name: str) -> dict[str, Any]:
+async def reset_template(session: AsyncSession, actor: Actor, name: str) -> read_models.NoticeTemplate:
     """Go back to the server's default wording."""
     _check_name(name)
     row = await _override(session, actor.realm_id, name)

@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import rules
+from engine.directory import read_models, rules
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
@@ -39,8 +39,8 @@ class Unchanged(enum.Enum):
 UNCHANGED = Unchanged.UNCHANGED
 
 
-def organization_view(org: Organization) -> dict[str, Any]:
-    return {"id": org.id, "name": org.name, "state": org.state, "created_at": org.created_at}
+def organization_view(org: Organization) -> read_models.Organization:
+    return read_models.Organization(id=org.id, name=org.name, state=org.state, created_at=org.created_at)
 
 
 async def get_organization(session: AsyncSession, realm_id: str, org_id: str) -> Organization:
@@ -121,16 +121,26 @@ async def update_organization(
     return org
 
 
-def membership_view(membership: Membership, user: User | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": membership.id,
-        "organization_id": membership.organization_id,
-        "user_id": membership.user_id,
-        "created_at": membership.created_at,
-    }
-    if user is not None:
-        out |= {"email": user.email, "display_name": user.display_name, "status": user.status}
-    return out
+def membership_view(membership: Membership) -> read_models.OrganizationMembership:
+    return read_models.OrganizationMembership(
+        id=membership.id,
+        organization_id=membership.organization_id,
+        user_id=membership.user_id,
+        created_at=membership.created_at,
+    )
+
+
+def member_view(membership: Membership, user: User) -> read_models.OrganizationMember:
+    """A membership with the member's name and status, as lists show it."""
+    return read_models.OrganizationMember(
+        id=membership.id,
+        organization_id=membership.organization_id,
+        user_id=membership.user_id,
+        created_at=membership.created_at,
+        email=user.email,
+        display_name=user.display_name,
+        status=user.status,
+    )
 
 
 async def user_in_realm(session: AsyncSession, realm_id: str, user_id: str) -> User:

@@ -7,10 +7,9 @@ copied into the workflow's ``requires_approval``; changing it later changes no w
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from engine.directory import read_models
 from engine.directory.audit import Actor, record_audit
 from engine.directory.models import RealmPolicy
 from engine.platform.clock import SYSTEM_CLOCK
@@ -23,15 +22,15 @@ def _extensions(row: RealmPolicy | None) -> dict[str, bool]:
     return {name: bool(stored.get(name, default)) for name, default in EXTENSION_DEFAULTS.items()}
 
 
-def policy_view(row: RealmPolicy | None) -> dict[str, Any]:
-    return {
-        "extensions": _extensions(row),
-        "updated_at": row.updated_at if row else None,
-        "updated_by": row.updated_by if row else None,
-    }
+def policy_view(row: RealmPolicy | None) -> read_models.Policy:
+    return read_models.Policy(
+        extensions=read_models.PolicyExtensionValues(**_extensions(row)),
+        updated_at=row.updated_at if row else None,
+        updated_by=row.updated_by if row else None,
+    )
 
 
-async def get_policy(session: AsyncSession, realm_id: str) -> dict[str, Any]:
+async def get_policy(session: AsyncSession, realm_id: str) -> read_models.Policy:
     return policy_view(await session.get(RealmPolicy, realm_id))
 
 
@@ -46,7 +45,7 @@ async def publish_approval_required(session: AsyncSession, realm_id: str) -> boo
     return value if isinstance(value, bool) else True
 
 
-async def update_policy(session: AsyncSession, actor: Actor, extensions: dict[str, bool]) -> dict[str, Any]:
+async def update_policy(session: AsyncSession, actor: Actor, extensions: dict[str, bool]) -> read_models.Policy:
     """Set the given extensions (unknown names are refused by the caller's body schema)."""
     unknown = set(extensions) - set(EXTENSION_DEFAULTS)
     if unknown:

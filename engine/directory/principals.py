@@ -13,7 +13,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import rules
+from engine.directory import read_models, rules
 from engine.directory.accounts import create_user
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
@@ -32,17 +32,17 @@ __all__ = ["create_user"]
 USER_STATUSES = ("active", "suspended")
 
 
-def user_view(user: User) -> dict[str, Any]:
-    return {
-        "id": user.id,
-        "email": user.email,
-        "display_name": user.display_name,
-        "status": user.status,
-        "guest": user.guest,
-        "mfa_enrolled": user.totp_enabled_at is not None,
-        "created_at": user.created_at,
-        "updated_at": user.updated_at,
-    }
+def user_view(user: User) -> read_models.User:
+    return read_models.User(
+        id=user.id,
+        email=user.email,
+        display_name=user.display_name,
+        status=user.status,
+        guest=user.guest,
+        mfa_enrolled=user.totp_enabled_at is not None,
+        created_at=user.created_at,
+        updated_at=user.updated_at,
+    )
 
 
 async def get_user(session: AsyncSession, realm_id: str, user_id: str) -> User:
@@ -223,8 +223,8 @@ async def create_sign_in_link(
     return await issue_sign_in_link(session, user, actor=actor)
 
 
-def service_principal_view(sp: ServicePrincipal) -> dict[str, Any]:
-    return {"id": sp.id, "name": sp.name, "description": sp.description, "created_at": sp.created_at}
+def service_principal_view(sp: ServicePrincipal) -> read_models.ServicePrincipal:
+    return read_models.ServicePrincipal(id=sp.id, name=sp.name, description=sp.description, created_at=sp.created_at)
 
 
 @needs_permission("realm.users.write")

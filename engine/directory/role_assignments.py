@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import rules
+from engine.directory import read_models, rules
 from engine.directory.admins import holds_admin_role, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, check_assignment, load_authority, needs_permission, require_authority_over
@@ -31,19 +31,19 @@ from engine.platform.pagination import Page, keyset_page
 EXPIRY_BATCH = 500
 
 
-def assignment_view(assignment: RoleAssignment) -> dict[str, Any]:
-    return {
-        "id": assignment.id,
-        "role_id": assignment.role_id,
-        "user_id": assignment.user_id,
-        "service_principal_id": assignment.service_principal_id,
-        "organization_id": assignment.organization_id,
-        "expires_at": assignment.expires_at,
-        "granted_by": assignment.granted_by,
-        "approver_id": assignment.approver_id,
-        "source_run_id": assignment.source_run_id,
-        "created_at": assignment.created_at,
-    }
+def assignment_view(assignment: RoleAssignment) -> read_models.RoleAssignment:
+    return read_models.RoleAssignment(
+        id=assignment.id,
+        role_id=assignment.role_id,
+        user_id=assignment.user_id,
+        service_principal_id=assignment.service_principal_id,
+        organization_id=assignment.organization_id,
+        expires_at=assignment.expires_at,
+        granted_by=assignment.granted_by,
+        approver_id=assignment.approver_id,
+        source_run_id=assignment.source_run_id,
+        created_at=assignment.created_at,
+    )
 
 
 async def get_assignment(session: AsyncSession, realm_id: str, assignment_id: str) -> RoleAssignment:

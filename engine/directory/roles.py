@@ -9,14 +9,13 @@ organization-bound role is checked in its organization. Assignments: engine/dire
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
-from engine.directory import rules
+from engine.directory import read_models, rules
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import (
     BUILTIN_ROLES,
@@ -47,23 +46,26 @@ ROLE_NAME_MAX = 100
 DESCRIPTION_MAX = 500
 
 
-def permission_catalog() -> list[dict[str, str]]:
-    return [
-        {"name": name, "level": level, "description": description} for name, (level, description) in PERMISSIONS.items()
-    ]
+def permission_catalog() -> read_models.PermissionCatalog:
+    return read_models.PermissionCatalog(
+        items=[
+            read_models.Permission(name=name, level=level, description=description)
+            for name, (level, description) in PERMISSIONS.items()
+        ]
+    )
 
 
-def role_view(role: Role) -> dict[str, Any]:
-    return {
-        "id": role.id,
-        "name": role.name,
-        "description": role.description,
-        "permissions": list(role.permissions),
-        "boundary": role.boundary,
-        "requires_approval": role.requires_approval,
-        "builtin": role.builtin,
-        "created_at": role.created_at,
-    }
+def role_view(role: Role) -> read_models.Role:
+    return read_models.Role(
+        id=role.id,
+        name=role.name,
+        description=role.description,
+        permissions=list(role.permissions),
+        boundary=role.boundary,
+        requires_approval=role.requires_approval,
+        builtin=role.builtin,
+        created_at=role.created_at,
+    )
 
 
 def grant_scope(role: Role, organization_id: str | None) -> str | None:

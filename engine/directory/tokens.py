@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import read_models
 from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.models import ApiToken, Realm, ServicePrincipal, User
@@ -142,34 +142,34 @@ DEFAULT_LIFETIME_DAYS = TOKEN_DEFAULT_DAYS
 MAX_LIFETIME_DAYS = TOKEN_MAX_DAYS
 
 
-def token_view(row: ApiToken) -> dict[str, Any]:
+def token_view(row: ApiToken) -> read_models.ApiToken:
     """What a list shows: never the token or its hash."""
-    return {
-        "id": row.id,
-        "name": row.name,
-        "audience": row.audience,
-        "owner": {
-            "type": "user" if row.user_id else "service_principal",
-            "id": row.user_id or row.service_principal_id,
-        },
-        "created_at": row.created_at,
-        "expires_at": row.expires_at,
-        "last_used_at": row.last_used_at,
-        "revoked": row.revoked_at is not None,
-        "revoked_at": row.revoked_at,
-    }
+    return read_models.ApiToken(
+        id=row.id,
+        name=row.name,
+        audience=row.audience,
+        owner=read_models.TokenOwner(
+            type="user" if row.user_id else "service_principal",
+            id=row.user_id or row.service_principal_id,
+        ),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        last_used_at=row.last_used_at,
+        revoked=row.revoked_at is not None,
+        revoked_at=row.revoked_at,
+    )
 
 
-def minted_view(token: str, row: ApiToken) -> dict[str, Any]:
+def minted_view(token: str, row: ApiToken) -> read_models.MintedToken:
     """The answer to a mint: the token, this once."""
-    return {
-        "id": row.id,
-        "name": row.name,
-        "audience": row.audience,
-        "created_at": row.created_at,
-        "expires_at": row.expires_at,
-        "token": token,
-    }
+    return read_models.MintedToken(
+        id=row.id,
+        name=row.name,
+        audience=row.audience,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        token=token,
+    )
 
 
 def request_issues(name: str | None, audience: str | None, expires_in_days: int | None) -> list[Issue]:

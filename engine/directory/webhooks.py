@@ -33,10 +33,12 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
+from engine.directory import read_models
 from engine.directory.audit import DELIVERABLE_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
@@ -300,21 +302,29 @@ def signing_secrets(subscription: WebhookSubscription, operator_key: str, now: d
 
 def webhook_view(
     subscription: WebhookSubscription, *, operator_allows_private: bool, now: datetime | None = None
-) -> dict[str, Any]:
+) -> read_models.Webhook:
     """The subscription as the API shows it: never a secret, encrypted or not."""
     moment = now or SYSTEM_CLOCK.now()
     expires = subscription.previous_secret_expires_at
-    return {
-        "id": subscription.id,
-        "destination": subscription.destination,
-        "state": subscription.state,
-        "allow_private_network": subscription.allow_private_network,
-        "event_types": list(subscription.event_types) if subscription.event_types is not None else None,
-        "egress_permitted": egress_permitted(subscription, operator_allows_private),
-        "previous_secret_expires_at": expires if expires is not None and expires > moment else None,
-        "created_at": subscription.created_at,
-        "updated_at": subscription.updated_at,
-    }
+    return read_models.Webhook(
+        id=subscription.id,
+        destination=subscription.destination,
+        state=subscription.state,
+        allow_private_network=subscription.allow_private_network,
+        event_types=list(subscription.event_types) if subscription.event_types is not None else None,
+        egress_permitted=egress_permitted(subscription, operator_allows_private),
+        previous_secret_expires_at=expires if expires is not None and expires > moment else None,
+        created_at=subscription.created_at,
+        updated_at=subscription.updated_at,
+    )
+
+
+def webhook_with_secret_view(
+    subscription: WebhookSubscription, secret: str, *, operator_allows_private: bool
+) -> read_models.WebhookWithSecret:
+    """The answer to a create or a rotation: the subscription with its signing secret, this once."""
+    view = webhook_view(subscription, operator_allows_private=operator_allows_private)
+    return read_models.WebhookWithSecret(**msgspec.structs.asdict(view), secret=secret)
 
 
 def _host(url: str) -> str:

@@ -41,7 +41,7 @@ from sqlmodel import col
 from engine.directory.audit import TRIGGER_EVENT_TYPES, Actor, record_audit
 from engine.directory.models import OutboxEvent, WebhookDelivery, WebhookSubscription
 from engine.directory.webhooks import signing_secrets
-from engine.endpoints import transport
+from engine.endpoints import read_models, transport
 from engine.endpoints.calls import signed_request
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
@@ -384,23 +384,23 @@ class DeliveryDispatcher:
 # --- Reading and redelivering ---------------------------------------------------------------------
 
 
-def delivery_view(delivery: WebhookDelivery) -> dict[str, Any]:
-    return {
-        "id": delivery.id,
-        "subscription_id": delivery.subscription_id,
-        "event_id": delivery.event_id,
-        "event_type": delivery.event_type,
-        "state": delivery.state,
-        "attempts": delivery.attempts,
-        "last_status_code": delivery.last_status_code,
-        "last_error": delivery.last_error,
-        "last_latency_ms": delivery.last_latency_ms,
-        "last_attempt_at": delivery.last_attempt_at,
-        "next_attempt_at": delivery.next_attempt_at if delivery.state == "pending" else None,
-        "redelivery_of": delivery.redelivery_of,
-        "created_at": delivery.created_at,
-        "finished_at": delivery.finished_at,
-    }
+def delivery_view(delivery: WebhookDelivery) -> read_models.WebhookDelivery:
+    return read_models.WebhookDelivery(
+        id=delivery.id,
+        subscription_id=delivery.subscription_id,
+        event_id=delivery.event_id,
+        event_type=delivery.event_type,
+        state=delivery.state,
+        attempts=delivery.attempts,
+        last_status_code=delivery.last_status_code,
+        last_error=delivery.last_error,
+        last_latency_ms=delivery.last_latency_ms,
+        last_attempt_at=delivery.last_attempt_at,
+        next_attempt_at=delivery.next_attempt_at if delivery.state == "pending" else None,
+        redelivery_of=delivery.redelivery_of,
+        created_at=delivery.created_at,
+        finished_at=delivery.finished_at,
+    )
 
 
 async def list_deliveries(

@@ -185,7 +185,7 @@ async def test_a_change_to_a_realm_without_a_policy_row_makes_one(realm: RealmHa
         await session.execute(text("DELETE FROM realm_policies WHERE realm_id = :r"), {"r": realm.id})
     async with realm.sessions() as session, session.begin():
         view = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
-    assert view["extensions"] == {"workflow_publish_approval": True} and view["updated_by"] == realm.admin.id
+    assert view.extensions.workflow_publish_approval is True and view.updated_by == realm.admin.id
     async with realm.sessions() as session:
         assert await policy.get_policy(session, realm.id) == view
         assert await policy.publish_approval_required(session, realm.id) is True
@@ -198,7 +198,7 @@ async def test_a_change_that_changes_nothing_answers_the_policy_and_is_not_audit
         )
     async with realm.sessions() as session, session.begin():
         same = await policy.update_policy(session, realm.actor, {"workflow_publish_approval": False})
-    assert same is not None and same["extensions"] == {"workflow_publish_approval": False}
+    assert same.extensions.workflow_publish_approval is False
     assert await _audit(realm, "policy.updated") == []
     async with realm.sessions() as session, session.begin():
         await policy.update_policy(session, realm.actor, {"workflow_publish_approval": True})
