@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
-from engine.directory.seed import _ROLES as SEEDED_ROLES
+from engine.seeding.demo_realm import _ROLES as SEEDED_ROLES
 from testing.factories import HTML, RealmHandle, browser_session
 from testing.pages import signed_in
 
