@@ -29,7 +29,7 @@ from engine.runs.holder import RunnerSettings, run_actor
 from engine.runs.runstore import leases
 from engine.runs.runstore.leases import LeaseLost
 from engine.runs.states import COMP_PENDING
-from engine.runs.transition import transition, transition_and_call
+from engine.runs.transition import transition
 
 log = logging.getLogger("cockpit.engine")
 # What a runner does and when, at DEBUG (COCKPIT_LOG_LEVEL=DEBUG): one line per claim and per commit,
@@ -296,34 +296,11 @@ class Runner:
             return _IDLE
         return _FINISHED if finished else _MOVED
 
-    async def advance(self, run_id: str) -> int:
-        """At most 25 transitions, then hand the lease back so other runs get their turn."""
-        done = 0
-        try:
-            while done < MAX_TRANSITIONS:
-                progressed, finished = await transition_and_call(self, run_id)
-                if not progressed:
-                    break
-                done += 1
-                if finished:
-                    return done  # a finished run holds no lease any more
-        except LeaseLost:
-            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
-            return done
-        async with self.sessions() as session, session.begin():
-            await leases.release_lease(session, run_id, self.worker_id)
-        return done
-
     async def release_all(self) -> int:
         async with self.sessions() as session, session.begin():
             return await leases.release_all_leases(session, self.worker_id)
 
-    # --- one transition --------------------------------------------------------------------------
-
-    async def transition(self, run_id: str) -> bool:
-        """Make one step of progress in one transaction; False when the run has nothing to do now."""
-        progressed, _ = await transition_and_call(self, run_id)
-        return progressed
+    # --- one endpoint call -----------------------------------------------------------------------
 
     async def _complete_call_alone(self, call: PreparedCall) -> str:
         try:

@@ -16,7 +16,7 @@ from engine.runs.runner import Runner
 from engine.runs.runstore import leases
 from testing.approvals import approval_row, decide
 from testing.factories import RealmHandle
-from testing.runs import clock_now, drain, load, make_runner, rows, start
+from testing.runs import advance, advance_once, clock_now, drain, load, make_runner, rows, start
 from testing.workflows import manual, publish
 
 LEASE = timedelta(seconds=30)
@@ -336,7 +336,7 @@ async def test_the_reminder_moves_the_runs_next_wake_to_the_expiry_in_the_same_t
     assert run.due_at == approval.remind_at
     clock.current = approval.remind_at
     assert await claim(r, realm) == [run_id]
-    assert await r.transition(run_id)
+    assert await advance_once(r, run_id)
 
     run, attempts = await load(realm, run_id)
     assert (run.state, run.lease_owner, attempts) == ("awaiting_approval", r.worker_id, [])
@@ -471,12 +471,12 @@ async def test_advance_returns_the_number_of_transitions_it_made(realm: RealmHan
     r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 1
+    assert await advance(r, run_id) == 1
     run, _ = await load(realm, run_id)
     assert (run.state, run.lease_owner) == ("waiting", None)
     clock.advance(hours=1)
     assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 2
+    assert await advance(r, run_id) == 2
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded"
     assert [(a.step_id, a.state) for a in attempts] == [("pause", "succeeded"), ("done", "succeeded")]
@@ -490,7 +490,7 @@ async def test_advance_counts_the_request_for_an_approval_as_a_transition(realm:
     r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
     assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 1
+    assert await advance(r, run_id) == 1
     run, attempts = await load(realm, run_id)
     assert (run.state, run.lease_owner, attempts) == ("awaiting_approval", None, [])
     assert await requests_sent(realm, approver) == 1
