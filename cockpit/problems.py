@@ -26,6 +26,7 @@ from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from cockpit.middleware import loggable_path
+from cockpit.pages.common import page_context
 from engine.platform.errors import EngineError, TooManyRequests
 
 log = logging.getLogger("cockpit.errors")
@@ -304,7 +305,7 @@ def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response
             return redirect
         return Template(
             template_name="pages/error.html",
-            context={"problem": problem.body(), "request": request},
+            context=page_context(request) | {"problem": problem.body()},
             status_code=problem.status,
             headers=headers,
             media_type=MediaType.HTML,

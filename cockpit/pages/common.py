@@ -91,8 +91,16 @@ def page(
     **context: Any,
 ) -> Template:
     """Render ``template`` with the realm, the principal and the CSRF token in its context."""
+    base = page_context(request) | {"nav": nav} | context
+    return Template(template_name=template, context=base, status_code=status_code)
+
+
+def page_context(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """What every page's layout needs: the request and, once the guard has read who is calling,
+    the realm, the principal, the CSRF token and the navigation they may follow. Error pages
+    (``cockpit/problems.py``) get it too, so a refusal keeps the realm's navigation."""
     principal = request.scope.get("state", {}).get("principal")
-    base: dict[str, Any] = {"request": request, "nav": nav}
+    base: dict[str, Any] = {"request": request, "nav": None}
     if isinstance(principal, Principal):
         items = nav_items(request, principal)
         base |= {
@@ -103,8 +111,7 @@ def page(
             "home_href": items[0]["href"] if items else "/",
             "may_open": lambda href, method="GET": may_open(request, principal, href, method),
         }
-    base |= context
-    return Template(template_name=template, context=base, status_code=status_code)
+    return base
 
 
 def form_errors(exc: EngineError) -> dict[str, Any]:
