@@ -380,6 +380,16 @@ async def test_the_start_form_starts_a_run_and_opens_its_timeline(client: Client
     assert f'<option value="{org.id}"' in fragment.text and closed.id not in fragment.text
     assert 'name="_csrf"' in fragment.text
 
+    # The preview names the person as the rest of the page does: the name, the email beside it.
+    previewed = await client.post(
+        f"{start_url}/preview",
+        data={"subject": "Grace@Example.com", "organization_id": org.id, "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert previewed.status_code == 200
+    heading = previewed.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
+    assert 'Preview for Grace Hopper <span class="muted small">grace@example.com</span>' in heading
+
     started = await client.post(
         start_url,
         data={"subject": "Grace@Example.com", "organization_id": org.id, "_csrf": login.csrf},

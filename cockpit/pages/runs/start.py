@@ -104,6 +104,15 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
     return subject, None
 
 
+async def person_named(db_session: DbSession, realm_id: str, subject_id: str) -> dict[str, str] | None:
+    """Whom a preview is about, as the rest of the page names people: the display name, the email
+    beside it (None for an id that names no one of the realm)."""
+    user = (await directory.users_by_id(db_session, realm_id, [subject_id])).get(subject_id)
+    if user is None:
+        return None
+    return {"name": user.display_name or user.email, "email": user.email}
+
+
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
     try:
         revision = await get_revision(db_session, realm_id, workflow_id, number)
@@ -182,6 +191,7 @@ class RunStartPages(Controller):
                         status_code=409,
                         form=form,
                         run_preview=found,
+                        preview_person=await person_named(db_session, realm_id, subject_id),
                         confirm_failure=failing,
                     )
             run = await runs.start_manual_run(
@@ -262,7 +272,15 @@ class RunStartPages(Controller):
                 form=form,
                 **await self._start_errors(db_session, principal.realm.id, workflow_id, exc),
             )
-        return await self._start_form(request, db_session, principal, workflow_id, form=form, run_preview=found)
+        return await self._start_form(
+            request,
+            db_session,
+            principal,
+            workflow_id,
+            form=form,
+            run_preview=found,
+            preview_person=await person_named(db_session, principal.realm.id, subject_id),
+        )
 
     async def _start_errors(
         self, db_session: DbSession, realm_id: str, workflow_id: str, exc: EngineError
