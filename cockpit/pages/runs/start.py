@@ -19,7 +19,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, person_named, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import organizations
@@ -102,15 +102,6 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
             return "", Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
         return user.id, None
     return subject, None
-
-
-async def person_named(db_session: DbSession, realm_id: str, subject_id: str) -> dict[str, str] | None:
-    """Whom a preview is about, as the rest of the page names people: the display name, the email
-    beside it (None for an id that names no one of the realm)."""
-    user = (await directory.users_by_id(db_session, realm_id, [subject_id])).get(subject_id)
-    if user is None:
-        return None
-    return {"name": user.display_name or user.email, "email": user.email}
 
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:
