@@ -10,7 +10,7 @@ as many organizations and groups, and a second realm of the same size that must 
 drops it at the end. Then, through the product's own functions on one connection:
 
 - **baseline**: ``SELECT 1``, the round trip every statement pays;
-- **picker**: :func:`engine.runs.name_lookup.search_directory` for users, roles and groups with
+- **picker**: :func:`engine.directory.search.search_directory` for users, roles and groups with
   queries drawn from the seeded names (common prefixes, rare whole names, no match), first page;
 - **names**: :func:`engine.runs.name_lookup.lookup_names` for 50 ids of mixed kinds (what a revision
   page or an audit page names), one statement;
@@ -40,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text
 
+from engine.directory.search import search_directory
 from engine.platform.database import libpq_conninfo, with_database
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.migrate import upgrade
-from engine.runs.name_lookup import lookup_names, match_names, search_directory
+from engine.runs.name_lookup import lookup_names, match_names
 
 SEED = """
 INSERT INTO realms (id, slug, name) VALUES (:r, :slug, 'bench');

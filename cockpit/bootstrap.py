@@ -17,12 +17,12 @@ from sqlmodel import col
 from cockpit.admin_cli import AdminError, public_base_url, sign_in_link_url
 from engine.directory.models import Realm
 from engine.directory.realms import first_start_done, realm_by_slug
-from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_demo
 from engine.directory.sign_in_links import create_sign_in_link
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker, transaction
 from engine.platform.errors import EngineError
-from engine.runs.demo import approve_demo_request, seed_demo_workflow
+from engine.seeding.demo_realm import DEMO_ADMIN_EMAIL, DEMO_SLUG, DemoRealm, seed_demo
+from engine.seeding.demo_workflow import approve_demo_request, seed_demo_workflow
 
 
 def first_start(settings: Settings, database_url: str) -> list[str]:

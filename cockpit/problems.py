@@ -26,13 +26,15 @@ from litestar.response import Redirect, Template
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from cockpit.middleware import loggable_path
+from cockpit.pages.common import page_context
 from engine.platform.errors import EngineError, TooManyRequests
 
 log = logging.getLogger("cockpit.errors")
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
-_DEFAULT_CODES = {
+# The code a problem answer carries when the error names none, by HTTP status.
+DEFAULT_CODES = {
     400: "bad_request",
     401: "unauthorized",
     403: "forbidden",
@@ -122,7 +124,7 @@ class ProblemError(Exception):
         headers: dict[str, str] | None = None,
     ) -> None:
         self.status = status
-        self.code = code or _DEFAULT_CODES.get(status, "error")
+        self.code = code or DEFAULT_CODES.get(status, "error")
         self.detail = detail or HTTPStatus(status).phrase
         self.errors = errors or []
         self.headers = headers or {}
@@ -259,7 +261,7 @@ def to_problem(exc: Exception, request: Request[Any, Any, Any] | None = None) ->
     if isinstance(exc, HTTPException):
         status = exc.status_code
         detail = exc.detail if exc.detail and status < 500 else HTTPStatus(status).phrase
-        return Problem(status, _DEFAULT_CODES.get(status, "error"), detail), dict(exc.headers or {})
+        return Problem(status, DEFAULT_CODES.get(status, "error"), detail), dict(exc.headers or {})
     return Problem(500, "internal_error", "An unexpected error occurred; it has been logged."), {}
 
 
@@ -303,7 +305,7 @@ def problem_handler(request: Request[Any, Any, Any], exc: Exception) -> Response
             return redirect
         return Template(
             template_name="pages/error.html",
-            context={"problem": problem.body(), "request": request},
+            context=page_context(request) | {"problem": problem.body()},
             status_code=problem.status,
             headers=headers,
             media_type=MediaType.HTML,

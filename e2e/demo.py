@@ -17,9 +17,9 @@ from sqlalchemy import text
 from e2e.helpers import LiveServer, in_database
 from engine.directory import principals, webhooks
 from engine.directory.audit import Actor
-from engine.directory.seed import DEMO_SLUG, seed_demo
 from engine.runs import service as runs
-from engine.runs.demo import approve_demo_request, seed_demo_workflow
+from engine.seeding.demo_realm import DEMO_SLUG, seed_demo
+from engine.seeding.demo_workflow import approve_demo_request, seed_demo_workflow
 from engine.workflows.catalog import create_workflow
 from testing.processes import cockpit_env
 from testing.receiver import Receiver

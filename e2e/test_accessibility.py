@@ -27,9 +27,9 @@ from e2e.demo import demo as demo  # fixtures
 from e2e.demo import receiver as receiver
 from e2e.helpers import LiveServer, in_database, sign_in_url
 from e2e.pages import sign_in_with_link
-from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG
 from engine.platform.config import PROJECT_ROOT
-from engine.runs.demo import DEMO_APPROVER
+from engine.seeding.demo_realm import DEMO_ADMIN_EMAIL, DEMO_SLUG
+from engine.seeding.demo_workflow import DEMO_APPROVER
 
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]

@@ -21,7 +21,7 @@ from engine.directory.accounts import user_by_email
 from engine.directory.audit import Actor
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
-from engine.runs.demo import approve_demo_request
+from engine.seeding.demo_workflow import approve_demo_request
 from engine.workflows.catalog import create_workflow
 
 # Counts the swaps of each region (by id) and the changes of each announcer (by test id).

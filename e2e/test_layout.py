@@ -19,8 +19,8 @@ from e2e.demo import demo as demo  # fixtures
 from e2e.demo import receiver as receiver
 from e2e.helpers import LiveServer, in_database, sign_in_url
 from e2e.pages import sign_in_with_link
-from engine.directory.seed import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
 from engine.platform.config import PROJECT_ROOT
+from engine.seeding.demo_realm import DEMO_ADMIN_EMAIL, DEMO_SLUG, seed_demo
 
 SCREENS = PROJECT_ROOT / "test-results" / "screens"
 WIDTHS = (1400, 800)

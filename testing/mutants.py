@@ -260,7 +260,7 @@ def run_tests(where: Path, tests: list[str], limit: float | None) -> tuple[str, 
     return ("passed" if done.returncode == 0 else "failed"), time.monotonic() - started
 
 
-def _code_objects(code: CodeType) -> dict[str, CodeType]:
+def code_objects(code: CodeType) -> dict[str, CodeType]:
     """The code objects of the module's top-level functions and of its classes' methods, by
     qualified name (``f``, ``Class.method``); nested functions are part of their parent's code."""
     found: dict[str, CodeType] = {}
@@ -270,7 +270,7 @@ def _code_objects(code: CodeType) -> dict[str, CodeType]:
         if const.co_flags & 0x0002:  # CO_NEWLOCALS: a function, not a class body
             found[const.co_qualname] = const
         else:
-            found.update(_code_objects(const))
+            found.update(code_objects(const))
     return found
 
 
@@ -320,7 +320,7 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
 
     module = importlib.import_module(module_name)
     functions = _live_functions(module)
-    original = _code_objects(compile(unparsed(source), path, "exec"))
+    original = code_objects(compile(unparsed(source), path, "exec"))
     live = {name: fn.__code__ for name, (fn, _) in functions.items()}
 
     def pytest_run(limit: int) -> str:
@@ -370,7 +370,7 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
         if number in done:
             continue
         site = every[number]
-        mutated = _code_objects(compile(apply(source, site), path, "exec"))
+        mutated = code_objects(compile(apply(source, site), path, "exec"))
         changed = [name for name in mutated if mutated[name] != original.get(name)]
         started = time.monotonic()
         if not changed or any(name not in functions for name in changed):

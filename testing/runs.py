@@ -14,7 +14,9 @@ from engine.runs import run_reads
 from engine.runs import service as runs
 from engine.runs.endpoint_calls import complete_call
 from engine.runs.models import StepAttempt, WorkflowRun
-from engine.runs.runner import Runner, RunnerSettings
+from engine.runs.runner import MAX_TRANSITIONS, Runner, RunnerSettings
+from engine.runs.runstore import leases
+from engine.runs.runstore.leases import LeaseLost
 from engine.runs.transition import transition
 from testing.factories import RealmHandle
 from testing.workflows import manual, publish
@@ -58,6 +60,33 @@ async def transition_once(r: Runner, run_id: str, calls: list[PreparedCall] | No
         return True, await complete_call(r, call)
     calls.append(call)
     return True, False
+
+
+async def advance_once(r: Runner, run_id: str) -> bool:
+    """One transition of a run the runner holds, its endpoint call sent at once; False when the
+    run has nothing to do now. A lost lease raises ``LeaseLost``."""
+    progressed, _ = await transition_once(r, run_id)
+    return progressed
+
+
+async def advance(r: Runner, run_id: str) -> int:
+    """What a pass does for one run it claimed, without the pass: at most ``MAX_TRANSITIONS``
+    transitions, then the lease handed back (a finished run holds none). A lost lease ends it with
+    the transitions made so far, and hands back nothing: the run is its new holder's."""
+    done = 0
+    try:
+        while done < MAX_TRANSITIONS:
+            progressed, finished = await transition_once(r, run_id)
+            if not progressed:
+                break
+            done += 1
+            if finished:
+                return done
+    except LeaseLost:
+        return done
+    async with r.sessions() as session, session.begin():
+        await leases.release_lease(session, run_id, r.worker_id)
+    return done
 
 
 async def drain(r: Runner, rounds: int = 20) -> None:

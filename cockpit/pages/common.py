@@ -20,6 +20,7 @@ from litestar.response import Template
 from cockpit.auth import Principal, may_request, principal_of, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import accounts as directory_accounts
+from engine.directory import principals as directory_principals
 from engine.directory.authz import Authority
 from engine.directory.role_assignments import create_assignment
 from engine.platform.errors import EngineError, invalid
@@ -91,8 +92,16 @@ def page(
     **context: Any,
 ) -> Template:
     """Render ``template`` with the realm, the principal and the CSRF token in its context."""
+    base = page_context(request) | {"nav": nav} | context
+    return Template(template_name=template, context=base, status_code=status_code)
+
+
+def page_context(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """What every page's layout needs: the request and, once the guard has read who is calling,
+    the realm, the principal, the CSRF token and the navigation they may follow. Error pages
+    (``cockpit/problems.py``) get it too, so a refusal keeps the realm's navigation."""
     principal = request.scope.get("state", {}).get("principal")
-    base: dict[str, Any] = {"request": request, "nav": nav}
+    base: dict[str, Any] = {"request": request, "nav": None}
     if isinstance(principal, Principal):
         items = nav_items(request, principal)
         base |= {
@@ -103,8 +112,7 @@ def page(
             "home_href": items[0]["href"] if items else "/",
             "may_open": lambda href, method="GET": may_open(request, principal, href, method),
         }
-    base |= context
-    return Template(template_name=template, context=base, status_code=status_code)
+    return base
 
 
 def form_errors(exc: EngineError) -> dict[str, Any]:
@@ -154,6 +162,15 @@ async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: 
     if user is None:
         raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
     return user.id
+
+
+async def person_named(db_session: DbSession, realm_id: str, user_id: str) -> dict[str, str] | None:
+    """A person as pages name them: the display name, and the email beside it (None for an id
+    that names no one of the realm). What a run preview's heading shows."""
+    user = (await directory_principals.users_by_id(db_session, realm_id, [user_id])).get(user_id)
+    if user is None:
+        return None
+    return {"name": user.display_name or user.email, "email": user.email}
 
 
 async def assign_role_from_form(

@@ -9,16 +9,12 @@ from typing import Any
 from litestar import Controller, get
 from litestar.params import FromQuery
 from litestar.response import Template
-from sqlalchemy import select
-from sqlmodel import col
 
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.models import User
 from engine.runs import notices
 from engine.runs.name_lookup import match_names
-from engine.workflows.models import Workflow
 
 
 class NoticesPages(Controller):
@@ -59,30 +55,7 @@ class NoticesPages(Controller):
             if not found_people:
                 filter_note = f"No one in this realm is called or has the email “{person_text}”."
         found = await notices.list_notices(db_session, realm_id, cursor=cursor, **by)
-        ids = {n.user_id for n in found.items}
-        people = (
-            {
-                u.id: u.display_name
-                for u in (
-                    await db_session.execute(
-                        select(User).where(col(User.id).in_(sorted(ids)), col(User.realm_id) == principal.realm.id)
-                    )
-                ).scalars()
-            }
-            if ids
-            else {}
-        )
-        workflow_ids = {n.workflow_id for n in found.items if n.workflow_id}
-        workflow_names = (
-            {
-                wid: n
-                for wid, n in await db_session.execute(
-                    select(col(Workflow.id), col(Workflow.name)).where(col(Workflow.id).in_(sorted(workflow_ids)))
-                )
-            }
-            if workflow_ids
-            else {}
-        )
+        names = await notices.names_for_notices(db_session, realm_id, found.items)
         return page(
             request,
             "pages/notices/list.html",
@@ -91,8 +64,8 @@ class NoticesPages(Controller):
             # The text as the person read it (the stored body is escaped for mail); escaped again here.
             texts={n.id: html.unescape(n.body) for n in found.items},
             next_cursor=found.next_cursor,
-            people=people,
-            workflow_names=workflow_names,
+            people=names.people,
+            workflow_names=names.workflows,
             run_id=run_text,
             user_id=person_text,
             filter_note=filter_note,

@@ -18,8 +18,8 @@ from litestar.response import Template
 from cockpit.auth import CurrentPrincipal
 from cockpit.pages.common import page
 from cockpit.state import AnyRequest, DbSession
+from engine.directory.search import PICKER_KINDS, Candidate, search_directory
 from engine.platform.errors import NotFound
-from engine.runs.name_lookup import PICKER_KINDS, Candidate, search_directory
 
 PAGE_SIZE = 20
 READ_PERMISSION = {

@@ -1,11 +1,11 @@
-"""Names for ids: what a page shows beside every ``usr_…``, ``rol_…``, ``grp_…`` it prints.
+"""Names for ids and ids for names: in ``runs`` because the ids a page shows include workflows and runs.
 
 A page collects the ids it is about to show and asks once: :func:`lookup_names` answers with one
-statement (a ``UNION ALL`` over the directory tables, each arm filtered on the realm and its
+statement (a ``UNION ALL`` over the tables of every kind, each arm filtered on the realm and its
 own id prefix), so a page's cost does not grow with the number of ids it names. Ids of another
 realm, and ids that no longer exist, are simply absent from the answer: the caller shows them
-as they are. The search behind the step builder's pickers (:func:`search_directory`) is here
-too, for the same reason: one place knows which table holds which kind of object.
+as they are. :func:`match_names` goes the other way, for filters that take a name or an email.
+The pickers' search, which lists directory objects only, is ``engine/directory/search.py``.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import String, bindparam, func, literal, or_, select, union_all
+from sqlalchemy import String, bindparam, func, literal, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, aliased
 from sqlalchemy.sql import ColumnElement, Select
 from sqlmodel import col
 
+from engine.directory.input_checks import like
 from engine.directory.models import Group, Organization, Role, ServicePrincipal, User, WebhookSubscription
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.models import WorkflowRun
@@ -196,92 +196,6 @@ async def lookup_names(session: AsyncSession, realm_id: str, ids: Iterable[str |
     return out
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One answer of a picker: the id it writes, the name it shows, a detail that tells it apart."""
-
-    id: str
-    name: str
-    detail: str
-
-
-PICKER_KINDS = ("role", "group", "user", "organization", "subscription")
-
-
-def _like(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-async def search_directory(
-    session: AsyncSession, realm_id: str, kind: str, q: str, *, offset: int = 0, limit: int = 20
-) -> tuple[list[Candidate], bool]:
-    """One page of the realm's objects of ``kind`` whose name (or email, or id) contains ``q``.
-
-    Answers ``(candidates, more)``: ``more`` says a next page exists. Ordered by name, so the
-    same query pages stably; one statement, ``limit + 1`` rows.
-    """
-    if kind not in PICKER_KINDS:
-        raise KeyError(kind)
-    pattern = _like(q.strip()) if q.strip() else None
-    query: Any
-    if kind == "role":
-        query = select(col(Role.id), col(Role.name), col(Role.boundary)).where(col(Role.realm_id) == realm_id)
-        if pattern:
-            query = query.where(or_(col(Role.name).ilike(pattern, escape="\\"), col(Role.id) == q.strip()))
-        query = query.order_by(col(Role.name), col(Role.id))
-    elif kind == "group":
-        query = (
-            select(col(Group.id), col(Group.name), col(Organization.name))
-            .join(Organization, col(Organization.id) == col(Group.organization_id))
-            .where(col(Group.realm_id) == realm_id)
-        )
-        if pattern:
-            query = query.where(or_(col(Group.name).ilike(pattern, escape="\\"), col(Group.id) == q.strip()))
-        query = query.order_by(col(Group.name), col(Group.id))
-    elif kind == "user":
-        query = select(col(User.id), col(User.display_name), col(User.email)).where(col(User.realm_id) == realm_id)
-        if pattern:
-            query = query.where(
-                or_(
-                    col(User.display_name).ilike(pattern, escape="\\"),
-                    col(User.email).ilike(pattern, escape="\\"),
-                    col(User.id) == q.strip(),
-                )
-            )
-        # In id order, not name order: a common match is found by walking (realm_id, id) until a
-        # page is full, a rare one through the trigram indexes. Ordering by name would sort every
-        # match of a common query, or walk far for a rare one that sorts late. Each page is then
-        # shown by name.
-        query = query.order_by(col(User.id))
-    elif kind == "organization":
-        query = select(col(Organization.id), col(Organization.name), col(Organization.state)).where(
-            col(Organization.realm_id) == realm_id
-        )
-        if pattern:
-            query = query.where(
-                or_(col(Organization.name).ilike(pattern, escape="\\"), col(Organization.id) == q.strip())
-            )
-        query = query.order_by(col(Organization.name), col(Organization.id))
-    else:
-        query = select(
-            col(WebhookSubscription.id), col(WebhookSubscription.destination), col(WebhookSubscription.state)
-        ).where(col(WebhookSubscription.realm_id) == realm_id, col(WebhookSubscription.state) != "deleted")
-        if pattern:
-            query = query.where(
-                or_(
-                    col(WebhookSubscription.destination).ilike(pattern, escape="\\"),
-                    col(WebhookSubscription.id) == q.strip(),
-                )
-            )
-        query = query.order_by(col(WebhookSubscription.destination), col(WebhookSubscription.id))
-    rows = (await session.execute(query.offset(max(offset, 0)).limit(limit + 1))).all()
-    candidates = [Candidate(str(r[0]), str(r[1]), str(r[2] or "")) for r in rows[:limit]]
-    if kind == "user":
-        candidates.sort(key=lambda c: (c.name.casefold(), c.id))
-    return candidates, len(rows) > limit
-
-
 async def match_names(session: AsyncSession, realm_id: str, text: str, *, limit: int = 50) -> list[NamedObject]:
     """Objects of this realm that ``text`` names: an id, an email, or a name (case-insensitive, whole).
 
@@ -316,7 +230,7 @@ async def match_names(session: AsyncSession, realm_id: str, text: str, *, limit:
     arms.append(
         select(col(User.id).label("id"), literal("user", String).label("kind")).where(
             col(User.realm_id) == realm_id,
-            col(User.display_name).ilike(_like(wanted)[1:-1], escape="\\"),
+            col(User.display_name).ilike(like(wanted)[1:-1], escape="\\"),
         )
     )
     rows = list({row.id: row for row in (await session.execute(union_all(*arms).limit(limit))).all()}.values())

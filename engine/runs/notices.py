@@ -23,13 +23,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosmtplib
 from sqlalchemy import Select, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
+from engine.directory.models import User
 from engine.directory.notice_templates import render_notice
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK, Clock
@@ -39,6 +40,7 @@ from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 from engine.runs.approval_models import WorkflowNotice
 from engine.runs.retry import delay_ms
+from engine.workflows.models import Workflow
 
 log = logging.getLogger("cockpit.notices")
 
@@ -147,6 +149,37 @@ def check_filters(run_id: str | None, user_id: str | None) -> None:
             issues.append(Issue(f"/{name}", "invalid", "must be an id"))
     if issues:
         raise ValidationFailed("The filters are not valid.", issues=issues)
+
+
+class NoticeNames(NamedTuple):
+    """What a page of notices names, by id: its recipients and the workflows that sent them."""
+
+    people: dict[str, str]  # recipient id -> display name (people of the realm only)
+    workflows: dict[str, str]  # workflow id -> name
+
+
+async def names_for_notices(session: AsyncSession, realm_id: str, notices: Sequence[WorkflowNotice]) -> NoticeNames:
+    """The recipients' display names and the workflows' names of ``notices``: a statement for each
+    kind named, none when a page names nothing. A former user or a deleted workflow is absent."""
+    user_ids = sorted({n.user_id for n in notices})
+    workflow_ids = sorted({n.workflow_id for n in notices if n.workflow_id})
+    people: dict[str, str] = {}
+    if user_ids:
+        rows = await session.execute(
+            select(col(User.id), col(User.display_name)).where(
+                col(User.id).in_(user_ids), col(User.realm_id) == realm_id
+            )
+        )
+        people = {user_id: name for user_id, name in rows}
+    workflows: dict[str, str] = {}
+    if workflow_ids:
+        rows = await session.execute(
+            select(col(Workflow.id), col(Workflow.name)).where(
+                col(Workflow.id).in_(workflow_ids), col(Workflow.realm_id) == realm_id
+            )
+        )
+        workflows = {workflow_id: name for workflow_id, name in rows}
+    return NoticeNames(people, workflows)
 
 
 # --- Sending ----------------------------------------------------------------------------------------

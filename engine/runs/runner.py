@@ -29,7 +29,7 @@ from engine.runs.holder import RunnerSettings, run_actor
 from engine.runs.runstore import leases
 from engine.runs.runstore.leases import LeaseLost
 from engine.runs.states import COMP_PENDING
-from engine.runs.transition import transition, transition_and_call
+from engine.runs.transition import transition
 
 log = logging.getLogger("cockpit.engine")
 # What a runner does and when, at DEBUG (COCKPIT_LOG_LEVEL=DEBUG): one line per claim and per commit,
@@ -53,8 +53,12 @@ MAX_TRANSITIONS = 25
 _MOVED, _FINISHED, _IDLE, _LOST, _ALONE = "moved", "finished", "idle", "lost", "alone"
 
 
-class _PassConnection:
-    """The connection a pass's fast transactions share: opened on first use, dropped after a failure."""
+class PassConnection:
+    """The connection a pass's fast transactions share: opened on first use, dropped after a failure.
+
+    It plans generically and never scans while the pass holds it, and goes back to the pool with the
+    server's settings (or is thrown away when they are unknown).
+    """
 
     def __init__(self, bind: AsyncEngine | None) -> None:
         self.bind = bind
@@ -99,7 +103,7 @@ class _PassConnection:
                     await connection.invalidate()  # its settings are unknown, or the server went away
                 await connection.close()
 
-    async def __aenter__(self) -> _PassConnection:
+    async def __aenter__(self) -> PassConnection:
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -171,12 +175,12 @@ class Runner:
         done = dict.fromkeys(run_ids, 0)
         going = list(run_ids)
         group = max(1, min(self.settings.group_commit, leases.MAX_BATCH))
-        async with _PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
+        async with PassConnection(self.sessions.kw.get("bind") if self.settings.fast_path else None) as conn:
             while going:
                 going = await self._round(conn, going, group, done)
         return sum(done.values())
 
-    async def _round(self, conn: _PassConnection, going: list[str], group: int, done: dict[str, int]) -> list[str]:
+    async def _round(self, conn: PassConnection, going: list[str], group: int, done: dict[str, int]) -> list[str]:
         """One transition of every run still going; the runs that go on."""
         outcomes: dict[str, str] = {}
         for start in range(0, len(going), group):
@@ -192,7 +196,7 @@ class Runner:
 
             async def bounded(call: PreparedCall) -> str:
                 async with limit:
-                    return await self._complete_call_alone(call)
+                    return await self.complete_call_alone(call)
 
             for call, outcome in zip(calls, await asyncio.gather(*(bounded(c) for c in calls)), strict=True):
                 outcomes[call.run_id] = outcome
@@ -215,7 +219,7 @@ class Runner:
                 log.warning("could not hand back leases", exc_info=True, extra={"runs": len(idle) + len(requeued)})
         return going
 
-    async def _fast_round(self, conn: _PassConnection, run_ids: list[str]) -> dict[str, str]:
+    async def _fast_round(self, conn: PassConnection, run_ids: list[str]) -> dict[str, str]:
         """One transaction for a group of runs: each run's outcome (``_ALONE``: not made here)."""
         outcomes = dict.fromkeys(run_ids, _ALONE)
         started = time.time()
@@ -296,36 +300,19 @@ class Runner:
             return _IDLE
         return _FINISHED if finished else _MOVED
 
-    async def advance(self, run_id: str) -> int:
-        """At most 25 transitions, then hand the lease back so other runs get their turn."""
-        done = 0
-        try:
-            while done < MAX_TRANSITIONS:
-                progressed, finished = await transition_and_call(self, run_id)
-                if not progressed:
-                    break
-                done += 1
-                if finished:
-                    return done  # a finished run holds no lease any more
-        except LeaseLost:
-            log.warning("lease lost; the run is left to its new holder", extra={"run_id": run_id})
-            return done
-        async with self.sessions() as session, session.begin():
-            await leases.release_lease(session, run_id, self.worker_id)
-        return done
-
     async def release_all(self) -> int:
         async with self.sessions() as session, session.begin():
             return await leases.release_all_leases(session, self.worker_id)
 
-    # --- one transition --------------------------------------------------------------------------
+    # --- one endpoint call -----------------------------------------------------------------------
 
-    async def transition(self, run_id: str) -> bool:
-        """Make one step of progress in one transaction; False when the run has nothing to do now."""
-        progressed, _ = await transition_and_call(self, run_id)
-        return progressed
+    async def complete_call_alone(self, call: PreparedCall) -> str:
+        """Record the outcome of one endpoint call the round started, in a transaction of its own.
 
-    async def _complete_call_alone(self, call: PreparedCall) -> str:
+        What a pass does with each call of its round, once every transaction of the round has
+        committed: ``"finished"`` (the call ended the run), ``"moved"``, or ``"lost"`` (the lease
+        was lost, or recording failed and the lease was handed back when it could be).
+        """
         try:
             finished = await complete_call(self, call)
         except LeaseLost:

@@ -25,7 +25,7 @@ from engine.platform.ids import new_id
 from engine.runs import approval_models, approvals, metrics
 from engine.runs.compensation import compensate
 from engine.runs.decisions import Effect, Refusal, decide, publisher_refusal
-from engine.runs.endpoint_calls import complete_call, start_call
+from engine.runs.endpoint_calls import start_call
 from engine.runs.holder import Holder, run_actor
 from engine.runs.models import StepAttempt, WorkflowRun
 from engine.runs.outcomes import (
@@ -71,13 +71,6 @@ class Transitioned(NamedTuple):
     call: PreparedCall | None  # the endpoint call to send once the transaction has committed
 
 
-class Stepped(NamedTuple):
-    """What one transition and the endpoint call it started did."""
-
-    progressed: bool
-    finished: bool
-
-
 async def transition(h: Holder, run_id: str) -> Transitioned:
     """(progress made, run finished, the endpoint call to send).
 
@@ -95,14 +88,6 @@ async def transition(h: Holder, run_id: str) -> Transitioned:
     if isinstance(made, PreparedCall):
         return Transitioned(progressed=True, finished=False, call=made)
     return Transitioned(progressed=made, finished=run.state in FINISHED, call=None)
-
-
-async def transition_and_call(h: Holder, run_id: str) -> Stepped:
-    """(progress made, run finished): one transition, and the endpoint call it started, if any."""
-    progressed, finished, call = await transition(h, run_id)
-    if call is not None:
-        return Stepped(progressed=True, finished=await complete_call(h, call))
-    return Stepped(progressed, finished)
 
 
 async def dispatch(h: Holder, session: AsyncSession, run: WorkflowRun, now: datetime) -> Made:

@@ -52,6 +52,7 @@ from testing.chaos import (
 from testing.factories import TEST_SECRET_KEY, RealmHandle
 from testing.processes import cockpit_env
 from testing.receiver import Receiver
+from testing.runs import advance, advance_once
 
 LEASE_SECONDS = 3
 MANUAL_WAVES = (8, 8, 8)  # manual runs, one wave per kill
@@ -515,7 +516,7 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
     # A claims the run and makes progress (it starts, and the grant commits) under its lease.
     assert await claim(a) == [run_id]
     assert await claim(b) == []  # a live lease is never taken over
-    assert await a.transition(run_id) is True
+    assert await advance_once(a, run_id) is True
     assert await lease_of(realm, run_id) == (a.worker_id, "running")
     after_a = await counts(realm, run_id)
     assert after_a["attempts"] == 1 and after_a["assignments"] == 1 and after_a["step_index"] == 1
@@ -524,25 +525,25 @@ async def test_a_worker_that_lost_its_lease_commits_nothing(realm: RealmHandle) 
     clock.advance(seconds=LEASE_SECONDS + 1)
     before = await counts(realm, run_id)
     with pytest.raises(LeaseLost):
-        await a.transition(run_id)
+        await advance_once(a, run_id)
     assert await counts(realm, run_id) == before
 
     # B claims the run and applies the next step.
     assert await claim(b) == [run_id]
-    assert await b.transition(run_id) is True
+    assert await advance_once(b, run_id) is True
     after_b = await counts(realm, run_id)
     assert after_b["attempts"] == 2 and after_b["assignments"] == 1 and after_b["step_index"] == 2
     assert after_b["memberships"] == 1
 
     # A wakes up and tries its transition: nothing commits, and B keeps the run.
     with pytest.raises(LeaseLost):
-        await a.transition(run_id)
-    assert await a.advance(run_id) == 0  # gives up without handing back B's lease
+        await advance_once(a, run_id)
+    assert await advance(a, run_id) == 0  # gives up without handing back B's lease
     assert await counts(realm, run_id) == after_b
     assert await lease_of(realm, run_id) == (b.worker_id, "running")
 
     # B finishes; every effect exactly once.
-    assert await b.advance(run_id) == 1
+    assert await advance(b, run_id) == 1
     final = await counts(realm, run_id)
     assert final["attempts"] == 3 and final["assignments"] == 1 and final["memberships"] == 1
     assert await lease_of(realm, run_id) == (None, "succeeded")

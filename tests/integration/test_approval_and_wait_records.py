@@ -16,7 +16,7 @@ from engine.runs.runner import Runner
 from engine.runs.runstore import leases
 from testing.approvals import approval_row, decide
 from testing.factories import RealmHandle
-from testing.runs import clock_now, drain, load, make_runner, rows, start
+from testing.runs import advance_once, clock_now, drain, load, make_runner, rows, start
 from testing.workflows import manual, publish
 
 LEASE = timedelta(seconds=30)
@@ -336,7 +336,7 @@ async def test_the_reminder_moves_the_runs_next_wake_to_the_expiry_in_the_same_t
     assert run.due_at == approval.remind_at
     clock.current = approval.remind_at
     assert await claim(r, realm) == [run_id]
-    assert await r.transition(run_id)
+    assert await advance_once(r, run_id)
 
     run, attempts = await load(realm, run_id)
     assert (run.state, run.lease_owner, attempts) == ("awaiting_approval", r.worker_id, [])
@@ -462,35 +462,32 @@ async def test_the_end_of_a_wait_is_audited_on_the_run_and_drops_only_the_wait_f
     ]
 
 
-async def test_advance_returns_the_number_of_transitions_it_made(realm: RealmHandle) -> None:
-    """``Runner.advance`` counts one per transition: starting into a wait is one; ending the wait and
+async def test_a_pass_counts_the_transitions_it_made(realm: RealmHandle) -> None:
+    """A pass counts one per transition: starting into a wait is one; ending the wait and
     then the end step are two more, after which the run is finished."""
     subject = await realm.user()
     wid = await publish(realm, manual({"id": "pause", "type": "wait", "duration": "1h"}, {"id": "done", "type": "end"}))
     clock = clock_now()
     r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
-    assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 1
+    assert await r.run_pass() == 1
     run, _ = await load(realm, run_id)
     assert (run.state, run.lease_owner) == ("waiting", None)
     clock.advance(hours=1)
-    assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 2
+    assert await r.run_pass() == 2
     run, attempts = await load(realm, run_id)
     assert run.state == "succeeded"
     assert [(a.step_id, a.state) for a in attempts] == [("pause", "succeeded"), ("done", "succeeded")]
 
 
-async def test_advance_counts_the_request_for_an_approval_as_a_transition(realm: RealmHandle) -> None:
+async def test_a_pass_counts_the_request_for_an_approval_as_a_transition(realm: RealmHandle) -> None:
     """Starting a run into its approval step is one transition; the run then sleeps without a lease."""
     subject, approver = await realm.user(), await realm.user()
     wid = await publish(realm, manual(approval_step("approve", approver), {"id": "done", "type": "end"}))
     clock = clock_now()
     r = make_runner(realm, clock)
     run_id = await start(realm, wid, subject.id)
-    assert await claim(r, realm) == [run_id]
-    assert await r.advance(run_id) == 1
+    assert await r.run_pass() == 1
     run, attempts = await load(realm, run_id)
     assert (run.state, run.lease_owner, attempts) == ("awaiting_approval", None, [])
     assert await requests_sent(realm, approver) == 1

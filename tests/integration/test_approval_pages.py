@@ -98,6 +98,9 @@ async def test_an_approver_sees_names_and_decides_on_the_page(realm: RealmHandle
     assert listed.text.count('data-testid="notice-row"') == 2
     assert "You have been given new access." in listed.text and "A request is waiting for your approval." in listed.text
     assert "not sent: no mail server configured" in listed.text
+    # Each notice by its recipient's name and its workflow's name, not by ids.
+    assert "Hanna Hire" in listed.text and "Bea Boss" in listed.text and "a former user" not in listed.text
+    assert listed.text.count(f'/runs/{run_id}">Billing access</a>') == 4  # two notices, each linked twice
     home = await client.get(f"/realms/{realm.slug}/", headers=HTML)
     assert re.search(r'id="kpi-pending-approvals".*?data-testid="kpi-value">0<', home.text, re.S)
 

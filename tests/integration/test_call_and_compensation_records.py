@@ -277,7 +277,7 @@ async def test_an_outcome_that_cannot_be_recorded_hands_the_lease_back_and_the_n
     [call] = calls
     await outage(realm, "step_attempts", "UPDATE")
     with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
-        assert await worker._complete_call_alone(call) == "lost"
+        assert await worker.complete_call_alone(call) == "lost"
     assert len(receiver.requests()) == 1
     lines = [r for r in caplog.records if r.name == "cockpit.engine" and getattr(r, "run_id", None) == run_id]
     assert [(r.levelno, r.exc_info is not None) for r in lines] == [(logging.ERROR, True)]
@@ -307,7 +307,7 @@ async def test_when_the_lease_cannot_be_handed_back_either_the_run_is_left_to_it
     [call] = calls
     await outage(realm, "workflow_runs", "UPDATE")
     with caplog.at_level(logging.WARNING, logger="cockpit.engine"):
-        assert await worker._complete_call_alone(call) == "lost"
+        assert await worker.complete_call_alone(call) == "lost"
     await outage_over(realm, "workflow_runs")
     lines = [r for r in caplog.records if r.name == "cockpit.engine" and getattr(r, "run_id", None) == run_id]
     assert [(r.levelno, r.exc_info is not None) for r in lines] == [(logging.ERROR, True), (logging.WARNING, True)]
@@ -343,7 +343,7 @@ async def test_a_run_its_endpoint_call_finished_is_done_for_the_pass(
     calls: list[Any] = []
     assert await transition_once(worker, other_id, calls) == (True, False)
     assert await transition_once(worker, going_on_id, calls) == (True, False)
-    assert [await worker._complete_call_alone(c) for c in calls] == ["finished", "moved"]
+    assert [await worker.complete_call_alone(c) for c in calls] == ["finished", "moved"]
     assert [(await load(realm, r))[0].state for r in (other_id, going_on_id)] == ["succeeded", "running"]
 
 

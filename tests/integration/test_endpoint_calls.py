@@ -332,17 +332,33 @@ async def test_a_started_attempt_found_by_the_next_claim_is_interrupted_and_retr
 
 
 async def test_the_next_judged_address_is_tried_only_when_a_connection_cannot_be_made(receiver: Receiver) -> None:
+    import socket
+
     from engine.endpoints import transport
 
-    async with transport.new_client() as client:
+    def resolve(host: str, port: int, *_args: Any) -> list[tuple[Any, ...]]:
         # 127.0.0.2 is loopback too, but the receiver listens on 127.0.0.1 only: refused, then the next.
-        response = await transport._send_to_first_reachable(
-            client, receiver.url, ["127.0.0.2", "127.0.0.1"], b"{}", {"Host": "hooks.test"}, {}, 10.0
+        assert host == "hooks.test"
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+            for address in ("127.0.0.2", "127.0.0.1")
+        ]
+
+    url = receiver.url_for("hooks.test")
+    async with transport.new_client() as client:
+        outcome = await transport.post(
+            client,
+            url,
+            b"{}",
+            {"Content-Type": "application/json"},
+            timeout_s=10.0,
+            allow_private_network=True,
+            operator_allows_private=True,
+            resolve=resolve,
         )
-        await response.aclose()
-    assert response.status_code == 200
+    assert outcome.status_code == 200 and outcome.succeeded, outcome
     [got] = receiver.requests()
-    assert got.header("Host") == "hooks.test"
+    assert got.header("Host") == url.split("/")[2]  # hooks.test and its port: the name, not the address
 
 
 async def test_at_most_64_kib_of_an_answer_is_read() -> None:

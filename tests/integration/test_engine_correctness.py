@@ -21,7 +21,7 @@ from engine.workflows.catalog import create_workflow
 from engine.workflows.publication import publish_revision
 from testing.directory import outage, refuse_role_changes
 from testing.factories import RealmHandle
-from testing.runs import drain, load, make_runner, rows, start
+from testing.runs import advance, drain, load, make_runner, rows, start
 from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
@@ -397,10 +397,10 @@ class TestWorkerWiring:
             )
         assert [c.run_id for c in taken] == [run_id]  # the listener takes it over
         # The periodic pass now reaches the run: it neither advances it nor hands back the listener's lease.
-        assert await periodic.advance(run_id) == 0
+        assert await advance(periodic, run_id) == 0
         run, attempts = await load(realm, run_id)
         assert (run.state, run.lease_owner, attempts) == ("pending", listener.worker_id, [])
-        assert await listener.advance(run_id) > 0
+        assert await advance(listener, run_id) > 0
         run, _ = await load(realm, run_id)
         assert run.state == "succeeded"
 

@@ -520,7 +520,7 @@ async def test_in_one_group_a_refused_run_is_recorded_there_and_the_others_go_on
 
 async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_settings(realm: RealmHandle) -> None:
     """The pass's connection plans generically and never scans; the pool gets it back as it was."""
-    from engine.runs.runner import _PassConnection
+    from engine.runs.runner import PassConnection
 
     bind = realm.sessions.kw["bind"]
 
@@ -535,7 +535,7 @@ async def test_a_pass_hands_its_connection_back_to_the_pool_with_the_servers_set
         defaults = (await settings((await plain.get_raw_connection()).driver_connection))[:3]
     assert defaults[0] == "auto" and defaults[1] == "on"
 
-    async with _PassConnection(bind) as pass_connection:
+    async with PassConnection(bind) as pass_connection:
         raw = await pass_connection.raw()
         *inside, pid = await settings(raw)
         assert inside == ["force_generic_plan", "off", "off"]
@@ -555,10 +555,10 @@ async def test_a_pass_connection_the_server_ended_is_thrown_away_without_failing
     raises nor returns it to the pool; the pool's connections all work afterwards."""
     import asyncio
 
-    from engine.runs.runner import _PassConnection
+    from engine.runs.runner import PassConnection
 
     bind = realm.sessions.kw["bind"]
-    async with _PassConnection(bind) as pass_connection:
+    async with PassConnection(bind) as pass_connection:
         pid = (await pass_connection.raw()).get_server_pid()
         async with bind.connect() as other:
             assert (await other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})).scalar()

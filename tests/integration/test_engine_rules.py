@@ -19,7 +19,7 @@ from engine.runs.retry import CAP_MS
 from engine.runs.runstore import leases
 from testing.directory import in_group, joins_then_fails, member_group, outage, outage_over
 from testing.factories import RealmHandle, bearer
-from testing.runs import drain, events, load, make_runner, start
+from testing.runs import advance, drain, events, load, make_runner, start
 from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
@@ -230,26 +230,6 @@ async def test_one_claim_makes_at_most_25_transitions_then_hands_the_run_back(re
     assert await runner.run_pass() == 0
 
 
-async def test_advancing_one_claimed_run_also_stops_at_25_transitions(realm: RealmHandle) -> None:
-    """``Runner.advance`` (one run, outside a pass) keeps the same cap and hands the lease back."""
-    run_id = await forty_transitions(realm)
-    clock = FixedClock(datetime.now(UTC) + timedelta(seconds=1))
-    runner = make_runner(realm, clock)
-    async with realm.sessions() as session, session.begin():
-        claimed = await leases.claim_due_runs(
-            session, runner.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=5, tenant_share=5
-        )
-    assert [c.run_id for c in claimed] == [run_id]
-
-    assert await runner.advance(run_id) == 25
-    run, attempts = await load(realm, run_id)
-    assert run.state == "compensating" and run.lease_owner is None and run.lease_expires_at is None
-    assert len(attempts) == 20
-    assert sorted(a.step_id for a in attempts if a.compensation_state == "done") == [
-        f"grant{i:02d}" for i in range(14, 19)
-    ]
-
-
 async def test_one_pass_claims_at_most_50_runs_whatever_the_settings(realm: RealmHandle) -> None:
     wid = await publish(realm, manual({"id": "done", "type": "end"}))
     run_ids = [await start(realm, wid, (await realm.user(f"u{i:02d}@example.com")).id) for i in range(53)]
@@ -328,10 +308,10 @@ async def test_a_run_claimed_just_before_its_workflow_is_disabled_waits_and_the_
         # a run that is already claimed.
         await session.execute(text("UPDATE workflows SET state = 'disabled' WHERE id = :w"), {"w": paused})
 
-    assert await runner.advance(held) == 0
+    assert await advance(runner, held) == 0
     run, attempts = await load(realm, held)
     assert (run.state, run.lease_owner, attempts) == ("pending", None, [])
-    assert await runner.advance(going) == 1
+    assert await advance(runner, going) == 1
     assert (await load(realm, going))[0].state == "succeeded"
 
 

@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
-from engine.directory.seed import _ROLES as SEEDED_ROLES
+from engine.seeding.demo_realm import DEMO_ROLES
 from testing.factories import HTML, RealmHandle, browser_session
 from testing.pages import signed_in
 
@@ -31,7 +31,7 @@ async def viewers(realm: RealmHandle) -> dict[str, User]:
     await realm.assign(auditor, await realm.builtin_role("realm-auditor"))
     people["realm-auditor"] = auditor
     org = await realm.organization("Engineering")
-    for name, (permissions, boundary, requires_approval, _description) in SEEDED_ROLES.items():
+    for name, (permissions, boundary, requires_approval, _description) in DEMO_ROLES.items():
         role = await realm.role(name, permissions, boundary=boundary, requires_approval=requires_approval)
         user = await realm.user(f"{name}@example.com")
         if boundary == "organization":

@@ -46,7 +46,11 @@ async def test_the_navigation_shows_only_pages_the_caller_may_open(client: Clien
     assert re.findall(r">([^<]+)</a>", menu) == links
     for href in re.findall(r'href="([^"]+)"', menu):
         assert (await client.get(href, headers=HTML)).status_code == 200, href
-    assert (await client.get(f"/realms/{realm.slug}/users", headers=HTML)).status_code == 403
+    refused = await client.get(f"/realms/{realm.slug}/users", headers=HTML)
+    assert refused.status_code == 403
+    # A refusal keeps the realm's navigation: the links the caller may follow, none of them current.
+    assert '<nav class="nav realm-nav"' in refused.text, "the 403 page lost the realm's navigation"
+    assert nav_links(refused.text) == links and 'aria-current="page"' not in refused.text
     # The wide bar keeps the daily pages in view and the rest under "More", by permission too.
     more = home.text.split('data-testid="nav-more"', 1)[1].split("</details>", 1)[0]
     assert "API tokens" in re.findall(r">([^<]+)</a>", more) and "Webhooks" not in more

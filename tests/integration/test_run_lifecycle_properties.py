@@ -44,6 +44,7 @@ from engine.workflows.catalog import create_workflow
 from engine.workflows.publication import publish_revision
 from testing.directory import refuse_role_changes
 from testing.factories import RealmHandle, make_realm
+from testing.runs import advance_once
 
 T = TypeVar("T")
 LEASE = timedelta(seconds=30)
@@ -178,7 +179,7 @@ class RunLifecycle(RuleBasedStateMachine):
                 )
             for item in taken:
                 try:
-                    await runner.transition(item.run_id)
+                    await advance_once(runner, item.run_id)
                 except leases.LeaseLost:
                     continue
                 if hand_back:

@@ -380,6 +380,16 @@ async def test_the_start_form_starts_a_run_and_opens_its_timeline(client: Client
     assert f'<option value="{org.id}"' in fragment.text and closed.id not in fragment.text
     assert 'name="_csrf"' in fragment.text
 
+    # The preview names the person as the rest of the page does: the name, the email beside it.
+    previewed = await client.post(
+        f"{start_url}/preview",
+        data={"subject": "Grace@Example.com", "organization_id": org.id, "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert previewed.status_code == 200
+    heading = previewed.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
+    assert 'Preview for Grace Hopper <span class="muted small">grace@example.com</span>' in heading
+
     started = await client.post(
         start_url,
         data={"subject": "Grace@Example.com", "organization_id": org.id, "_csrf": login.csrf},
@@ -579,3 +589,17 @@ async def test_both_start_forms_offer_the_same_active_people_and_organizations(
         assert offered == [alpha.id, beta.id], path
         assert "gone@example.com" not in shown and gone.id not in shown, path
         assert ("ada@example.com" if path == "runs/start" else ada.id) in shown, path
+
+
+async def test_the_revision_page_previews_a_person_by_name(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    await realm.user("ada@example.com", display_name="Ada Lovelace")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Named preview")
+    previewed = await client.post(
+        f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
+        data={"subject": "ada@example.com", "organization_id": "", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert previewed.status_code == 200
+    heading = previewed.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
+    assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading

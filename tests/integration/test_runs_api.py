@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from engine.platform.clock import FixedClock
 from testing.factories import RealmHandle, bearer
-from testing.runs import drain, load, make_runner
+from testing.runs import advance_once, drain, load, make_runner
 from testing.workflows import publish
 
 Client = AsyncTestClient[Litestar]
@@ -163,7 +163,7 @@ class TestCancellation:
             await leases.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
-        assert await r.transition(run_id)  # pending -> running, and the grant succeeded
+        assert await advance_once(r, run_id)  # pending -> running, and the grant succeeded
         async with realm.sessions() as session, session.begin():
             await leases.release_lease(session, run_id, r.worker_id)
         cancel_token = await realm.token(other_admin)
@@ -239,7 +239,7 @@ class TestRunTimeCeiling:
             await leases.claim_due_runs(
                 session, r.worker_id, now=clock.now(), lease=timedelta(seconds=30), batch_size=1, tenant_share=1
             )
-        assert await r.transition(run_id)  # running, and team: added to the group
+        assert await advance_once(r, run_id)  # running, and team: added to the group
         # The publisher loses realm-admin while the run is in flight.
         async with realm.sessions() as session, session.begin():
             await session.execute(text("DELETE FROM role_assignments WHERE id = :a"), {"a": assignment.id})

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from cockpit.bootstrap import first_start
 from engine.directory.authz import check_assignment, load_authority
 from engine.directory.realms import create_realm, realm_by_slug
-from engine.directory.seed import DEMO_ADMIN_EMAIL, seed_demo
 from engine.directory.sign_in_links import consume_sign_in_link
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
+from engine.seeding.demo_realm import DEMO_ADMIN_EMAIL, seed_demo
 
 Sessions = async_sessionmaker[AsyncSession]
 

@@ -248,8 +248,8 @@ def test_an_unknown_member_of_a_retry_policy_names_it() -> None:
 def test_the_plain_walk_passes_a_value_nested_32_levels_and_doubts_33() -> None:
     from engine.workflows.definitions import json_shape
 
-    assert json_shape._plainly_json(nested(32))
-    assert not json_shape._plainly_json(nested(33))
+    assert json_shape.plainly_json(nested(32))
+    assert not json_shape.plainly_json(nested(33))
 
 
 def all_ofs(node: Any) -> list[list[Any]]:
@@ -266,13 +266,13 @@ def test_every_all_of_of_the_contract_is_dispatched_by_type_and_nothing_else_is(
     depends on it); a branch of any other form is evaluated as the standard says."""
     from engine.workflows.definitions import schema_messages
 
-    lists = all_ofs(schema_messages._validator().schema)
+    lists = all_ofs(schema_messages.reporting_validator().schema)
     assert lists
     for branches in lists:
-        keys = [schema_messages._dispatch_key(branch) for branch in branches]
+        keys = [schema_messages.dispatch_key(branch) for branch in branches]
         assert keys == [branch["if"]["properties"]["type"]["const"] for branch in branches]
     typed = {"if": {"properties": {"type": {"const": "wait"}}, "required": ["type"]}, "then": {}}
-    assert schema_messages._dispatch_key(typed) == "wait"
+    assert schema_messages.dispatch_key(typed) == "wait"
     for other in (
         {**typed, "else": {}},
         {"if": {"properties": {"type": {"enum": ["wait"]}}, "required": ["type"]}, "then": {}},
@@ -284,4 +284,4 @@ def test_every_all_of_of_the_contract_is_dispatched_by_type_and_nothing_else_is(
         {"if": "type", "then": {}},
         "branch",
     ):
-        assert schema_messages._dispatch_key(other) is None, other
+        assert schema_messages.dispatch_key(other) is None, other

@@ -197,31 +197,31 @@ def test_diffs_describe_any_two_valid_definitions(old: dict[str, Any], new: dict
 
 def reporting_issues(raw: Any) -> list[Any]:
     """The schema layer as it reports, without the compiled short cut."""
-    from engine.workflows.definitions.schema_messages import _validator
+    from engine.workflows.definitions.schema_messages import reporting_validator
 
-    return [e for e in _validator().iter_errors(raw)]
+    return [e for e in reporting_validator().iter_errors(raw)]
 
 
 @SETTINGS
 @given(st.one_of(mutated(), definitions))
 def test_the_compiled_check_never_accepts_what_the_reporting_validator_refuses(raw: dict[str, Any]) -> None:
-    from engine.workflows.definitions.schema_messages import _plainly_valid
+    from engine.workflows.definitions.schema_messages import plainly_valid
 
-    if _plainly_valid(raw):
+    if plainly_valid(raw):
         assert reporting_issues(raw) == []
 
 
 @SETTINGS
 @given(definitions)
 def test_the_compiled_check_accepts_the_valid_definitions(raw: dict[str, Any]) -> None:
-    from engine.workflows.definitions.schema_messages import _plainly_valid
+    from engine.workflows.definitions.schema_messages import plainly_valid
 
     assert reporting_issues(raw) == []
-    assert _plainly_valid(raw)
+    assert plainly_valid(raw)
 
 
 def test_whole_floats_are_left_to_the_reporting_validator() -> None:
-    from engine.workflows.definitions.schema_messages import _plainly_valid
+    from engine.workflows.definitions.schema_messages import plainly_valid
 
     definition = {
         "schema_version": 1,
@@ -229,7 +229,7 @@ def test_whole_floats_are_left_to_the_reporting_validator() -> None:
         "steps": [{"id": "done", "type": "end"}],
         "retry": {"max_attempts": 3.0, "backoff": "30s"},
     }
-    assert not _plainly_valid(definition)
+    assert not plainly_valid(definition)
     assert [i.path for i in validate_definition(definition)] == ["/retry/max_attempts"]
 
 
@@ -248,23 +248,23 @@ deep_values = st.recursive(
 @SETTINGS
 @given(st.one_of(json_values, python_values, deep_values, mutated(), definitions))
 def test_the_plain_json_walk_never_passes_what_the_walk_by_path_reports(raw: Any) -> None:
-    from engine.workflows.definitions.json_shape import _json_issues_by_path, _plainly_json
+    from engine.workflows.definitions.json_shape import json_issues_by_path, plainly_json
 
-    if _plainly_json(raw):
-        assert _json_issues_by_path(raw) == []
+    if plainly_json(raw):
+        assert json_issues_by_path(raw) == []
 
 
 def test_the_plain_json_walk_passes_a_plain_definition_and_stops_at_each_doubt() -> None:
-    from engine.workflows.definitions.json_shape import _json_issues_by_path, _plainly_json
+    from engine.workflows.definitions.json_shape import json_issues_by_path, plainly_json
 
     plain = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "é", "type": "end", "n": 2.5}]}
-    assert _plainly_json(plain)
+    assert plainly_json(plain)
     nested: Any = "leaf"
     for _ in range(40):
         nested = [nested]
     for doubtful in ({1: "x"}, {"x": 2**64}, {"x": math.inf}, {"x": "\ud800"}, {"x": b"y"}, nested):
-        assert not _plainly_json(doubtful)
-        assert _json_issues_by_path(doubtful)
+        assert not plainly_json(doubtful)
+        assert json_issues_by_path(doubtful)
 
 
 @SETTINGS

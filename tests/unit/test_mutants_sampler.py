@@ -55,9 +55,9 @@ def test_in_process_a_mutant_changes_the_code_of_its_own_function_or_method_only
         "from functools import cache\n\n\n@cache\ndef table() -> int:\n    return 1 + 2\n\n\n"
         "class Gate:\n    def open(self, n: int) -> bool:\n        return n < 3\n\n\ndef other() -> int:\n    return 4\n"
     )
-    plain = mutants._code_objects(compile(mutants.unparsed(source), "m.py", "exec"))
+    plain = mutants.code_objects(compile(mutants.unparsed(source), "m.py", "exec"))
     assert set(plain) == {"table", "Gate.open", "other"}
     by_line = {site.line: site for site in mutants.sites(source) if site.operator in {"arith", "compare0"}}
     for line, name in [(6, "table"), (11, "Gate.open")]:
-        mutated = mutants._code_objects(compile(mutants.apply(source, by_line[line]), "m.py", "exec"))
+        mutated = mutants.code_objects(compile(mutants.apply(source, by_line[line]), "m.py", "exec"))
         assert {key for key in mutated if mutated[key] != plain[key]} == {name}

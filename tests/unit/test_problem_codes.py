@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from cockpit.problems import _DEFAULT_CODES, PROBLEM_CODES
+from cockpit.problems import DEFAULT_CODES, PROBLEM_CODES
 from engine.platform.config import PROJECT_ROOT
 
 # ``code="x"`` (an error raised with a precise code), ``code = "x"`` at class level (an error
@@ -39,5 +39,5 @@ def test_every_code_in_the_source_is_declared() -> None:
 
 
 def test_every_default_code_is_declared_once() -> None:
-    assert set(_DEFAULT_CODES.values()) <= set(PROBLEM_CODES)
+    assert set(DEFAULT_CODES.values()) <= set(PROBLEM_CODES)
     assert len(PROBLEM_CODES) == len(set(PROBLEM_CODES))

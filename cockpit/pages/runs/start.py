@@ -19,7 +19,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, person_named, targets
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import organizations
@@ -182,6 +182,7 @@ class RunStartPages(Controller):
                         status_code=409,
                         form=form,
                         run_preview=found,
+                        preview_person=await person_named(db_session, realm_id, subject_id),
                         confirm_failure=failing,
                     )
             run = await runs.start_manual_run(
@@ -262,7 +263,15 @@ class RunStartPages(Controller):
                 form=form,
                 **await self._start_errors(db_session, principal.realm.id, workflow_id, exc),
             )
-        return await self._start_form(request, db_session, principal, workflow_id, form=form, run_preview=found)
+        return await self._start_form(
+            request,
+            db_session,
+            principal,
+            workflow_id,
+            form=form,
+            run_preview=found,
+            preview_person=await person_named(db_session, principal.realm.id, subject_id),
+        )
 
     async def _start_errors(
         self, db_session: DbSession, realm_id: str, workflow_id: str, exc: EngineError

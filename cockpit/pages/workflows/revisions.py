@@ -17,7 +17,7 @@ from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import ids_in
-from cockpit.pages.common import PICKER_LIMIT, field, may, page, targets
+from cockpit.pages.common import PICKER_LIMIT, field, may, page, person_named, targets
 from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
 from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
@@ -181,7 +181,14 @@ class WorkflowRevisionPages(Controller):
                 preview_form=shown,
             )
         return await self._revision(
-            request, db_session, principal, workflow_id, n, run_preview=found, preview_form=shown
+            request,
+            db_session,
+            principal,
+            workflow_id,
+            n,
+            run_preview=found,
+            preview_form=shown,
+            preview_person=await person_named(db_session, principal.realm.id, subject_id),
         )
 
     @get("/{workflow_id:str}/revisions/{n:int}", operation_id="workflowRevisionPage", opt=READ)

@@ -1,6 +1,11 @@
 """Validation's layer 1, size and JSON: the canonical JSON is at most 64 KiB; the value is plain
 JSON (objects with string keys, arrays, strings, integers, booleans, null), nested at most 32
 levels deep. An issue here stops validation.
+
+Two walks give the same verdict: :func:`plainly_json`, fast, says only "certainly plain", and
+:func:`json_issues_by_path` finds every issue with its path; validation asks the second only when
+the first doubts. Both are public so the promise that the fast walk never passes what the other
+reports can be checked on its own.
 """
 
 from __future__ import annotations
@@ -66,8 +71,8 @@ def _too_large(size: int | None) -> Issue:
     return Issue("", "too_large", f"The definition is {size:,} bytes as canonical JSON; {limit}.")
 
 
-def _plainly_json(raw: Any) -> bool:
-    """True when :func:`_json_issues` certainly finds nothing: the same walk without the paths (a
+def plainly_json(raw: Any) -> bool:
+    """True when :func:`json_issues_by_path` certainly finds nothing: the same walk without the paths (a
     few times cheaper), giving up at the first doubt — anything but the plain JSON types included."""
     stack: list[tuple[Any, int]] = [(raw, 0)]
     nodes = 0
@@ -104,10 +109,11 @@ def _json_issues(raw: Any) -> list[Issue]:
     Every node takes at least one byte of canonical JSON, so a value with more nodes than the
     byte limit is too large whatever it holds.
     """
-    return [] if _plainly_json(raw) else _json_issues_by_path(raw)
+    return [] if plainly_json(raw) else json_issues_by_path(raw)
 
 
-def _json_issues_by_path(raw: Any) -> list[Issue]:
+def json_issues_by_path(raw: Any) -> list[Issue]:
+    """Every value JSON cannot carry and every nesting too deep, each at its JSON pointer."""
     issues: list[Issue] = []
     stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
     nodes = 0

@@ -1,7 +1,11 @@
 """Validation's layer 2, the schema: ``definition.v1.json`` (JSON Schema 2020-12), each schema
 error turned into one issue with a JSON pointer, a stable code and a message a person reads; an
-unknown member is reported at the member itself (``/steps/0/script``). A compiled check passes a
-plainly valid definition without the reporting validator.
+unknown member is reported at the member itself (``/steps/0/script``). A compiled check
+(:func:`plainly_valid`) passes a plainly valid definition without the reporting validator
+(:func:`reporting_validator`); the reporting validator runs only the ``allOf`` branch of an
+instance's own type (:func:`dispatch_key`). The three are public so the promises between them
+— the compiled check never accepts what the reporting validator refuses, every ``allOf`` of the
+contract is dispatched by type — can be checked on their own.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Mapping[st
             seen[key] = index
 
 
-def _dispatch_key(branch: Any) -> str | None:
+def dispatch_key(branch: Any) -> str | None:
     """The ``type`` a branch of the form ``{"if": {type is X}, "then": ...}`` applies to, else None."""
     if not isinstance(branch, dict) or set(branch) != {"if", "then"}:
         return None
@@ -120,7 +124,7 @@ def _all_of(validator: Any, branches: Any, instance: Any, schema: Mapping[str, A
     """
     keys = _DISPATCH.get(id(branches))
     if keys is None:
-        keys = [_dispatch_key(branch) for branch in branches]
+        keys = [dispatch_key(branch) for branch in branches]
         _DISPATCH[id(branches)] = keys  # the schema lives as long as the process
     if all(key is not None for key in keys):
         kind = instance.get("type") if isinstance(instance, dict) else None
@@ -138,7 +142,8 @@ def _is_integer(checker: Any, instance: Any) -> bool:
 
 
 @cache
-def _validator() -> Any:
+def reporting_validator() -> Any:
+    """The contract's validator with our messages' extensions: every error, each with its path."""
     cls = extend(
         Draft202012Validator,
         validators={
@@ -313,7 +318,8 @@ def _has_float(raw: Any) -> bool:
     return False
 
 
-def _plainly_valid(raw: Any) -> bool:
+def plainly_valid(raw: Any) -> bool:
+    """True only when the compiled check accepts ``raw`` and no float could make it disagree."""
     check = _compiled_check()
     if check is None or _has_float(raw):
         return False
@@ -324,10 +330,10 @@ def _plainly_valid(raw: Any) -> bool:
 
 
 def _schema_issues(raw: Any) -> list[Issue]:
-    if _plainly_valid(raw):
+    if plainly_valid(raw):
         return []
     issues: list[Issue] = []
-    for error in _validator().iter_errors(raw):
+    for error in reporting_validator().iter_errors(raw):
         issues.append(_map_error(error))
         if len(issues) > MAX_ISSUES:
             break

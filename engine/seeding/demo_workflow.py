@@ -1,6 +1,6 @@
 """The demo realm's workflow: one published onboarding workflow and the first runs of it.
 
-Seeded at first start right after the demo realm (``engine.directory.seed``), in the same
+Seeded at first start right after the demo realm (``engine.seeding.demo_realm``), in the same
 transaction; the runs are carried by the engine's runner to the approval they ask for, the
 demo approver approves the first one, and the runner carries that one to its end. The other
 waits for its approval, so the newcomer sees both a finished run and a request to decide.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor
-from engine.directory.seed import DemoRealm
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.runs import approval_models, approvals
 from engine.runs import service as runs
+from engine.seeding.demo_realm import DemoRealm
 from engine.workflows.catalog import create_workflow
 from engine.workflows.publication import publish_revision
 

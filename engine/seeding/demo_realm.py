@@ -55,8 +55,9 @@ _ORGANIZATIONS = {
     "Acme Engineering": ["grace@demo.example", "linus@demo.example", "margaret@demo.example", "ken@demo.example"],
     "Acme Sales": ["mary@demo.example", "don@demo.example"],
 }
+# The demo realm's own roles (the tests read them to know what each demo person may do):
 # name -> (permissions, boundary, requires_approval, description)
-_ROLES: dict[str, tuple[list[str], str, bool, str]] = {
+DEMO_ROLES: dict[str, tuple[list[str], str, bool, str]] = {
     "engineering-member": (["realm.workflows.read"], "organization", False, "Members of an engineering organization"),
     "platform-operator": (
         ["realm.workflows.read", "realm.workflows.run"],
@@ -149,7 +150,7 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
         "realm-admin": await builtin_role(session, realm.id, "realm-admin"),
         "realm-auditor": await builtin_role(session, realm.id, "realm-auditor"),
     }
-    for role_name, (permissions, boundary, requires_approval, description) in _ROLES.items():
+    for role_name, (permissions, boundary, requires_approval, description) in DEMO_ROLES.items():
         role = Role(
             id=new_id("rol"),
             realm_id=realm.id,
