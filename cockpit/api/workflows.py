@@ -9,14 +9,13 @@ from litestar import Controller, Response, delete, get, patch, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body
-from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
 from engine.runs import controls as run_controls
 from engine.runs import preview
+from engine.runs.read_models import RunPreview
 from engine.workflows import publication as workflow_publication
 from engine.workflows import read_models
 from engine.workflows.catalog import create_workflow, delete_workflow, list_workflows, update_workflow
@@ -100,7 +99,7 @@ class WorkflowsController(Controller):
         data: JSONBody[PreviewBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.RunPreview:
+    ) -> RunPreview:
         """What a run about one person would do, step by step, judged now; writes nothing.
 
         The same rules as starting the run by hand (realm.workflows.run, the starter's authority over
@@ -115,7 +114,7 @@ class WorkflowsController(Controller):
             revision_number=data.revision,
             settings=preview_settings(context_of(request.app).settings),
         )
-        return typed(schemas.RunPreview, found)
+        return found
 
     @post(
         "/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write", "location": "/workflows/{id}"}
