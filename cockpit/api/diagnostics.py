@@ -5,7 +5,7 @@ The response types are declared as structs so the OpenAPI document states their 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from litestar import Controller, get, post
@@ -16,75 +16,7 @@ from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.runs import attention, diagnostics
-
-
-class Window(msgspec.Struct):
-    runs: int
-    attempts: int
-    max_runs: int
-    max_attempts: int
-
-
-class AttemptCounts(msgspec.Struct):
-    """``failed``: operational failures; ``rejected``: approval attempts an approver said no to
-    (a decision, never counted as failed)."""
-
-    total: int
-    failed: int
-    succeeded: int
-    started: int
-    rejected: int = 0
-
-
-class AttemptLine(msgspec.Struct):
-    id: str
-    run_id: str
-    step_id: str
-    step_type: str
-    number: int
-    state: str
-    error_category: str | None
-    started_at: str
-    finished_at: str | None
-
-
-class Durations(msgspec.Struct):
-    count: int
-    p50: float | None
-    p95: float | None
-
-
-class DueRun(msgspec.Struct):
-    id: str
-    state: str
-    due_at: str | None
-
-
-class WorkflowDiagnostics(msgspec.Struct):
-    """A workflow at a glance, from its last 500 runs and their last 1,000 attempts.
-
-    Never inputs, results, error messages or subjects. ``health``: ``unknown`` (no attempt in the
-    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed; an approver's
-    rejection is a decision, counted in ``attempts.rejected``, never as failed) or
-    ``attention_required`` (a compensation failed and nobody marked the run resolved).
-    """
-
-    workflow_id: str
-    generated_at: str
-    window: Window
-    health: str
-    health_reason: str
-    runs_by_state: dict[str, int]
-    step_failure_categories: dict[str, dict[str, int]]
-    attempts: AttemptCounts
-    recent_attempts: list[AttemptLine]
-    recent_failures: list[AttemptLine]
-    run_duration_ms: Durations
-    pending_approvals: int
-    oldest_due_run: DueRun | None
-    compensation_failures: int
-    unresolved_compensation_failures: list[str]
-    runs_rejected: int = 0  # runs of the window that ended because an approver said no
+from engine.runs.read_models import Resolution, WorkflowDiagnostics
 
 
 class LeftToUndoLine(msgspec.Struct):
@@ -119,13 +51,6 @@ class AttentionPage(msgspec.Struct):
 
 
 class ResolveRun(Body):
-    note: str
-
-
-class Resolution(msgspec.Struct):
-    run_id: str
-    resolved_by: str
-    resolved_at: str
     note: str
 
 
@@ -169,7 +94,7 @@ class DiagnosticsController(Controller):
         """Health, runs by state, failure categories per step, recent attempts and failures, p50/p95."""
         found = await diagnostics.workflow_diagnostics(db_session, principal.realm.id, workflow_id)
         health_cache.remember(principal.realm.id, workflow_id, found.health)
-        return msgspec.convert(found.view(), WorkflowDiagnostics)
+        return found.view()
 
     @get(
         "/needs-attention",
@@ -206,5 +131,4 @@ class DiagnosticsController(Controller):
             db_session, principal.actor(request_id_of(request)), run_id, note=data.note
         )
         health_cache.forget(principal.realm.id)
-        view: dict[str, Any] = attention.resolution_view(resolution)
-        return msgspec.convert(view, Resolution)
+        return attention.resolution_view(resolution)

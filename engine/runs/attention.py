@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
+from engine.runs import read_models
 from engine.runs import states as st
 from engine.runs.models import RunResolution, WorkflowRun
 
@@ -160,10 +160,10 @@ async def resolve_run(session: AsyncSession, actor: Actor, run_id: str, *, note:
     return resolution
 
 
-def resolution_view(resolution: RunResolution) -> dict[str, Any]:
-    return {
-        "run_id": resolution.run_id,
-        "resolved_by": resolution.resolved_by,
-        "resolved_at": resolution.resolved_at.isoformat(),
-        "note": resolution.note,
-    }
+def resolution_view(resolution: RunResolution) -> read_models.Resolution:
+    return read_models.Resolution(
+        run_id=resolution.run_id,
+        resolved_by=resolution.resolved_by,
+        resolved_at=resolution.resolved_at.isoformat(),
+        note=resolution.note,
+    )

@@ -236,3 +236,82 @@ class Notice(Shape):
 class NoticePage(Shape):
     items: list[Notice]
     next_cursor: str | None
+
+
+# --- Diagnostics ----------------------------------------------------------------------------------
+
+
+class Window(Shape):
+    runs: int
+    attempts: int
+    max_runs: int
+    max_attempts: int
+
+
+class AttemptCounts(Shape):
+    """``failed``: operational failures; ``rejected``: approval attempts an approver said no to
+    (a decision, never counted as failed)."""
+
+    total: int
+    failed: int
+    succeeded: int
+    started: int
+    rejected: int = 0
+
+
+class AttemptLine(Shape):
+    id: str
+    run_id: str
+    step_id: str
+    step_type: str
+    number: int
+    state: str
+    error_category: str | None
+    started_at: str
+    finished_at: str | None
+
+
+class Durations(Shape):
+    count: int
+    p50: float | None
+    p95: float | None
+
+
+class DueRun(Shape):
+    id: str
+    state: str
+    due_at: str | None
+
+
+class WorkflowDiagnostics(Shape):
+    """A workflow at a glance, from its last 500 runs and their last 1,000 attempts.
+
+    Never inputs, results, error messages or subjects. ``health``: ``unknown`` (no attempt in the
+    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed; an approver's
+    rejection is a decision, counted in ``attempts.rejected``, never as failed) or
+    ``attention_required`` (a compensation failed and nobody marked the run resolved).
+    """
+
+    workflow_id: str
+    generated_at: str
+    window: Window
+    health: str
+    health_reason: str
+    runs_by_state: dict[str, int]
+    step_failure_categories: dict[str, dict[str, int]]
+    attempts: AttemptCounts
+    recent_attempts: list[AttemptLine]
+    recent_failures: list[AttemptLine]
+    run_duration_ms: Durations
+    pending_approvals: int
+    oldest_due_run: DueRun | None
+    compensation_failures: int
+    unresolved_compensation_failures: list[str]
+    runs_rejected: int = 0  # runs of the window that ended because an approver said no
+
+
+class Resolution(Shape):
+    run_id: str
+    resolved_by: str
+    resolved_at: str
+    note: str
