@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from engine.platform.read_models import Shape
 
@@ -302,40 +301,3 @@ class AuditEvent(Shape):
 class AuditEventPage(Shape):
     items: list[AuditEvent]
     next_cursor: str | None
-
-
-# --- Health ---------------------------------------------------------------------------------------
-
-
-class Liveness(Shape):
-    status: str
-    version: str  # the installed release of the product
-
-
-class DatabaseCheck(Shape):
-    ok: bool
-    error: str | UnsetType = UNSET
-
-
-class MigrationsCheck(Shape):
-    ok: bool
-    current: str | UnsetType | None = UNSET
-    head: str | UnsetType | None = UNSET
-
-
-class WorkerCheck(Shape):
-    ok: bool
-    last_heartbeat_age_s: float | None
-
-
-class ReadinessChecks(Shape):
-    database: DatabaseCheck
-    migrations: MigrationsCheck
-    worker: WorkerCheck
-
-
-class Readiness(Shape):
-    """``ready`` only when every check passes (200); otherwise ``not_ready`` with the same document (503)."""
-
-    status: str
-    checks: ReadinessChecks
