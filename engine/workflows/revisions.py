@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
@@ -153,6 +152,6 @@ async def diff_revisions(
     return read_models.RevisionDiff(
         revision=number,
         against=against,
-        structured=msgspec.convert(structured_diff(old.definition, new.definition), read_models.StructuredDiff),
-        lines=[read_models.LineRun(**run) for run in line_diff(old.definition, new.definition)],
+        structured=structured_diff(old.definition, new.definition),
+        lines=line_diff(old.definition, new.definition),
     )
