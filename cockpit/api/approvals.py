@@ -12,13 +12,11 @@ from typing import Annotated
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.platform.clock import SYSTEM_CLOCK
-from engine.runs import approval_views, approvals, notices
+from engine.runs import approval_views, approvals, notices, read_models
 
 ACCOUNT = {"audience": "account"}
 
@@ -45,7 +43,7 @@ class ApprovalsController(Controller):
         run_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.ApprovalPage:
+    ) -> read_models.ApprovalPage:
         """What involves me: waiting for my decision (``status=pending``), or decided by me; ``run_id``: one run's."""
         page = await approval_views.list_for_user(
             db_session,
@@ -57,15 +55,15 @@ class ApprovalsController(Controller):
             cursor=cursor,
             limit=limit,
         )
-        return typed(schemas.ApprovalPage, page_view(page, approval_views.approval_view))
+        return approval_views.approval_page(page)
 
     @get("/{approval_id:str}", operation_id="getApproval", opt={**ACCOUNT, "reads_only": True})
     async def show(
         self, approval_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Approval:
+    ) -> read_models.Approval:
         """One approval that involves me (waiting for my decision, or decided by me)."""
         row = await approval_views.get_for_user(db_session, principal.realm.id, approval_id, principal.id)
-        return typed(schemas.Approval, approval_views.approval_view(row))
+        return approval_views.approval_view(row)
 
     @post("/{approval_id:str}/approve", operation_id="approveApproval", status_code=200, opt=ACCOUNT)
     async def approve(
@@ -75,7 +73,7 @@ class ApprovalsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[DecideApproval | None] = None,
-    ) -> schemas.Approval:
+    ) -> read_models.Approval:
         """Approve (the first decision wins; 409 once decided, expired or the run stopped waiting)."""
         row = await approvals.decide(
             db_session,
@@ -85,7 +83,7 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=SYSTEM_CLOCK.now(),
         )
-        return typed(schemas.Approval, approval_views.approval_view(row))
+        return approval_views.approval_view(row)
 
     @post("/{approval_id:str}/reject", operation_id="rejectApproval", status_code=200, opt=ACCOUNT)
     async def reject(
@@ -95,7 +93,7 @@ class ApprovalsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[DecideApproval | None] = None,
-    ) -> schemas.Approval:
+    ) -> read_models.Approval:
         """Reject: the run fails permanently (approval_rejected) and undoes what it did."""
         row = await approvals.decide(
             db_session,
@@ -105,7 +103,7 @@ class ApprovalsController(Controller):
             comment=data.comment if data else None,
             now=SYSTEM_CLOCK.now(),
         )
-        return typed(schemas.Approval, approval_views.approval_view(row))
+        return approval_views.approval_view(row)
 
     @post("/{approval_id:str}/delegate", operation_id="delegateApproval", status_code=200, opt=ACCOUNT)
     async def delegate(
@@ -115,7 +113,7 @@ class ApprovalsController(Controller):
         data: JSONBody[DelegateApproval],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Approval:
+    ) -> read_models.Approval:
         """Hand my decision to another eligible user of the realm (never the subject)."""
         row = await approvals.delegate(
             db_session,
@@ -125,7 +123,7 @@ class ApprovalsController(Controller):
             now=SYSTEM_CLOCK.now(),
             mail_configured=context_of(request.app).settings.mail is not None,
         )
-        return typed(schemas.Approval, approval_views.approval_view(row))
+        return approval_views.approval_view(row)
 
 
 class NoticesController(Controller):
@@ -141,10 +139,10 @@ class NoticesController(Controller):
         user_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.NoticePage:
+    ) -> read_models.NoticePage:
         """Notices recorded by runs: to whom, their state (queued, sent, failed, not_configured), tries."""
         notices.check_filters(run_id, user_id)
         page = await notices.list_notices(
             db_session, principal.realm.id, run_id=run_id, user_id=user_id, cursor=cursor, limit=limit
         )
-        return typed(schemas.NoticePage, page_view(page, notices.notice_view))
+        return notices.notice_page(page)

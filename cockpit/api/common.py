@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import msgspec
 
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.ids import is_id
-from engine.platform.pagination import Page
 
 REALM_BASE = "/api/v1/realms/{realm:str}"
 EMAIL_PATTERN = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
@@ -40,10 +38,6 @@ def nested_field_issues(body: Body) -> list[Issue]:
                 prefix = where if index is None else f"{where}/{index}"
                 issues += [Issue(prefix + i.path, i.code, i.message) for i in item.field_issues()]
     return issues
-
-
-def page_view(page: Page[Any], view: Any) -> dict[str, Any]:
-    return {"items": [view(item) for item in page.items], "next_cursor": page.next_cursor}
 
 
 def check(issues: list[Issue]) -> None:

@@ -1,13 +1,12 @@
 """Diagnostics of a workflow, and the realm's runs that need a person (SPEC §5, seed 000 "Diagnostics").
 
-The response types are declared as structs so the OpenAPI document states their shape.
+The answers are the engine's read models (``engine/runs/read_models.py``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import msgspec
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
@@ -16,142 +15,11 @@ from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.runs import attention, diagnostics
-
-
-class Window(msgspec.Struct):
-    runs: int
-    attempts: int
-    max_runs: int
-    max_attempts: int
-
-
-class AttemptCounts(msgspec.Struct):
-    """``failed``: operational failures; ``rejected``: approval attempts an approver said no to
-    (a decision, never counted as failed)."""
-
-    total: int
-    failed: int
-    succeeded: int
-    started: int
-    rejected: int = 0
-
-
-class AttemptLine(msgspec.Struct):
-    id: str
-    run_id: str
-    step_id: str
-    step_type: str
-    number: int
-    state: str
-    error_category: str | None
-    started_at: str
-    finished_at: str | None
-
-
-class Durations(msgspec.Struct):
-    count: int
-    p50: float | None
-    p95: float | None
-
-
-class DueRun(msgspec.Struct):
-    id: str
-    state: str
-    due_at: str | None
-
-
-class WorkflowDiagnostics(msgspec.Struct):
-    """A workflow at a glance, from its last 500 runs and their last 1,000 attempts.
-
-    Never inputs, results, error messages or subjects. ``health``: ``unknown`` (no attempt in the
-    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed; an approver's
-    rejection is a decision, counted in ``attempts.rejected``, never as failed) or
-    ``attention_required`` (a compensation failed and nobody marked the run resolved).
-    """
-
-    workflow_id: str
-    generated_at: str
-    window: Window
-    health: str
-    health_reason: str
-    runs_by_state: dict[str, int]
-    step_failure_categories: dict[str, dict[str, int]]
-    attempts: AttemptCounts
-    recent_attempts: list[AttemptLine]
-    recent_failures: list[AttemptLine]
-    run_duration_ms: Durations
-    pending_approvals: int
-    oldest_due_run: DueRun | None
-    compensation_failures: int
-    unresolved_compensation_failures: list[str]
-    runs_rejected: int = 0  # runs of the window that ended because an approver said no
-
-
-class LeftToUndoLine(msgspec.Struct):
-    attempt_id: str
-    step_id: str
-    step_type: str
-    strategy: str
-    compensation_state: str
-    compensation_attempts: int
-    last_error: str | None
-
-
-class ResolutionLine(msgspec.Struct):
-    resolved_by: str | None
-    resolved_at: str
-    note: str | None
-
-
-class AttentionLine(msgspec.Struct):
-    run_id: str
-    workflow_id: str
-    subject_id: str
-    error_category: str | None
-    finished_at: str | None
-    left_to_undo: list[LeftToUndoLine]
-    resolution: ResolutionLine | None
-
-
-class AttentionPage(msgspec.Struct):
-    items: list[AttentionLine]
-    next_cursor: str | None
+from engine.runs.read_models import AttentionPage, Resolution, WorkflowDiagnostics
 
 
 class ResolveRun(Body):
     note: str
-
-
-class Resolution(msgspec.Struct):
-    run_id: str
-    resolved_by: str
-    resolved_at: str
-    note: str
-
-
-def attention_line(run: attention.AttentionRun) -> AttentionLine:
-    return AttentionLine(
-        run_id=run.id,
-        workflow_id=run.workflow_id,
-        subject_id=run.subject_id,
-        error_category=run.error_category,
-        finished_at=run.finished_at.isoformat() if run.finished_at else None,
-        left_to_undo=[
-            LeftToUndoLine(
-                attempt_id=left.attempt_id,
-                step_id=left.step_id,
-                step_type=left.step_type,
-                strategy=left.strategy,
-                compensation_state=left.compensation_state,
-                compensation_attempts=left.compensation_attempts,
-                last_error=left.last_error,
-            )
-            for left in run.left
-        ],
-        resolution=None
-        if run.resolved_at is None
-        else ResolutionLine(resolved_by=run.resolved_by, resolved_at=run.resolved_at.isoformat(), note=run.note),
-    )
 
 
 class DiagnosticsController(Controller):
@@ -169,7 +37,7 @@ class DiagnosticsController(Controller):
         """Health, runs by state, failure categories per step, recent attempts and failures, p50/p95."""
         found = await diagnostics.workflow_diagnostics(db_session, principal.realm.id, workflow_id)
         health_cache.remember(principal.realm.id, workflow_id, found.health)
-        return msgspec.convert(found.view(), WorkflowDiagnostics)
+        return found.view()
 
     @get(
         "/needs-attention",
@@ -185,7 +53,7 @@ class DiagnosticsController(Controller):
     ) -> AttentionPage:
         """Runs that ended ``compensation_failed``, with what is left to undo by hand (``show=open|resolved|all``)."""
         runs, next_cursor = await attention.needs_attention(db_session, principal.realm.id, show=show, cursor=cursor)
-        return AttentionPage(items=[attention_line(r) for r in runs], next_cursor=next_cursor)
+        return AttentionPage(items=[attention.attention_view(r) for r in runs], next_cursor=next_cursor)
 
     @post(
         "/workflow-runs/{run_id:str}/resolve",
@@ -206,5 +74,4 @@ class DiagnosticsController(Controller):
             db_session, principal.actor(request_id_of(request)), run_id, note=data.note
         )
         health_cache.forget(principal.realm.id)
-        view: dict[str, Any] = attention.resolution_view(resolution)
-        return msgspec.convert(view, Resolution)
+        return attention.resolution_view(resolution)

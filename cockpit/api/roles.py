@@ -9,9 +9,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from cockpit.api import schemas
 from cockpit.api.common import REALM_BASE, Body, check, id_issue
-from cockpit.api.schemas import typed
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.state import AnyRequest, DbSession
 from engine.directory import read_models, roles
@@ -25,6 +23,7 @@ from engine.directory.role_assignments import (
     revoke_assignment,
 )
 from engine.runs import approval_views, role_requests
+from engine.runs.read_models import PendingRoleAssignment
 from engine.workflows.references import refuse_if_referenced
 
 
@@ -169,7 +168,7 @@ class RoleAssignmentsController(Controller):
         responses={
             201: ResponseSpec(read_models.RoleAssignment, description="Assigned"),
             202: ResponseSpec(
-                schemas.PendingRoleAssignment,
+                PendingRoleAssignment,
                 description="The role requires approval: nothing is assigned until the approver approves",
             ),
         },
@@ -180,7 +179,7 @@ class RoleAssignmentsController(Controller):
         data: JSONBody[CreateAssignment],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[read_models.RoleAssignment | schemas.PendingRoleAssignment]:
+    ) -> Response[read_models.RoleAssignment | PendingRoleAssignment]:
         """Assign a role to a user or a service principal, realm-wide or in an organization.
 
         201 with the assignment; 202 with a pending approval when the role requires approval.
@@ -207,8 +206,7 @@ class RoleAssignmentsController(Controller):
             # A role that requires approval: nothing is assigned until the approver approves.
             actor = principal.actor(request_id_of(request))
             approval = await role_requests.request_role_assignment(db_session, actor, assignment)
-            pending = {"status": "pending_approval", "approval": approval_views.approval_view(approval)}
-            return Response(typed(schemas.PendingRoleAssignment, pending), status_code=202)
+            return Response(approval_views.pending_role_assignment(approval), status_code=202)
         return Response(assignment_view(assignment), status_code=201)
 
     @get("/", operation_id="listRoleAssignments", opt={"permission": "realm.roles.read"})

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Controller, get, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession
-from engine.runs import approval_views, approvals, run_reads, views
+from engine.runs import approval_views, approvals, read_models, run_reads, views
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.models import WorkflowRun
@@ -64,7 +62,7 @@ class ManualRunsController(Controller):
         data: JSONBody[StartRun],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.RunWithAttempts:
+    ) -> read_models.RunWithAttempts:
         """Start a run by hand for one subject; it runs asynchronously (202)."""
         run = await runs.start_manual_run(
             db_session,
@@ -73,14 +71,18 @@ class ManualRunsController(Controller):
             subject_id=data.subject_id,
             organization_id=data.organization_id,
         )
-        return typed(schemas.RunWithAttempts, views.run_view(run, []))
+        return views.run_with_attempts(run, [], [])
 
 
-async def run_document(session: DbSession, run: WorkflowRun) -> dict[str, Any]:
+async def run_approvals(session: DbSession, run: WorkflowRun) -> list[read_models.Approval]:
+    return [approval_views.approval_view(a) for a in await approvals.for_run(session, run.id)]
+
+
+async def run_document(session: DbSession, run: WorkflowRun) -> read_models.RunWithAttempts:
     """A run with its attempts, what was undone and its approvals (the ``Approval`` shape, as everywhere)."""
-    out = views.run_view(run, await run_reads.run_attempts(session, run.id))
-    out["approvals"] = [approval_views.approval_view(a) for a in await approvals.for_run(session, run.id)]
-    return out
+    return views.run_with_attempts(
+        run, await run_reads.run_attempts(session, run.id), await run_approvals(session, run)
+    )
 
 
 class RunsController(Controller):
@@ -103,7 +105,7 @@ class RunsController(Controller):
         starter_id: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.WorkflowRunPage:
+    ) -> read_models.WorkflowRunPage:
         """Newest first.
 
         ``state_group``: ``failed_any`` (failed, compensated, compensation_failed), ``in_flight`` or
@@ -127,18 +129,21 @@ class RunsController(Controller):
                 starter_id=starter_id,
             ),
         )
-        return typed(schemas.WorkflowRunPage, page_view(page, views.run_view))
+        return read_models.WorkflowRunPage(items=[views.run_view(r) for r in page.items], next_cursor=page.next_cursor)
 
     @get("/{run_id:str}", operation_id="getWorkflowRun", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def show(
         self, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.RunTimeline:
+    ) -> read_models.RunTimeline:
         """The run's timeline: every attempt, what was undone, its approvals and re-runs."""
         run = await run_reads.get_run(db_session, principal.realm.id, run_id)
-        out = await run_document(db_session, run)
-        out["next_attempt_at"] = run_reads.next_attempt_at(run)
-        out["reruns"] = await run_reads.reruns_of(db_session, principal.realm.id, run.id)
-        return typed(schemas.RunTimeline, out)
+        return views.run_timeline(
+            run,
+            await run_reads.run_attempts(db_session, run.id),
+            await run_approvals(db_session, run),
+            next_attempt_at=run_reads.next_attempt_at(run),
+            reruns=await run_reads.reruns_of(db_session, principal.realm.id, run.id),
+        )
 
     @post(
         "/{run_id:str}/cancel",
@@ -153,12 +158,12 @@ class RunsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[CancelRun | None] = None,
-    ) -> schemas.RunWithAttempts:
+    ) -> read_models.RunWithAttempts:
         """Ask the run to stop: it compensates like a failure and ends cancelled."""
         run = await runs.cancel_run(
             db_session, principal.actor(request_id_of(request)), run_id, reason=data.reason if data else None
         )
-        return typed(schemas.RunWithAttempts, await run_document(db_session, run))
+        return await run_document(db_session, run)
 
     @post(
         "/{run_id:str}/rerun",
@@ -168,10 +173,10 @@ class RunsController(Controller):
     )
     async def rerun(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.RunWithAttempts:
+    ) -> read_models.RunWithAttempts:
         """Start a new run of the published revision for the same subject and organization (links both ways)."""
         run = await run_controls.rerun_run(db_session, principal.actor(request_id_of(request)), run_id)
-        return typed(schemas.RunWithAttempts, views.run_view(run, []))
+        return views.run_with_attempts(run, [], [])
 
     @post(
         "/{run_id:str}/retry-now",
@@ -181,17 +186,20 @@ class RunsController(Controller):
     )
     async def retry_now(
         self, request: AnyRequest, run_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.RunWithAttempts:
+    ) -> read_models.RunWithAttempts:
         """Make a run that waits for a retry due now (409 ``nothing_waits`` when it waits for none)."""
         run = await run_controls.retry_now(db_session, principal.actor(request_id_of(request)), run_id)
-        out = await run_document(db_session, run)
-        out["next_attempt_at"] = run_reads.next_attempt_at(run)
-        return typed(schemas.RunWithAttempts, out)
+        return views.run_with_attempts(
+            run,
+            await run_reads.run_attempts(db_session, run.id),
+            await run_approvals(db_session, run),
+            next_attempt_at=run_reads.next_attempt_at(run),
+        )
 
     @post("/bulk", operation_id="bulkWorkflowRuns", status_code=200, opt={"permission": "realm.workflows.run"})
     async def bulk(
         self, request: AnyRequest, data: JSONBody[BulkRequest], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.BulkOutcome:
+    ) -> read_models.BulkOutcome:
         """Cancel or re-run up to 1,000 runs (by ids or by a filter): one result per run, done or refused."""
         where = None
         if data.filter is not None:
@@ -207,7 +215,7 @@ class RunsController(Controller):
                 organization_id=f.organization_id,
                 starter_id=f.starter_id,
             )
-        outcome = await run_controls.bulk_action(
+        return await run_controls.bulk_action(
             db_session,
             principal.actor(request_id_of(request)),
             data.action,
@@ -215,4 +223,3 @@ class RunsController(Controller):
             where=where,
             reason=data.reason,
         )
-        return typed(schemas.BulkOutcome, outcome.view())

@@ -9,15 +9,15 @@ from litestar import Controller, Response, delete, get, patch, post
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
-from cockpit.api import schemas
-from cockpit.api.common import REALM_BASE, Body, page_view
-from cockpit.api.schemas import typed
+from cockpit.api.common import REALM_BASE, Body
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.platform.errors import NotFound
 from engine.runs import controls as run_controls
 from engine.runs import preview
+from engine.runs.read_models import RunPreview
 from engine.workflows import publication as workflow_publication
+from engine.workflows import read_models
 from engine.workflows.catalog import create_workflow, delete_workflow, list_workflows, update_workflow
 from engine.workflows.definitions import CONTRACT_NAMES, contract
 from engine.workflows.inputs import prefixed
@@ -25,7 +25,14 @@ from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.publication import publish_revision
 from engine.workflows.references import validate_for_realm
 from engine.workflows.revisions import decide_revision, diff_revisions, list_revisions, stage_revision
-from engine.workflows.views import revision_view, workflow_view
+from engine.workflows.views import (
+    created_view,
+    publication_view,
+    revision_page,
+    revision_view,
+    validation_view,
+    workflow_view,
+)
 
 UNSET: Any = msgspec.UNSET
 
@@ -62,14 +69,6 @@ class PreviewBody(Body):
     revision: int | None = None  # the published one when not given
 
 
-def _issues(issues: list[Any]) -> list[dict[str, str]]:
-    return [{"path": i.path, "code": i.code, "message": i.message} for i in issues]
-
-
-def publication_view(result: Any) -> dict[str, Any]:
-    return {"workflow": workflow_view(result.workflow), "revision": revision_view(result.revision)}
-
-
 class WorkflowsController(Controller):
     path = REALM_BASE + "/workflows"
     tags = ["workflows"]
@@ -82,11 +81,10 @@ class WorkflowsController(Controller):
     )
     async def validate(
         self, data: JSONBody[DefinitionBody], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.DefinitionValidation:
+    ) -> read_models.DefinitionValidation:
         """Validate a definition against the contract and the realm; changes nothing."""
         issues = await validate_for_realm(db_session, principal.realm.id, data.definition)
-        found = {"valid": not issues, "errors": _issues(prefixed(issues, "/definition"))}
-        return typed(schemas.DefinitionValidation, found)
+        return validation_view(prefixed(issues, "/definition"))
 
     @post(
         "/{workflow_id:str}/preview",
@@ -101,7 +99,7 @@ class WorkflowsController(Controller):
         data: JSONBody[PreviewBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.RunPreview:
+    ) -> RunPreview:
         """What a run about one person would do, step by step, judged now; writes nothing.
 
         The same rules as starting the run by hand (realm.workflows.run, the starter's authority over
@@ -116,14 +114,14 @@ class WorkflowsController(Controller):
             revision_number=data.revision,
             settings=preview_settings(context_of(request.app).settings),
         )
-        return typed(schemas.RunPreview, found)
+        return found
 
     @post(
         "/", operation_id="createWorkflow", opt={"permission": "realm.workflows.write", "location": "/workflows/{id}"}
     )
     async def create(
         self, request: AnyRequest, data: JSONBody[CreateWorkflow], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.CreatedWorkflow:
+    ) -> read_models.CreatedWorkflow:
         """Create a workflow, optionally with its first revision's definition (staged, not published)."""
         has_definition = data.definition is not msgspec.UNSET
         workflow, revision = await create_workflow(
@@ -136,9 +134,7 @@ class WorkflowsController(Controller):
             definition=data.definition if has_definition else None,
             has_definition=has_definition,
         )
-        out = workflow_view(workflow)
-        out["revision"] = revision_view(revision) if revision else None
-        return typed(schemas.CreatedWorkflow, out)
+        return created_view(workflow, revision)
 
     @get("/", operation_id="listWorkflows", opt={"permission": "realm.workflows.read", "reads_only": True})
     async def list(
@@ -149,20 +145,20 @@ class WorkflowsController(Controller):
         q: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int | None] = None,
-    ) -> schemas.WorkflowPage:
+    ) -> read_models.WorkflowPage:
         """The realm's workflows; ``q`` searches, ``state`` filters."""
         page = await list_workflows(
             db_session, principal.realm.id, state=workflow_state, q=q, cursor=cursor, limit=limit
         )
-        return typed(schemas.WorkflowPage, page_view(page, workflow_view))
+        return read_models.WorkflowPage(items=[workflow_view(w) for w in page.items], next_cursor=page.next_cursor)
 
     @get("/{workflow_id:str}", operation_id="getWorkflow", opt={"permission": "realm.workflows.read"})
     async def show(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Workflow:
+    ) -> read_models.Workflow:
         """One workflow: name, owner, state and its published revision."""
         workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
-        return typed(schemas.Workflow, workflow_view(workflow))
+        return workflow_view(workflow)
 
     @patch("/{workflow_id:str}", operation_id="updateWorkflow", opt={"permission": "realm.workflows.write"})
     async def update(
@@ -172,7 +168,7 @@ class WorkflowsController(Controller):
         data: JSONBody[UpdateWorkflow],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Workflow:
+    ) -> read_models.Workflow:
         """Change a workflow's name, description or owner."""
         workflow = await update_workflow(
             db_session,
@@ -182,7 +178,7 @@ class WorkflowsController(Controller):
             description=data.description,
             owner_id=data.owner_id,
         )
-        return typed(schemas.Workflow, workflow_view(workflow))
+        return workflow_view(workflow)
 
     @delete(
         "/{workflow_id:str}",
@@ -204,12 +200,12 @@ class WorkflowsController(Controller):
     )
     async def enable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Workflow:
+    ) -> read_models.Workflow:
         """Enable a disabled workflow again."""
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, True
         )
-        return typed(schemas.Workflow, workflow_view(workflow))
+        return workflow_view(workflow)
 
     @post(
         "/{workflow_id:str}/disable",
@@ -219,21 +215,21 @@ class WorkflowsController(Controller):
     )
     async def disable(
         self, request: AnyRequest, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.Workflow:
+    ) -> read_models.Workflow:
         """Disable a workflow: nothing fires and runs in flight pause (compensation and cancellation go on)."""
         workflow = await run_controls.set_workflow_enabled(
             db_session, principal.actor(request_id_of(request)), workflow_id, False
         )
-        return typed(schemas.Workflow, workflow_view(workflow))
+        return workflow_view(workflow)
 
     @post(
         "/{workflow_id:str}/revisions",
         operation_id="stageWorkflowRevision",
         opt={"permission": "realm.workflows.write", "location": "/workflows/{workflow_id}/revisions/{number}"},
         responses={
-            201: ResponseSpec(schemas.WorkflowRevision, description="Staged as a new draft revision"),
+            201: ResponseSpec(read_models.WorkflowRevision, description="Staged as a new draft revision"),
             200: ResponseSpec(
-                schemas.WorkflowRevision,
+                read_models.WorkflowRevision,
                 description="Nothing changed: the latest revision already holds this definition, which "
                 "comes back as it is (no new revision, no audit event)",
             ),
@@ -246,22 +242,20 @@ class WorkflowsController(Controller):
         data: JSONBody[DefinitionBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> Response[schemas.WorkflowRevision]:
+    ) -> Response[read_models.WorkflowRevision]:
         """Stage a new revision of the workflow's definition (checked against the contract first)."""
         staged = await stage_revision(db_session, principal.actor(request_id_of(request)), workflow_id, data.definition)
-        answer = typed(schemas.WorkflowRevision, revision_view(staged.revision))
-        return Response(answer, status_code=200 if staged.unchanged else 201)
+        return Response(revision_view(staged.revision), status_code=200 if staged.unchanged else 201)
 
     @get(
         "/{workflow_id:str}/revisions", operation_id="listWorkflowRevisions", opt={"permission": "realm.workflows.read"}
     )
     async def revisions(
         self, workflow_id: FromPath[str], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.RevisionPage:
+    ) -> read_models.RevisionPage:
         """Every revision, oldest first, without their definitions (one page: ``next_cursor`` is null)."""
         items = await list_revisions(db_session, principal.realm.id, workflow_id)
-        page = {"items": [revision_view(r, with_definition=False) for r in items], "next_cursor": None}
-        return typed(schemas.RevisionPage, page)
+        return revision_page(items)
 
     @get(
         "/{workflow_id:str}/revisions/{n:int}",
@@ -270,10 +264,10 @@ class WorkflowsController(Controller):
     )
     async def revision(
         self, workflow_id: FromPath[str], n: FromPath[int], db_session: DbSession, principal: CurrentPrincipal
-    ) -> schemas.WorkflowRevision:
+    ) -> read_models.WorkflowRevision:
         """One revision of a workflow, with its definition."""
         revision = await get_revision(db_session, principal.realm.id, workflow_id, n)
-        return typed(schemas.WorkflowRevision, revision_view(revision))
+        return revision_view(revision)
 
     @get(
         "/{workflow_id:str}/revisions/{n:int}/diff",
@@ -287,15 +281,14 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         against: FromQuery[int | None] = None,
-    ) -> schemas.RevisionDiff:
+    ) -> read_models.RevisionDiff:
         """Step-aware and line-by-line differences; ``against`` defaults to the published revision
         (or the one before when this one is published)."""
         if against is None:
             workflow = await get_workflow(db_session, principal.realm.id, workflow_id)
             published = workflow.published_revision
             against = published if published is not None and published != n else max(n - 1, 1)
-        found = await diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
-        return typed(schemas.RevisionDiff, found)
+        return await diff_revisions(db_session, principal.realm.id, workflow_id, n, against)
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/approve",
@@ -311,7 +304,7 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
-    ) -> schemas.WorkflowRevision:
+    ) -> read_models.WorkflowRevision:
         """Approve a staged revision for publication (by someone other than its author)."""
         revision = await decide_revision(
             db_session,
@@ -321,7 +314,7 @@ class WorkflowsController(Controller):
             approve=True,
             comment=data.comment if data else None,
         )
-        return typed(schemas.WorkflowRevision, revision_view(revision))
+        return revision_view(revision)
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/reject",
@@ -337,7 +330,7 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
-    ) -> schemas.WorkflowRevision:
+    ) -> read_models.WorkflowRevision:
         """Reject a staged revision; it is never published."""
         revision = await decide_revision(
             db_session,
@@ -347,7 +340,7 @@ class WorkflowsController(Controller):
             approve=False,
             comment=data.comment if data else None,
         )
-        return typed(schemas.WorkflowRevision, revision_view(revision))
+        return revision_view(revision)
 
     @post(
         "/{workflow_id:str}/revisions/{n:int}/publish",
@@ -363,12 +356,12 @@ class WorkflowsController(Controller):
         db_session: DbSession,
         principal: CurrentPrincipal,
         data: JSONBody[DecideRevision | None] = None,
-    ) -> schemas.Publication:
+    ) -> read_models.Publication:
         """Publish a revision: new runs follow it (its steps within the publisher's own authority)."""
         result = await publish_revision(
             db_session, principal.actor(request_id_of(request)), workflow_id, n, comment=data.comment if data else None
         )
-        return typed(schemas.Publication, publication_view(result))
+        return publication_view(result)
 
     @post(
         "/{workflow_id:str}/rollback",
@@ -383,12 +376,12 @@ class WorkflowsController(Controller):
         data: JSONBody[RollbackBody],
         db_session: DbSession,
         principal: CurrentPrincipal,
-    ) -> schemas.Publication:
+    ) -> read_models.Publication:
         """Publish an earlier revision again."""
         result = await workflow_publication.rollback(
             db_session, principal.actor(request_id_of(request)), workflow_id, data.revision
         )
-        return typed(schemas.Publication, publication_view(result))
+        return publication_view(result)
 
 
 class ContractsController(Controller):

@@ -7,7 +7,7 @@ from litestar.datastructures import CacheControlHeader, State
 from litestar.response import File, Redirect, Template
 
 from cockpit import health_cache
-from cockpit.api.health import readiness
+from cockpit.api.health import check_list, readiness
 from cockpit.auth import SESSION_COOKIE, CurrentPrincipal, authenticate
 from cockpit.pages.common import home_href, may_open, page
 from cockpit.state import AnyRequest, DbSession
@@ -45,7 +45,7 @@ class HomeController(Controller):
         ready, checks = await readiness(state)
         return Template(
             template_name="pages/home.html",
-            context={"request": request, "ready": ready, "checks": checks, "labels": STATUS_LABELS},
+            context={"request": request, "ready": ready, "checks": check_list(checks), "labels": STATUS_LABELS},
         )
 
     @get("/favicon.ico", name="favicon", cache_control=CacheControlHeader(max_age=86400))
@@ -59,7 +59,8 @@ class HomeController(Controller):
     async def status(self, state: State) -> Template:
         ready, checks = await readiness(state)
         return Template(
-            template_name="partials/_status.html", context={"ready": ready, "checks": checks, "labels": STATUS_LABELS}
+            template_name="partials/_status.html",
+            context={"ready": ready, "checks": check_list(checks), "labels": STATUS_LABELS},
         )
 
 
@@ -109,6 +110,6 @@ class RealmHomeController(Controller):
             events=events,
             names=names,
             ready=ready,
-            checks=checks,
+            checks=check_list(checks),
             labels=STATUS_LABELS,
         )

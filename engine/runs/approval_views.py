@@ -20,6 +20,7 @@ from engine.directory.principals import users_by_id
 from engine.platform.errors import Issue, NotFound, ValidationFailed
 from engine.platform.ids import is_id
 from engine.platform.pagination import Page, keyset_page
+from engine.runs import read_models
 from engine.runs.approval_models import APPROVAL_STATUSES, PENDING, WorkflowApproval
 from engine.runs.models import WorkflowRun
 from engine.runs.outcome import decided_then, people_in, run_outcome
@@ -123,26 +124,35 @@ async def get_for_user(session: AsyncSession, realm_id: str, approval_id: str, u
     return row
 
 
-def approval_view(row: WorkflowApproval) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "kind": row.kind,
-        "request": {k: v for k, v in (row.request or {}).items() if k != "role"} if row.request else None,
-        "run_id": row.run_id,
-        "workflow_id": row.workflow_id,
-        "step_id": row.step_id,
-        "subject_id": row.subject_id,
-        "status": row.status,
-        "approvers": list(row.approvers),
-        "reminder_at": row.remind_at,
-        "reminded_at": row.reminded_at,
-        "expires_at": row.expires_at,
-        "decided_by": row.decided_by,
-        "decided_at": row.decided_at,
-        "comment": row.comment,
-        "delegations": list(row.delegations),
-        "created_at": row.created_at,
-    }
+def approval_view(row: WorkflowApproval) -> read_models.Approval:
+    return read_models.Approval(
+        id=row.id,
+        kind=row.kind,
+        request={k: v for k, v in (row.request or {}).items() if k != "role"} if row.request else None,
+        run_id=row.run_id,
+        workflow_id=row.workflow_id,
+        step_id=row.step_id,
+        subject_id=row.subject_id,
+        status=row.status,
+        approvers=list(row.approvers),
+        reminder_at=row.remind_at,
+        reminded_at=row.reminded_at,
+        expires_at=row.expires_at,
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        comment=row.comment,
+        delegations=[read_models.ApprovalDelegation(from_=d["from"], to=d["to"], at=d["at"]) for d in row.delegations],
+        created_at=row.created_at,
+    )
+
+
+def approval_page(page: Page[WorkflowApproval]) -> read_models.ApprovalPage:
+    return read_models.ApprovalPage(items=[approval_view(a) for a in page.items], next_cursor=page.next_cursor)
+
+
+def pending_role_assignment(row: WorkflowApproval) -> read_models.PendingRoleAssignment:
+    """The answer to a role assignment that waits for its approver."""
+    return read_models.PendingRoleAssignment(status="pending_approval", approval=approval_view(row))
 
 
 # --- What the run will do, in words -----------------------------------------------------------------

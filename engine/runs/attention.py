@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.directory.audit import Actor, record_audit
 from engine.platform.errors import Conflict, Issue, NotFound, ValidationFailed
+from engine.runs import read_models
 from engine.runs import states as st
 from engine.runs.models import RunResolution, WorkflowRun
 
@@ -160,10 +160,38 @@ async def resolve_run(session: AsyncSession, actor: Actor, run_id: str, *, note:
     return resolution
 
 
-def resolution_view(resolution: RunResolution) -> dict[str, Any]:
-    return {
-        "run_id": resolution.run_id,
-        "resolved_by": resolution.resolved_by,
-        "resolved_at": resolution.resolved_at.isoformat(),
-        "note": resolution.note,
-    }
+def resolution_view(resolution: RunResolution) -> read_models.Resolution:
+    return read_models.Resolution(
+        run_id=resolution.run_id,
+        resolved_by=resolution.resolved_by,
+        resolved_at=resolution.resolved_at.isoformat(),
+        note=resolution.note,
+    )
+
+
+def attention_view(run: AttentionRun) -> read_models.AttentionLine:
+    """A run that needs a person, as the API answers it."""
+    return read_models.AttentionLine(
+        run_id=run.id,
+        workflow_id=run.workflow_id,
+        subject_id=run.subject_id,
+        error_category=run.error_category,
+        finished_at=run.finished_at.isoformat() if run.finished_at else None,
+        left_to_undo=[
+            read_models.LeftToUndoLine(
+                attempt_id=left.attempt_id,
+                step_id=left.step_id,
+                step_type=left.step_type,
+                strategy=left.strategy,
+                compensation_state=left.compensation_state,
+                compensation_attempts=left.compensation_attempts,
+                last_error=left.last_error,
+            )
+            for left in run.left
+        ],
+        resolution=None
+        if run.resolved_at is None
+        else read_models.ResolutionLine(
+            resolved_by=run.resolved_by, resolved_at=run.resolved_at.isoformat(), note=run.note
+        ),
+    )

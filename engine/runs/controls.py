@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -31,6 +30,7 @@ from engine.directory.models import Organization, User
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, EngineError, Forbidden, Issue, NotFound, ValidationFailed
 from engine.platform.ids import new_id
+from engine.runs import read_models
 from engine.runs.models import WorkflowRun
 from engine.runs.run_reads import RunFilter, _runs_query, get_run
 from engine.runs.runstore import scheduling
@@ -151,28 +151,6 @@ async def rerun_targets(session: AsyncSession, realm_id: str, run_ids: list[str]
     return {r.id: r for r in rows.scalars()}
 
 
-@dataclass(frozen=True)
-class BulkOutcome:
-    action: str
-    matched: int  # runs the ids or the filter named (before the cap)
-    results: list[dict[str, Any]]
-
-    @property
-    def capped(self) -> bool:
-        return self.matched > len(self.results)
-
-    def view(self) -> dict[str, Any]:
-        done = sum(1 for r in self.results if r["status"] == "done")
-        return {
-            "action": self.action,
-            "matched": self.matched,
-            "capped": self.capped,
-            "done": done,
-            "refused": len(self.results) - done,
-            "results": self.results,
-        }
-
-
 def bulk_issues(action: Any, ids: Any, where: RunFilter | None, reason: Any) -> list[Issue]:
     issues: list[Issue] = []
     if action not in BULK_ACTIONS:
@@ -227,8 +205,10 @@ async def bulk_action(
     ids: list[str] | None = None,
     where: RunFilter | None = None,
     reason: str | None = None,
-) -> BulkOutcome:
-    """Cancel or re-run many runs; one result per run: done, or refused with the problem's code."""
+) -> read_models.BulkOutcome:
+    """Cancel or re-run many runs; one result per run: done, or refused with the problem's code.
+
+    ``capped`` when the filter matched more runs than were acted on."""
     issues = bulk_issues(action, ids, where, reason)
     if issues:
         raise ValidationFailed("The request is not valid.", issues=issues)
@@ -241,24 +221,28 @@ async def bulk_action(
     authority: Authority | None = None
     if action == "rerun" and actor.type == "user" and actor.id is not None:
         authority = await load_authority(session, actor.realm_id, "user", actor.id)
-    results: list[dict[str, Any]] = []
+    results: list[read_models.BulkResult] = []
     for run_id in chosen:
         try:
             async with session.begin_nested():
                 if action == "cancel":
                     await cancel_run(session, actor, run_id, reason=reason)
-                    results.append({"run_id": run_id, "status": "done"})
+                    results.append(read_models.BulkResult(run_id=run_id, status="done"))
                 else:
                     new = await rerun_run(session, actor, run_id, authority=authority)
-                    results.append({"run_id": run_id, "status": "done", "new_run_id": new.id})
+                    results.append(read_models.BulkResult(run_id=run_id, status="done", new_run_id=new.id))
         except EngineError as exc:
             results.append(
-                {
-                    "run_id": run_id,
-                    "status": "refused",
-                    "code": exc.code,
-                    "status_code": exc.status,
-                    "detail": exc.detail,
-                }
+                read_models.BulkResult(
+                    run_id=run_id, status="refused", code=exc.code, status_code=exc.status, detail=exc.detail
+                )
             )
-    return BulkOutcome(action=action, matched=matched, results=results)
+    done = sum(1 for r in results if r.status == "done")
+    return read_models.BulkOutcome(
+        action=action,
+        matched=matched,
+        capped=matched > len(results),
+        done=done,
+        refused=len(results) - done,
+        results=results,
+    )

@@ -41,6 +41,7 @@ from engine.endpoints.deliveries import count_failing_deliveries
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.db import fetch_hot, positional
 from engine.platform.errors import NotFound
+from engine.runs import read_models
 from engine.runs import states as st
 from engine.runs.approval_views import count_pending_approvals
 from engine.runs.outcome import DECISION_CATEGORIES, is_decision
@@ -208,67 +209,60 @@ class Diagnostics:
     def compensation_failures(self) -> int:
         return sum(1 for r in self.runs if r.state == st.COMPENSATION_FAILED)
 
-    def view(self) -> dict[str, Any]:
-        """The JSON of ``GET /workflows/{id}/diagnostics`` (docs/api.md "Diagnostics")."""
+    def view(self) -> read_models.WorkflowDiagnostics:
+        """The answer of ``GET /workflows/{id}/diagnostics`` (docs/api.md "Diagnostics")."""
         durations = self.durations_ms()
         oldest = self.oldest_due_run()
-        return {
-            "workflow_id": self.workflow_id,
-            "generated_at": self.generated_at.isoformat(),
-            "window": {
-                "runs": len(self.runs),
-                "attempts": len(self.attempts),
-                "max_runs": RUN_WINDOW,
-                "max_attempts": ATTEMPT_WINDOW,
-            },
-            "health": self.health.status,
-            "health_reason": self.health.reason,
-            "runs_by_state": self.runs_by_state(),
-            "runs_rejected": self.rejected_runs(),
-            "step_failure_categories": self.step_failure_categories(),
-            "attempts": {
-                "total": len(self.attempts),
-                "failed": self.failed_attempts,
-                "rejected": self.decided_attempts,
-                "succeeded": sum(1 for a in self.attempts if a.state == st.ATTEMPT_SUCCEEDED),
-                "started": sum(1 for a in self.attempts if a.state == st.ATTEMPT_STARTED),
-            },
-            "recent_attempts": [attempt_view(a) for a in self.attempts[:RECENT]],
-            "recent_failures": [attempt_view(a) for a in self.recent_failures()],
-            "run_duration_ms": {
-                "count": len(durations),
-                "p50": _round(percentile(durations, 50)),
-                "p95": _round(percentile(durations, 95)),
-            },
-            "pending_approvals": self.pending_approvals,
-            "oldest_due_run": None
+        return read_models.WorkflowDiagnostics(
+            workflow_id=self.workflow_id,
+            generated_at=self.generated_at.isoformat(),
+            window=read_models.Window(
+                runs=len(self.runs), attempts=len(self.attempts), max_runs=RUN_WINDOW, max_attempts=ATTEMPT_WINDOW
+            ),
+            health=self.health.status,
+            health_reason=self.health.reason,
+            runs_by_state=self.runs_by_state(),
+            step_failure_categories=self.step_failure_categories(),
+            attempts=read_models.AttemptCounts(
+                total=len(self.attempts),
+                failed=self.failed_attempts,
+                succeeded=sum(1 for a in self.attempts if a.state == st.ATTEMPT_SUCCEEDED),
+                started=sum(1 for a in self.attempts if a.state == st.ATTEMPT_STARTED),
+                rejected=self.decided_attempts,
+            ),
+            recent_attempts=[attempt_view(a) for a in self.attempts[:RECENT]],
+            recent_failures=[attempt_view(a) for a in self.recent_failures()],
+            run_duration_ms=read_models.Durations(
+                count=len(durations), p50=_round(percentile(durations, 50)), p95=_round(percentile(durations, 95))
+            ),
+            pending_approvals=self.pending_approvals,
+            oldest_due_run=None
             if oldest is None
-            else {
-                "id": oldest.id,
-                "state": oldest.state,
-                "due_at": oldest.due_at.isoformat() if oldest.due_at else None,
-            },
-            "compensation_failures": self.compensation_failures(),
-            "unresolved_compensation_failures": self.open_compensation_failures,
-        }
+            else read_models.DueRun(
+                id=oldest.id, state=oldest.state, due_at=oldest.due_at.isoformat() if oldest.due_at else None
+            ),
+            compensation_failures=self.compensation_failures(),
+            unresolved_compensation_failures=self.open_compensation_failures,
+            runs_rejected=self.rejected_runs(),
+        )
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def attempt_view(a: AttemptRow) -> dict[str, Any]:
-    return {
-        "id": a.id,
-        "run_id": a.run_id,
-        "step_id": a.step_id,
-        "step_type": a.step_type,
-        "number": a.number,
-        "state": a.state,
-        "error_category": a.error_category,
-        "started_at": a.started_at.isoformat(),
-        "finished_at": a.finished_at.isoformat() if a.finished_at else None,
-    }
+def attempt_view(a: AttemptRow) -> read_models.AttemptLine:
+    return read_models.AttemptLine(
+        id=a.id,
+        run_id=a.run_id,
+        step_id=a.step_id,
+        step_type=a.step_type,
+        number=a.number,
+        state=a.state,
+        error_category=a.error_category,
+        started_at=a.started_at.isoformat(),
+        finished_at=a.finished_at.isoformat() if a.finished_at else None,
+    )
 
 
 # The workflow of the realm, with its approvals waiting for a decision (the rule of

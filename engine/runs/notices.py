@@ -38,6 +38,7 @@ from engine.platform.config import MailSettings, get_settings
 from engine.platform.errors import Issue, ValidationFailed
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
+from engine.runs import read_models
 from engine.runs.approval_models import WorkflowNotice
 from engine.runs.retry import delay_ms
 from engine.workflows.models import Workflow
@@ -99,23 +100,27 @@ async def record_notice(
     return row
 
 
-def notice_view(row: WorkflowNotice) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "run_id": row.run_id,
-        "approval_id": row.approval_id,
-        "workflow_id": row.workflow_id,
-        "user_id": row.user_id,
-        "notice": row.notice,
-        "to": row.to_address,
-        "subject": row.subject,
-        "state": row.state,
-        "attempts": row.attempts,
-        "created_at": row.created_at,
-        "sent_at": row.sent_at,
-        "next_attempt_at": row.next_attempt_at if row.state == QUEUED else None,
-        "last_error": row.last_error,
-    }
+def notice_view(row: WorkflowNotice) -> read_models.Notice:
+    return read_models.Notice(
+        id=row.id,
+        run_id=row.run_id,
+        approval_id=row.approval_id,
+        workflow_id=row.workflow_id,
+        user_id=row.user_id,
+        notice=row.notice,
+        to=row.to_address,
+        subject=row.subject,
+        state=row.state,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        sent_at=row.sent_at,
+        next_attempt_at=row.next_attempt_at if row.state == QUEUED else None,
+        last_error=row.last_error,
+    )
+
+
+def notice_page(page: Page[WorkflowNotice]) -> read_models.NoticePage:
+    return read_models.NoticePage(items=[notice_view(n) for n in page.items], next_cursor=page.next_cursor)
 
 
 async def list_notices(

@@ -30,6 +30,7 @@ from engine.endpoints.calls import EndpointSettings
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
 from engine.platform.ids import new_id
+from engine.runs import read_models
 from engine.runs.decisions import Effect, Refusal, decide
 from engine.runs.models import WorkflowRun
 from engine.runs.service import check_start_request, published_revision, require_starter
@@ -62,37 +63,49 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def step_view(index: int, step: dict[str, Any], decision: Effect | Refusal | None) -> dict[str, Any]:
+def step_view(
+    index: int, step: dict[str, Any], decision: Effect | Refusal | None, *, not_reached: str | None = None
+) -> read_models.PreviewStep:
     """One step of a preview: what it would do, the refusal it would meet, or that it is not reached."""
-    out: dict[str, Any] = {
-        "index": index,
-        "step_id": str(step.get("id")),
-        "type": str(step.get("type")),
-        "outcome": NOT_REACHED,
-        "summary": "Not reached: an earlier step would fail.",
-        "effect": None,
-        "refusal": None,
-    }
+    step_id, step_type = str(step.get("id")), str(step.get("type"))
     if isinstance(decision, Refusal):
         retried = "" if decision.permanent else " (retried later)"
-        out |= {
-            "outcome": WOULD_FAIL,
-            "summary": f"Would fail{retried}: {decision.message}",
-            "refusal": {"category": decision.category, "message": decision.message, "permanent": decision.permanent},
-        }
-    elif isinstance(decision, Effect):
-        out |= {
-            "outcome": WOULD_SUCCEED,
-            "summary": decision.summary,
-            "effect": {
-                "kind": decision.kind,
-                "values": _plain(decision.values),
-                "result": _plain(decision.result),
-                "audit": [{"type": a.type, "details": _plain(a.details)} for a in decision.audit],
-                "ends_run": decision.ends_run,
-            },
-        }
-    return out
+        return read_models.PreviewStep(
+            index=index,
+            step_id=step_id,
+            type=step_type,
+            outcome=WOULD_FAIL,
+            summary=f"Would fail{retried}: {decision.message}",
+            effect=None,
+            refusal=read_models.PreviewRefusal(
+                category=decision.category, message=decision.message, permanent=decision.permanent
+            ),
+        )
+    if isinstance(decision, Effect):
+        return read_models.PreviewStep(
+            index=index,
+            step_id=step_id,
+            type=step_type,
+            outcome=WOULD_SUCCEED,
+            summary=decision.summary,
+            effect=read_models.PreviewEffect(
+                kind=decision.kind,
+                values=_plain(decision.values),
+                result=_plain(decision.result),
+                audit=[read_models.PreviewAuditEvent(type=a.type, details=_plain(a.details)) for a in decision.audit],
+                ends_run=decision.ends_run,
+            ),
+            refusal=None,
+        )
+    return read_models.PreviewStep(
+        index=index,
+        step_id=step_id,
+        type=step_type,
+        outcome=NOT_REACHED,
+        summary=not_reached or "Not reached: an earlier step would fail.",
+        effect=None,
+        refusal=None,
+    )
 
 
 async def _judge_egress(settings: EndpointSettings, subscription: WebhookSubscription) -> tuple[str, str] | None:
@@ -115,7 +128,7 @@ async def preview_run(
     revision_number: int | None,
     settings: PreviewSettings,
     now: datetime | None = None,
-) -> dict[str, Any]:
+) -> read_models.RunPreview:
     """The preview of a run of ``workflow_id`` (its revision ``revision_number``, by default the
     published one) about ``subject_id``, as ``actor`` would start it by hand."""
     if actor.type != "user" or actor.id is None:
@@ -148,7 +161,7 @@ async def preview_run(
     )
     run_actor = Actor(type="user", id=publisher_id, realm_id=actor.realm_id, request_id=run.id, correlation_id=run.id)
     steps: list[dict[str, Any]] = list(revision.definition.get("steps", []))
-    views: list[dict[str, Any]] = []
+    views: list[read_models.PreviewStep] = []
     approvals: list[dict[str, Any]] = []
     stopped = False
     savepoint = await session.begin_nested()
@@ -197,22 +210,20 @@ async def preview_run(
             if decision.ends_run:
                 stopped = True
                 for later in range(index + 1, len(steps)):
-                    views.append(
-                        step_view(later, steps[later], None) | {"summary": "Not reached: the run ends before."}
-                    )
+                    views.append(step_view(later, steps[later], None, not_reached="Not reached: the run ends before."))
                 break
     finally:
         await savepoint.rollback()
-    failing = any(v["outcome"] == WOULD_FAIL for v in views)
-    return {
-        "workflow_id": workflow.id,
-        "revision": revision.number,
-        "subject_id": subject_id,
-        "organization_id": organization_id,
-        "publisher_id": publisher_id,
-        "outcome": WOULD_FAIL if failing else WOULD_SUCCEED,
-        "steps": views,
-    }
+    failing = any(v.outcome == WOULD_FAIL for v in views)
+    return read_models.RunPreview(
+        workflow_id=workflow.id,
+        revision=revision.number,
+        subject_id=subject_id,
+        organization_id=organization_id,
+        publisher_id=publisher_id,
+        outcome=WOULD_FAIL if failing else WOULD_SUCCEED,
+        steps=views,
+    )
 
 
 __all__ = ["NOT_REACHED", "WOULD_FAIL", "WOULD_SUCCEED", "PreviewSettings", "preview_run", "step_view"]

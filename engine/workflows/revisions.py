@@ -21,6 +21,7 @@ from engine.directory.independence import require_independent
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Forbidden
 from engine.platform.ids import new_id
+from engine.workflows import read_models
 from engine.workflows.definitions.canonical import canonical_json, definition_hash
 from engine.workflows.definitions.diff import line_diff, structured_diff
 from engine.workflows.inputs import comment_issues, prefixed, raise_if
@@ -145,12 +146,12 @@ async def decide_revision(
 
 async def diff_revisions(
     session: AsyncSession, realm_id: str, workflow_id: str, number: int, against: int
-) -> dict[str, Any]:
+) -> read_models.RevisionDiff:
     new = await get_revision(session, realm_id, workflow_id, number)
     old = await get_revision(session, realm_id, workflow_id, against)
-    return {
-        "revision": number,
-        "against": against,
-        "structured": structured_diff(old.definition, new.definition),
-        "lines": line_diff(old.definition, new.definition),
-    }
+    return read_models.RevisionDiff(
+        revision=number,
+        against=against,
+        structured=structured_diff(old.definition, new.definition),
+        lines=line_diff(old.definition, new.definition),
+    )

@@ -178,9 +178,10 @@ async def preview_then_run(
         else:
             ran[attempt.step_id] = ("would_fail", attempt.error_category, attempt.error_message)
     foreseen: list[tuple[str, Outcome]] = []
-    for step in preview["steps"]:
-        refusal = step["refusal"] or {}
-        foreseen.append((step["step_id"], (step["outcome"], refusal.get("category"), refusal.get("message"))))
+    for step in preview.steps:
+        refusal = step.refusal
+        category, message = (refusal.category, refusal.message) if refusal is not None else (None, None)
+        foreseen.append((step.step_id, (step.outcome, category, message)))
     assert [(step_id, ran.get(step_id, ("not_reached", None, None))) for step_id, _ in foreseen] == foreseen
     return foreseen
 

@@ -8,6 +8,7 @@ import itertools
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from engine.workflows.definitions import (
@@ -18,6 +19,16 @@ from engine.workflows.definitions import (
     pretty_json,
     structured_diff,
 )
+
+
+def structured(old: Any, new: Any) -> Any:
+    """The step-aware diff as JSON values (the assertions compare whole members)."""
+    return msgspec.to_builtins(structured_diff(old, new))
+
+
+def lines(old: Any, new: Any) -> Any:
+    """The runs of lines as JSON values."""
+    return msgspec.to_builtins(line_diff(old, new))
 
 
 def rid(prefix: str, n: int = 0) -> str:
@@ -100,7 +111,7 @@ def test_input_version_refuses_malformed_parts(revision: Any, digest: Any, versi
 
 
 def test_identical_definitions_have_no_changes() -> None:
-    diff = structured_diff(definition(), definition())
+    diff = structured(definition(), definition())
     assert diff["changed"] is False
     assert diff["steps"]["added"] == diff["steps"]["removed"] == diff["steps"]["changed"] == []
     assert diff["steps"]["moved"] == []
@@ -116,7 +127,7 @@ def test_steps_are_matched_by_id() -> None:
     del new["steps"][2]  # "tell" removed
     new["steps"].insert(1, {"id": "pause", "type": "wait", "duration": "1h"})  # added
     new["steps"][2]["expires_in"] = "720h"  # "grant" gains a member
-    diff = structured_diff(old, new)["steps"]
+    diff = structured(old, new)["steps"]
 
     assert [(s["id"], s["index"]) for s in diff["added"]] == [("pause", 1)]
     assert [(s["id"], s["index"]) for s in diff["removed"]] == [("tell", 2)]
@@ -146,7 +157,7 @@ def test_reordered_steps_are_moves() -> None:
     old = definition()
     new = copy.deepcopy(old)
     new["steps"] = [new["steps"][2], new["steps"][0], new["steps"][1], new["steps"][3]]
-    diff = structured_diff(old, new)
+    diff = structured(old, new)
     assert diff["changed"] is True
     assert diff["steps"]["moved"] == [{"id": "tell", "old_index": 2, "new_index": 0}]
     assert diff["steps"]["changed"] == []
@@ -162,7 +173,7 @@ def test_a_step_that_changes_type_lists_every_member() -> None:
     old = definition()
     new = copy.deepcopy(old)
     new["steps"][2] = {"id": "tell", "type": "wait", "duration": "1h"}
-    (change,) = structured_diff(old, new)["steps"]["changed"]
+    (change,) = structured(old, new)["steps"]["changed"]
     assert [(c["path"], c["change"]) for c in change["changes"]] == [
         ("/duration", "added"),
         ("/notice", "removed"),
@@ -176,7 +187,7 @@ def test_trigger_changes() -> None:
     new["triggers"][0]["event_types"] = ["user.created"]
     new["triggers"].remove({"type": "manual"})
     new["triggers"].append({"type": "schedule", "every": "24h"})
-    diff = structured_diff(old, new)["triggers"]
+    diff = structured(old, new)["triggers"]
     assert diff["added"] == [{"index": 1, "trigger": {"type": "schedule", "every": "24h"}}]
     assert diff["removed"] == [{"index": 1, "trigger": {"type": "manual"}}]
     assert diff["changed"] == [
@@ -201,20 +212,20 @@ def test_retry_changes() -> None:
     old = definition()
     new = copy.deepcopy(old)
     new["retry"]["backoff"] = "1m"
-    assert structured_diff(old, new)["retry"] == {
+    assert structured(old, new)["retry"] == {
         "old": {"max_attempts": 3, "backoff": "30s"},
         "new": {"max_attempts": 3, "backoff": "1m"},
         "changes": [{"path": "/backoff", "change": "changed", "old": "30s", "new": "1m"}],
     }
     del new["retry"]
-    assert structured_diff(old, new)["retry"]["new"] is None
+    assert structured(old, new)["retry"]["new"] is None
 
 
 @pytest.mark.parametrize("junk", [None, [], "x", {"steps": "x"}, {"steps": [1, {"id": 2}, {"id": "a"}, {"id": "a"}]}])
 def test_structured_diff_reads_anything(junk: Any) -> None:
-    diff = structured_diff(junk, definition())
+    diff = structured(junk, definition())
     assert diff["changed"] is True
-    assert structured_diff(junk, junk)["changed"] is False
+    assert structured(junk, junk)["changed"] is False
 
 
 # ---------------------------------------------------------------------------- line diff
@@ -229,7 +240,7 @@ def test_line_diff_runs_rebuild_both_sides_with_line_numbers() -> None:
     new = copy.deepcopy(old)
     new["steps"][0]["expires_in"] = "48h"
     new["steps"].insert(2, {"id": "pause", "type": "wait", "duration": "1h"})
-    runs = line_diff(old, new)
+    runs = lines(old, new)
     assert rebuild(runs, "old") == pretty_json(old).splitlines()
     assert rebuild(runs, "new") == pretty_json(new).splitlines()
     assert {run["op"] for run in runs} >= {"equal", "replace", "insert"}
@@ -244,6 +255,6 @@ def test_line_diff_runs_rebuild_both_sides_with_line_numbers() -> None:
 
 
 def test_line_diff_of_equal_definitions_is_one_equal_run() -> None:
-    runs = line_diff(definition(), definition())
+    runs = lines(definition(), definition())
     assert [run["op"] for run in runs] == ["equal"]
     assert runs[0]["old_start"] == runs[0]["new_start"] == 1

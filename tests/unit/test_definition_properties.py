@@ -179,17 +179,17 @@ def test_generated_definitions_are_valid_and_canonical_json_round_trips(
 @settings(SETTINGS, max_examples=100)  # two definitions per example
 @given(definitions, definitions)
 def test_diffs_describe_any_two_valid_definitions(old: dict[str, Any], new: dict[str, Any]) -> None:
-    assert structured_diff(old, old)["changed"] is False
+    assert structured_diff(old, old).changed is False
     diff = structured_diff(old, new)
-    assert diff["changed"] == (canonical_json(old) != canonical_json(new))
+    assert diff.changed == (canonical_json(old) != canonical_json(new))
     old_ids = [s["id"] for s in old["steps"]]
     new_ids = [s["id"] for s in new["steps"]]
-    order = diff["steps"]["order"]
-    assert [e["id"] for e in order if e["status"] != "removed"] == new_ids
-    assert sorted(e["id"] for e in order if e["status"] != "added") == sorted(old_ids)
+    order = diff.steps.order
+    assert [e.id for e in order if e.status != "removed"] == new_ids
+    assert sorted(e.id for e in order if e.status != "added") == sorted(old_ids)
     runs = line_diff(old, new)
-    assert [line for run in runs for line in run["old_lines"]] == pretty_json(old).splitlines()
-    assert [line for run in runs for line in run["new_lines"]] == pretty_json(new).splitlines()
+    assert [line for run in runs for line in run.old_lines] == pretty_json(old).splitlines()
+    assert [line for run in runs for line in run.new_lines] == pretty_json(new).splitlines()
 
 
 # ---------------------------------------------------------------------------- the compiled check

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from litestar import Controller, post
 from litestar.params import URLEncodedBody
@@ -18,6 +16,7 @@ from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import controls as run_controls
 from engine.runs import run_reads
+from engine.runs.read_models import BulkResult
 
 
 class BulkForm(msgspec.Struct):
@@ -61,7 +60,7 @@ class RunBulkPages(Controller):
         realm_id = principal.realm.id
         reason = data.reason.strip() or None
         error: str | None = None
-        refused_rows: list[dict[str, Any]] = []
+        refused_rows: list[BulkResult] = []
         status_code = 200
         if data.pending or data.total:
             todo = [i for i in data.pending.split(",") if i][: run_controls.BULK_LIMIT]
@@ -121,7 +120,7 @@ class RunBulkPages(Controller):
                 db_session, actor, data.action, ids=chunk, reason=reason if data.action == "cancel" else None
             )
             for result in outcome.results:
-                if result["status"] == "done":
+                if result.status == "done":
                     done += 1
                 else:
                     refused += 1

@@ -77,8 +77,8 @@ class RunPages(Controller):
             db_session,
             realm_id,
             [run.subject_id, run.publisher_id, run.starter_id, run.cancel_requested_by]
-            + [str(a.get("decided_by") or "") for a in approvals]
-            + [p for a in approvals for p in a["approvers"]],
+            + [a.decided_by or "" for a in approvals]
+            + [p for a in approvals for p in a.approvers],
         )
         names = {k: u.display_name or u.email for k, u in users.items()}
         subject = users.get(run.subject_id)

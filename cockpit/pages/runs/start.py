@@ -29,6 +29,7 @@ from engine.directory.models import Organization, User
 from engine.platform.errors import EngineError, Issue, NotFound, ValidationFailed
 from engine.runs import service as runs
 from engine.runs.preview import WOULD_FAIL, preview_run
+from engine.runs.read_models import PreviewStep, RunPreview
 from engine.workflows.lookup import get_revision, get_workflow
 from engine.workflows.models import Workflow
 
@@ -84,11 +85,11 @@ class StartRunForm(msgspec.Struct):
     submission: str = ""  # the form's one-time key: sent twice, it starts one run
 
 
-def certain_failure(preview: dict[str, Any]) -> dict[str, Any] | None:
+def certain_failure(preview: RunPreview) -> PreviewStep | None:
     """The step a previewed run is certain to fail at (a permanent refusal), or None."""
-    for step in preview["steps"]:
-        if step["outcome"] == WOULD_FAIL and step["refusal"]["permanent"]:
-            return dict(step)
+    for step in preview.steps:
+        if step.outcome == WOULD_FAIL and step.refusal is not None and step.refusal.permanent:
+            return step
     return None
 
 
@@ -222,7 +223,7 @@ class RunStartPages(Controller):
         workflow_id: str,
         subject_id: str,
         organization_id: str,
-    ) -> dict[str, Any]:
+    ) -> RunPreview:
         return await preview_run(
             db_session,
             principal.actor(request_id_of(request)),

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from engine.workflows.models import Workflow
+from engine.workflows.read_models import LineRun
 
 DIFF_CONTEXT = 3
 
 
-def side_by_side(runs: Sequence[Mapping[str, Any]], context: int = DIFF_CONTEXT) -> list[dict[str, Any]]:
+def side_by_side(runs: Sequence[LineRun], context: int = DIFF_CONTEXT) -> list[dict[str, Any]]:
     """Rows of a two-column diff: unchanged lines folded beyond ``context`` lines of a change.
 
     Each row is ``{"kind": "equal"|"insert"|"delete"|"replace"|"fold", "old_no", "old", "new_no",
@@ -18,8 +19,8 @@ def side_by_side(runs: Sequence[Mapping[str, Any]], context: int = DIFF_CONTEXT)
     """
     rows: list[dict[str, Any]] = []
     for position, run in enumerate(runs):
-        op, old, new = run["op"], list(run["old_lines"]), list(run["new_lines"])
-        o, n = run["old_start"], run["new_start"]
+        op, old, new = run.op, list(run.old_lines), list(run.new_lines)
+        o, n = run.old_start, run.new_start
         if op == "equal":
             keep_head = context if position > 0 else 0
             keep_tail = context if position < len(runs) - 1 else 0

@@ -1,206 +1,15 @@
-"""The shapes of the JSON API's answers, as the OpenAPI document states them.
-
-Each struct mirrors one view of the engine member for member, in the same order, with the same
-nulls; members that a view adds only sometimes default to ``UNSET`` and are left out when
-absent. Handlers build their answers with :func:`typed`, which converts a view to its struct
-(a view that does not fit its struct is a bug, and fails loudly) — so the document and the
-bytes on the wire come from one declaration. Values that are free-form by nature (a definition,
-a step's input and result, an audit event's details) stay free-form.
-
-One module, over 600 lines, on purpose: it declares and decides nothing else, and a struct's
-class name is its schema's name in the OpenAPI document, so one namespace keeps every name
-unique and every shape findable in one place.
-"""
+"""Runs, their attempts, previews, approvals and notices as the API answers them and the pages show
+them (see :mod:`engine.platform.read_models`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from engine.platform.read_models import Shape
-
-T = TypeVar("T")
-
-
-def typed(shape: type[T], view: Any) -> T:
-    """The engine's view as its declared shape (same members, same order, same values)."""
-    return msgspec.convert(view, shape, strict=True)
-
-
-# --- Workflows ------------------------------------------------------------------------------------
-
-
-class Workflow(Shape):
-    id: str
-    name: str
-    description: str
-    owner_id: str | None
-    state: str
-    requires_approval: bool
-    plugin_id: str | None
-    published_revision: int | None
-    created_by: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-class WorkflowPage(Shape):
-    items: list[Workflow]
-    next_cursor: str | None
-
-
-class RevisionSummary(Shape):
-    id: str
-    workflow_id: str
-    number: int
-    status: str
-    hash: str
-    author_id: str | None
-    created_at: datetime
-    decided_by: str | None
-    decided_at: datetime | None
-    decision_comment: str | None
-    published_by: str | None
-    published_at: datetime | None
-
-
-class WorkflowRevision(RevisionSummary):
-    """A revision with its definition, in the author's key order (see ``definition.v1.json``)."""
-
-    definition: dict[str, Any]
-
-
-class RevisionPage(Shape):
-    items: list[RevisionSummary]
-    next_cursor: str | None
-
-
-class CreatedWorkflow(Workflow):
-    """A new workflow, with its first revision when a definition was given."""
-
-    revision: WorkflowRevision | None
-
-
-class Publication(Shape):
-    workflow: Workflow
-    revision: WorkflowRevision
-
-
-class Issue(Shape):
-    path: str
-    code: str
-    message: str
-
-
-class DefinitionValidation(Shape):
-    valid: bool
-    errors: list[Issue]
-
-
-class MemberChange(Shape):
-    """One changed member, as a JSON pointer relative to the compared trigger or step."""
-
-    path: str
-    change: str
-    old: Any
-    new: Any
-
-
-class TopLevelChange(Shape):
-    old: Any
-    new: Any
-    changes: list[MemberChange]
-
-
-class TriggerAtIndex(Shape):
-    index: int
-    trigger: Any
-
-
-class ChangedTrigger(Shape):
-    old_index: int
-    new_index: int
-    type: Any
-    changes: list[MemberChange]
-
-
-class IndexPair(Shape):
-    old_index: int
-    new_index: int
-
-
-class TriggerChanges(Shape):
-    added: list[TriggerAtIndex]
-    removed: list[TriggerAtIndex]
-    changed: list[ChangedTrigger]
-    unchanged: list[IndexPair]
-
-
-class StepAtIndex(Shape):
-    id: str
-    index: int
-    step: Any
-
-
-class ChangedStep(Shape):
-    id: str
-    old_index: int
-    new_index: int
-    changes: list[MemberChange]
-
-
-class MovedStep(Shape):
-    id: str
-    old_index: int
-    new_index: int
-
-
-class StepInOrder(Shape):
-    id: str
-    status: str
-    old_index: int | None
-    new_index: int | None
-    moved: bool
-
-
-class StepChanges(Shape):
-    added: list[StepAtIndex]
-    removed: list[StepAtIndex]
-    changed: list[ChangedStep]
-    moved: list[MovedStep]
-    unchanged: list[str]
-    order: list[StepInOrder]
-
-
-class StructuredDiff(Shape):
-    changed: bool
-    triggers: TriggerChanges
-    steps: StepChanges
-    retry: TopLevelChange | None
-    schema_version: TopLevelChange | None
-
-
-class LineRun(Shape):
-    """A run of lines of the two pretty-printed definitions; line numbers start at 1."""
-
-    op: str
-    old_start: int
-    new_start: int
-    old_lines: list[str]
-    new_lines: list[str]
-
-
-class RevisionDiff(Shape):
-    revision: int
-    against: int
-    structured: StructuredDiff
-    lines: list[LineRun]
-
-
-# --- Runs and approvals ---------------------------------------------------------------------------
 
 
 class RunTrigger(Shape):
@@ -429,38 +238,111 @@ class NoticePage(Shape):
     next_cursor: str | None
 
 
-# --- Health ---------------------------------------------------------------------------------------
+# --- Diagnostics ----------------------------------------------------------------------------------
 
 
-class Liveness(Shape):
-    status: str
-    version: str  # the installed release of the product
+class Window(Shape):
+    runs: int
+    attempts: int
+    max_runs: int
+    max_attempts: int
 
 
-class DatabaseCheck(Shape):
-    ok: bool
-    error: str | UnsetType = UNSET
+class AttemptCounts(Shape):
+    """``failed``: operational failures; ``rejected``: approval attempts an approver said no to
+    (a decision, never counted as failed)."""
+
+    total: int
+    failed: int
+    succeeded: int
+    started: int
+    rejected: int = 0
 
 
-class MigrationsCheck(Shape):
-    ok: bool
-    current: str | UnsetType | None = UNSET
-    head: str | UnsetType | None = UNSET
+class AttemptLine(Shape):
+    id: str
+    run_id: str
+    step_id: str
+    step_type: str
+    number: int
+    state: str
+    error_category: str | None
+    started_at: str
+    finished_at: str | None
 
 
-class WorkerCheck(Shape):
-    ok: bool
-    last_heartbeat_age_s: float | None
+class Durations(Shape):
+    count: int
+    p50: float | None
+    p95: float | None
 
 
-class ReadinessChecks(Shape):
-    database: DatabaseCheck
-    migrations: MigrationsCheck
-    worker: WorkerCheck
+class DueRun(Shape):
+    id: str
+    state: str
+    due_at: str | None
 
 
-class Readiness(Shape):
-    """``ready`` only when every check passes (200); otherwise ``not_ready`` with the same document (503)."""
+class WorkflowDiagnostics(Shape):
+    """A workflow at a glance, from its last 500 runs and their last 1,000 attempts.
 
-    status: str
-    checks: ReadinessChecks
+    Never inputs, results, error messages or subjects. ``health``: ``unknown`` (no attempt in the
+    window), ``healthy``, ``degraded`` (more than 10 % of the attempts failed; an approver's
+    rejection is a decision, counted in ``attempts.rejected``, never as failed) or
+    ``attention_required`` (a compensation failed and nobody marked the run resolved).
+    """
+
+    workflow_id: str
+    generated_at: str
+    window: Window
+    health: str
+    health_reason: str
+    runs_by_state: dict[str, int]
+    step_failure_categories: dict[str, dict[str, int]]
+    attempts: AttemptCounts
+    recent_attempts: list[AttemptLine]
+    recent_failures: list[AttemptLine]
+    run_duration_ms: Durations
+    pending_approvals: int
+    oldest_due_run: DueRun | None
+    compensation_failures: int
+    unresolved_compensation_failures: list[str]
+    runs_rejected: int = 0  # runs of the window that ended because an approver said no
+
+
+class Resolution(Shape):
+    run_id: str
+    resolved_by: str
+    resolved_at: str
+    note: str
+
+
+class LeftToUndoLine(Shape):
+    attempt_id: str
+    step_id: str
+    step_type: str
+    strategy: str
+    compensation_state: str
+    compensation_attempts: int
+    last_error: str | None
+
+
+class ResolutionLine(Shape):
+    resolved_by: str | None
+    resolved_at: str
+    note: str | None
+
+
+class AttentionLine(Shape):
+    run_id: str
+    workflow_id: str
+    subject_id: str
+    error_category: str | None
+    finished_at: str | None
+    left_to_undo: list[LeftToUndoLine]
+    resolution: ResolutionLine | None
+
+
+class AttentionPage(Shape):
+    items: list[AttentionLine]
+    next_cursor: str | None
