@@ -44,7 +44,7 @@ from engine.directory.webhooks import signing_secrets
 from engine.endpoints import read_models, transport
 from engine.endpoints.calls import signed_request
 from engine.platform import crypto
-from engine.platform.clock import SYSTEM_CLOCK
+from engine.platform.clock import SYSTEM_CLOCK, Clock
 from engine.platform.errors import Conflict, NotFound
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
@@ -232,9 +232,12 @@ async def claim_heads(
 class DeliveryDispatcher:
     """Sends due deliveries with bounded concurrency; ``run_once`` for one sweep, ``run`` forever."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], policy: DeliveryPolicy) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], policy: DeliveryPolicy, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.sessions = sessions
         self.policy = policy
+        self.clock = clock
         self.wake = asyncio.Event()
         self._swept_at: datetime | None = None
         self._closing = False  # set when ``run`` ends: slots finish their try and claim nothing more
@@ -244,7 +247,7 @@ class DeliveryDispatcher:
         return timedelta(milliseconds=self.policy.timeout_ms + 30_000)
 
     async def claim(self, limit: int) -> list[ClaimedDelivery]:
-        now = SYSTEM_CLOCK.now()
+        now = self.clock.now()
         async with self.sessions() as session, session.begin():
             # Orphans are swept at most once a second (the claim runs once per delivery when busy).
             if self._swept_at is None or (now - self._swept_at).total_seconds() >= 1:
@@ -311,7 +314,7 @@ class DeliveryDispatcher:
     async def _deliver(
         self, client: httpx.AsyncClient, claimed: ClaimedDelivery, claim_next: bool
     ) -> ClaimedDelivery | None:
-        now = SYSTEM_CLOCK.now()
+        now = self.clock.now()
         subscription = claimed.subscription
         try:
             if not self.policy.operator_key:
@@ -354,7 +357,7 @@ class DeliveryDispatcher:
         next_attempt_at: datetime,
         claim_next: bool = False,
     ) -> ClaimedDelivery | None:
-        done = SYSTEM_CLOCK.now()
+        done = self.clock.now()
         following: list[ClaimedDelivery] = []
         async with self.sessions() as session, session.begin():
             await session.execute(
