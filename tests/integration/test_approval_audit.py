@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
 
 from engine.directory.audit import Actor
+from engine.platform.errors import Conflict, ValidationFailed
 from engine.runs import approvals
 from testing.approvals import approval_row, decide
 from testing.factories import RealmHandle
@@ -43,7 +46,13 @@ async def waiting(realm: RealmHandle, approvers: int = 1) -> tuple[str, list[Any
 
 
 async def test_an_expiry_is_recorded_at_its_instant_and_audited_with_the_system_acting(realm: RealmHandle) -> None:
+    """The expiry's event carries the run's organization, like every event of the run."""
     run_id, _, clock = await waiting(realm)
+    org = await realm.organization()
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE workflow_runs SET organization_id = :o WHERE id = :r"), {"o": org.id, "r": run_id}
+        )
     clock.advance(minutes=61)
     await drain(make_runner(realm, clock))
     row = await approval_row(realm, run_id, "approve")
@@ -60,11 +69,28 @@ async def test_an_expiry_is_recorded_at_its_instant_and_audited_with_the_system_
         run_id,
         {"run_id": run_id, "step_id": "approve"},
     )
+    expired = await rows(
+        realm,
+        "SELECT organization_id, payload->>'status' FROM outbox_events"
+        " WHERE realm_id = :r AND type = 'workflow.approval.expired'",
+        r=realm.id,
+    )
+    assert expired == [(org.id, "expired")]
 
 
 async def test_a_decision_is_audited_with_its_step_and_comment_under_the_run(realm: RealmHandle) -> None:
     run_id, [approver], clock = await waiting(realm)
-    approval_id = await decide(realm, approver, run_id, "approve", approve=True, comment="fine", now=clock.now())
+    [(expires_at,)] = await rows(realm, "SELECT expires_at FROM workflow_approvals WHERE run_id = :r", r=run_id)
+    [asked] = await audited(realm, "workflow.approval.requested")
+    assert asked.details == {
+        "run_id": run_id,
+        "step_id": "approve",
+        "approvers": [approver.id],
+        "expires_at": expires_at.isoformat(),
+    }
+    with pytest.raises(ValidationFailed):  # a comment of at most 1000 characters
+        await decide(realm, approver, run_id, "approve", approve=True, comment="x" * 1001, now=clock.now())
+    approval_id = await decide(realm, approver, run_id, "approve", approve=True, comment="x" * 1000, now=clock.now())
     [event] = await audited(realm, "workflow.approval.approved")
     assert tuple(event) == (
         "user",
@@ -74,12 +100,12 @@ async def test_a_decision_is_audited_with_its_step_and_comment_under_the_run(rea
         approval_id,
         None,
         run_id,
-        {"run_id": run_id, "step_id": "approve", "comment": "fine"},
+        {"run_id": run_id, "step_id": "approve", "comment": "x" * 1000},
     )
     [(status, decided_by, decided_at, comment)] = await rows(
         realm, "SELECT status, decided_by, decided_at, comment FROM workflow_approvals WHERE id = :a", a=approval_id
     )
-    assert (status, decided_by, decided_at, comment) == ("approved", approver.id, clock.now(), "fine")
+    assert (status, decided_by, decided_at, comment) == ("approved", approver.id, clock.now(), "x" * 1000)
 
 
 async def test_a_delegation_is_kept_on_the_approval_and_audited_from_whom_to_whom(realm: RealmHandle) -> None:
@@ -112,3 +138,19 @@ async def test_a_delegation_is_kept_on_the_approval_and_audited_from_whom_to_who
         run_id,
         {"run_id": run_id, "step_id": "approve", "from": approver.id, "to": deputy.id},
     )
+
+
+async def test_a_cancelled_run_closes_its_pending_approval_with_the_time_it_closed(
+    realm: RealmHandle, client: Client
+) -> None:
+    run_id, [approver], clock = await waiting(realm)
+    cancel = await client.post(f"{realm.api}/workflow-runs/{run_id}/cancel", json={}, headers=realm.headers)
+    assert cancel.status_code == 202, cancel.text
+    with pytest.raises(Conflict) as refused:  # asked to stop: nobody decides any more
+        await decide(realm, approver, run_id, "approve", approve=True, comment=None, now=clock.now())
+    assert refused.value.detail == "The run no longer waits for this approval."
+    await drain(make_runner(realm, clock))
+    [(status, created_at, decided_at)] = await rows(
+        realm, "SELECT status, created_at, decided_at FROM workflow_approvals WHERE run_id = :r", r=run_id
+    )
+    assert status == "cancelled" and decided_at is not None and decided_at >= created_at
