@@ -101,6 +101,25 @@ async def test_two_creations_differing_only_by_case_cannot_both_succeed(realm: R
         assert sorted(n for n in names if n.casefold() == "payments") == ["Payments"]
 
 
+async def test_two_renames_differing_only_by_case_cannot_both_succeed(realm: RealmHandle) -> None:
+    one, two = await realm.role("North", ["realm.users.read"]), await realm.role("South", ["realm.users.read"])
+    async with realm.sessions() as session:
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+
+    def rename(role_id: str, name: str) -> Any:
+        async def change(session: Any) -> Any:
+            return await roles.update_role(session, realm.actor, authority, role_id, name=name)
+
+        return change
+
+    first, second = await race(realm, rename(one.id, "Payments"), rename(two.id, "PAYMENTS"))
+    assert first.name == "Payments"
+    assert isinstance(second, Conflict) and second.code == "conflict", second
+    async with realm.sessions() as session:
+        names = (await session.execute(text("SELECT name FROM roles WHERE realm_id = :r"), {"r": realm.id})).scalars()
+        assert sorted(n for n in names if n in {"North", "South", "Payments", "PAYMENTS"}) == ["Payments", "South"]
+
+
 @pytest.mark.parametrize(
     ("name", "code"),
     [
