@@ -11,13 +11,15 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import sign_in_links, webhooks
+from engine.directory import sessions, sign_in_links, throttle, webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.directory.realms import realm_by_slug
+from engine.directory.sessions import create_session, resolve_session
 from engine.directory.sign_in_links import consume_sign_in_link, issue_sign_in_link, sign_in_link_usable
+from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, check_throttle
 from engine.platform.clock import FixedClock
-from engine.platform.errors import Conflict, NotFound, Unauthorized
+from engine.platform.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 from engine.runs import approval_links, approvals, schedules
 from engine.runs.approval_models import WorkflowApproval
 from engine.runs.diagnostics import health_of
@@ -294,3 +296,106 @@ async def test_a_sign_in_link_works_until_a_second_before_fifteen_minutes_and_no
     assert await consumed(fifteen + timedelta(seconds=1)) is None
     assert await consumed(fifteen - timedelta(seconds=1)) == user.id  # not spent by the refusals above
     assert await consumed(fifteen - timedelta(seconds=1)) is None  # and once only
+
+
+# --- a browser session's two idle hours and twelve hours at most ----------------------------------
+
+
+async def test_a_session_lives_until_two_idle_hours_and_twelve_hours_and_not_at_them(
+    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened at ``t``, a session is live until ``t + 12 h`` and not at it; last seen at ``s``, until
+    ``s + 2 h`` and not at it. A look-up more than a minute after the last one records it (and
+    idle time counts from there); one a minute after, or less, does not."""
+    opened = datetime.now(UTC).replace(microsecond=0)
+    clock = FixedClock(opened)
+    monkeypatch.setattr(sessions, "SYSTEM_CLOCK", clock)
+    user = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        cookie, row = await create_session(session, user, mfa=False)
+    assert row.expires_at == opened + timedelta(hours=12)
+
+    async def seen_at(moment: datetime) -> None:
+        async with realm.sessions() as session, session.begin():
+            await session.execute(
+                text("UPDATE sessions SET last_seen_at = :m WHERE id = :i"), {"m": moment, "i": row.id}
+            )
+
+    async def live(at: datetime) -> tuple[bool, datetime | None, datetime]:
+        """Whether the session is live at ``at``, the look-up's recorded activity, the row's last seen."""
+        clock.set(at)
+        async with realm.sessions() as session, session.begin():
+            info = await resolve_session(session, cookie)
+        async with realm.sessions() as session:
+            last_seen = await session.scalar(text("SELECT last_seen_at FROM sessions WHERE id = :i"), {"i": row.id})
+        assert info is None or (info.user.id, info.session.id, info.realm and info.realm.id) == (
+            user.id,
+            row.id,
+            realm.id,
+        )
+        return info is not None, info.touched_at if info else None, last_seen
+
+    idle_end = opened + timedelta(hours=2)
+    await seen_at(opened)
+    assert await live(opened + timedelta(minutes=1)) == (True, None, opened)  # a minute: not recorded
+    assert await live(idle_end - MICROSECOND) == (True, idle_end - MICROSECOND, idle_end - MICROSECOND)
+    await seen_at(opened)
+    assert await live(idle_end) == (False, None, opened)
+    assert await live(idle_end + timedelta(seconds=1)) == (False, None, opened)
+
+    end = opened + timedelta(hours=12)
+    await seen_at(end - timedelta(minutes=30))
+    assert await live(end - MICROSECOND) == (True, end - MICROSECOND, end - MICROSECOND)
+    assert await live(end) == (False, None, end - MICROSECOND)
+
+    # A suspended user's live session is none, and so is a revoked one.
+    await seen_at(opened)
+    assert (await live(opened + timedelta(seconds=1)))[0] is True
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": user.id})
+    assert (await live(opened + timedelta(seconds=1)))[0] is False
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'active' WHERE id = :u"), {"u": user.id})
+        await session.execute(text("UPDATE sessions SET revoked_at = now() WHERE id = :i"), {"i": row.id})
+    assert (await live(opened + timedelta(seconds=1)))[0] is False
+
+
+# --- a failed sign-in's fifteen minutes -----------------------------------------------------------
+
+
+async def test_failed_sign_ins_refuse_the_next_until_fifteen_minutes_after_them_and_not_at_them(
+    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five failures of an account, twenty of a client address, all at ``t``: the account (from any
+    address) and the address (for any account) are refused until ``t + 15 min`` and not at it. An
+    account without failures at another address is not refused."""
+    failed = datetime.now(UTC).replace(microsecond=0)
+    clock = FixedClock(failed)
+    monkeypatch.setattr(throttle, "SYSTEM_CLOCK", clock)
+    async with realm.sessions() as session, session.begin():
+        for i in range(THROTTLE_PER_ADDRESS):
+            await session.execute(
+                text(
+                    "INSERT INTO sign_in_failures (realm_id, email, client_address, kind, occurred_at)"
+                    " VALUES (:r, :e, '10.0.0.1', 'password', :t)"
+                ),
+                {
+                    "r": realm.id,
+                    "e": "pat@example.com" if i < THROTTLE_PER_ACCOUNT else f"guess{i}@example.com",
+                    "t": failed,
+                },
+            )
+
+    async def refused(email: str, address: str, at: datetime) -> bool:
+        clock.set(at)
+        async with realm.sessions() as session, session.begin():
+            try:
+                await check_throttle(session, realm.id, email, address)
+            except TooManyRequests:
+                return True
+            return False
+
+    end = failed + timedelta(minutes=15)
+    assert [await refused("Pat@example.com", "10.9.9.9", at) for at in (end - MICROSECOND, end)] == [True, False]
+    assert [await refused("sam@example.com", "10.0.0.1", at) for at in (end - MICROSECOND, end)] == [True, False]
+    assert await refused("sam@example.com", "10.9.9.9", end - MICROSECOND) is False

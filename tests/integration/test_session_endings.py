@@ -133,8 +133,9 @@ async def test_no_credential_is_made_for_a_suspended_user(realm: RealmHandle) ->
     async with realm.sessions() as session:
         row = await session.get(User, user.id)
         assert row is not None
-        with pytest.raises(Unauthorized):
+        with pytest.raises(Unauthorized) as no_session:
             await create_session(session, row, mfa=True)
+        assert no_session.value.detail == "This account is suspended."
         with pytest.raises(Conflict) as refused:
             await mint_token(session, realm.actor, audience="account", user=row)
         assert refused.value.code == "user_suspended"

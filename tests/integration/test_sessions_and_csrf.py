@@ -283,3 +283,68 @@ async def test_verifying_the_second_factor_after_a_pause_upgrades_the_session(
             text("SELECT count(*) FROM sessions WHERE user_id = :u AND mfa AND revoked_at IS NULL"), {"u": user.id}
         )
     assert live == 1
+
+
+async def test_sign_in_upgrade_and_sign_out_are_audited_with_their_sessions(client: Client, realm: RealmHandle) -> None:
+    """Each step is an ``authentication`` event of the user, by the user, with the request's id: the
+    sign-in names its method and session, the upgrade the session it replaced, the sign-out the
+    session it ended. The session keeps the client's address and (at most 300 characters of) its
+    user agent."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    agent = "Browser/1.0 " + "x" * 400
+    page = await client.get(f"/realms/{realm.slug}/sign-in", headers=HTML)
+    signed_in = await client.post(
+        f"/realms/{realm.slug}/sign-in",
+        data={"email": "pat@example.com", "password": PASSWORD, "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML | {"user-agent": agent},
+        follow_redirects=False,
+    )
+    assert signed_in.status_code == 303, signed_in.text
+    secret = await enrol_totp(realm, user)
+    mfa_page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    upgraded = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(mfa_page.text, "_csrf")},
+        headers=HTML | {"user-agent": agent},
+        follow_redirects=False,
+    )
+    assert upgraded.status_code == 303, upgraded.text
+    home = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    out = await client.post(
+        f"/realms/{realm.slug}/sign-out",
+        data={"_csrf": form_value(home.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert out.status_code == 303
+    async with realm.sessions() as session:
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT id, mfa, client_address, user_agent, revoked_at IS NOT NULL AS revoked FROM sessions"
+                    " WHERE user_id = :u ORDER BY created_at, id"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+        events = (
+            await session.execute(
+                text(
+                    "SELECT type, actor_type, actor_id, subject_type, subject_id, request_id, details"
+                    " FROM audit_events WHERE category = 'authentication' AND actor_id = :u ORDER BY occurred_at, id"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+    first, second = rows
+    assert [(r.mfa, r.revoked) for r in rows] == [(False, True), (True, True)]
+    assert {(r.client_address, r.user_agent) for r in rows} == {("testclient", agent[:300])}
+    assert [tuple(e)[:6] for e in events] == [
+        (kind, "user", user.id, "user", user.id, response.headers["x-request-id"])
+        for kind, response in (("user.signed_in", signed_in), ("user.mfa_verified", upgraded), ("user.signed_out", out))
+    ]
+    assert [e.details for e in events] == [
+        {"method": "password", "mfa": False, "session_id": first.id, "replaced_session_id": None},
+        {"method": "mfa_upgrade", "mfa": True, "session_id": second.id, "replaced_session_id": first.id},
+        {"session_id": second.id},
+    ]

@@ -17,15 +17,16 @@ from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
 from cockpit.state import context_of
-from engine.directory.mfa import enable_totp, new_totp_secret, verify_second_factor
+from engine.directory.mfa import enable_totp, new_totp_secret, totp_uri, verify_second_factor
 from engine.directory.models import User
+from engine.directory.passwords import sign_in_with_password
 from engine.directory.realms import realm_by_slug
 from engine.directory.sign_in_links import sign_in_link_usable
-from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS
+from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, UnknownRealmFailures
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
-from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized
+from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized, ValidationFailed
 from testing.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
@@ -339,6 +340,15 @@ async def test_suspended_users_cannot_sign_in(client: Client, realm: RealmHandle
     assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 401
     token = await sign_in_link(realm, user)
     assert (await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)).status_code == 400
+    # Continuing with the link anyway: refused like a wrong link, and no session.
+    go = await client.post(
+        f"/realms/{realm.slug}/sign-in/link",
+        data={"token": token, "_csrf": await sign_in_form(client, realm.slug)},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert go.status_code == 400 and "cannot be used" in go.text
+    assert not client.cookies.get("cockpit_session")
 
 
 def test_the_cli_prints_a_link_to_the_continue_page(
@@ -512,3 +522,85 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
         with pytest.raises(Conflict) as twice:
             await enable_totp(session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True)
         assert twice.value.code == "mfa_enrolled"
+
+
+async def test_enrolment_answers_with_its_codes_and_its_own_code_is_never_good_again(realm: RealmHandle) -> None:
+    """A wrong code at enrolment is the ``/code`` issue, with its message; the code that completed
+    the enrolment is spent (the sign-in's second step refuses it, with its message); the
+    enrolment is audited; the app's link names the user and the realm."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = new_totp_secret()
+    parsed = pyotp.parse_uri(totp_uri(secret, "pat@example.com", realm.slug))
+    assert (parsed.secret, parsed.name, parsed.issuer) == (
+        secret,
+        "pat@example.com",
+        f"Lifecycle Cockpit ({realm.slug})",
+    )
+    code = pyotp.TOTP(secret).now()
+    async with realm.sessions() as session, session.begin():
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(ValidationFailed) as wrong:
+            await enable_totp(session, TEST_SECRET_KEY, row, secret, a_wrong_code(secret), mfa_session=True)
+        assert [(i.path, i.code, i.message) for i in wrong.value.issues] == [
+            ("/code", "invalid_code", "The code does not match. Check the time on your phone and try again.")
+        ]
+        await enable_totp(session, TEST_SECRET_KEY, row, secret, code, mfa_session=True)
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None
+        with pytest.raises(Unauthorized) as replay:
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.1")
+        assert replay.value.detail == (
+            "The code is not right, or it was used already. Wait for the next code and try again."
+        )
+        audit = (
+            await session.execute(
+                text(
+                    "SELECT actor_type, actor_id, category, subject_type, subject_id FROM audit_events"
+                    " WHERE type = 'user.mfa_enrolled'"
+                )
+            )
+        ).all()
+    assert [tuple(a) for a in audit] == [("user", user.id, "authentication", "user", user.id)]
+
+
+async def test_an_addresses_failures_count_alike_at_known_and_unknown_realms_up_to_the_last_allowed(
+    realm: RealmHandle,
+) -> None:
+    """Per client address, failures at realms that exist (rows) and at slugs that do not (memory)
+    add up: the 20th failure is still answered as a wrong password, the 21st attempt is refused,
+    wherever it goes; every answer says the same as at a known realm."""
+    unknown = UnknownRealmFailures()
+
+    async def attempt(slug: str, email: str, address: str) -> str:
+        async with realm.sessions() as session:
+            try:
+                await sign_in_with_password(session, slug, email, "wrong", address, unknown)
+            except Unauthorized as refused:
+                await session.commit()  # as the sign-in page does: the failure stays recorded
+                return refused.detail
+            except TooManyRequests as throttled:
+                assert throttled.retry_after_s == 15 * 60
+                return throttled.detail
+        raise AssertionError("a wrong password signed in")
+
+    too_many = "Too many failed sign-ins. Wait a few minutes and try again."
+    allowed = THROTTLE_PER_ADDRESS - 1
+    # Unknown realms only: the address's 20th failure is the last allowed.
+    answers = [await attempt("no-such-realm", f"guess{i}@example.com", "10.4.4.4") for i in range(THROTTLE_PER_ADDRESS)]
+    assert answers == [WRONG] * THROTTLE_PER_ADDRESS
+    assert await attempt("no-such-realm", "pat@example.com", "10.4.4.4") == too_many
+    # 19 at unknown realms, the 20th at the known realm: both count, at either.
+    for i in range(allowed):
+        assert await attempt("no-such-realm", f"guess{i}@example.com", "10.1.1.1") == WRONG
+    assert await attempt(realm.slug, "pat@example.com", "10.1.1.1") == WRONG
+    assert await attempt("no-such-realm", "sam@example.com", "10.1.1.1") == too_many
+    assert await attempt(realm.slug, "sam@example.com", "10.1.1.1") == too_many
+    # 19 at the known realm, the 20th at an unknown one.
+    for i in range(allowed):
+        assert await attempt(realm.slug, f"guess{i}@example.com", "10.2.2.2") == WRONG
+    assert await attempt("no-such-realm", "pat@example.com", "10.2.2.2") == WRONG
+    assert await attempt("no-such-realm", "sam@example.com", "10.2.2.2") == too_many
+    assert await attempt(realm.slug, "sam@example.com", "10.2.2.2") == too_many
+    assert await attempt(realm.slug, "sam@example.com", "10.3.3.3") == WRONG  # another address

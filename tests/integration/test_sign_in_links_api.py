@@ -50,14 +50,19 @@ async def test_an_admin_gets_a_link_once_that_signs_the_user_in_and_is_audited(
         audit = (
             await session.execute(
                 text(
-                    "SELECT actor_type, actor_id, subject_id, details::text FROM audit_events"
+                    "SELECT actor_type, actor_id, subject_type, subject_id, category, details, details::text AS text"
+                    " FROM audit_events"
                     " WHERE type = 'user.sign_in_link_created'"
                 )
             )
         ).all()
     assert [row.user_id for row in stored] == [user.id] and token not in stored[0].token_hash
-    assert [(a.actor_type, a.actor_id, a.subject_id) for a in audit] == [("user", realm.admin.id, user.id)]
-    assert token not in audit[0].details and body["id"] in audit[0].details
+    assert [(a.actor_type, a.actor_id, a.subject_type, a.subject_id, a.category) for a in audit] == [
+        ("user", realm.admin.id, "user", user.id, "authentication")
+    ]
+    assert token not in audit[0].text
+    assert sorted(audit[0].details) == ["expires_at", "link_id"] and audit[0].details["link_id"] == body["id"]
+    assert datetime.fromisoformat(audit[0].details["expires_at"]) == expires
 
     # The link signs the user in (a second factor, so admin pages would open for an admin).
     page = await client.get(body["path"], headers=HTML)

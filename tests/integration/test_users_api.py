@@ -19,16 +19,23 @@ async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(
     async with realm.sessions() as session:
         outbox = (
             await session.execute(
-                text("SELECT type, subject_id FROM outbox_events WHERE subject_id = :u"), {"u": user["id"]}
+                text("SELECT type, subject_id, payload FROM outbox_events WHERE subject_id = :u"), {"u": user["id"]}
             )
         ).all()
         audit = (
             await session.execute(
-                text("SELECT type, actor_id FROM audit_events WHERE subject_id = :u"), {"u": user["id"]}
+                text("SELECT type, actor_id, subject_type, details FROM audit_events WHERE subject_id = :u"),
+                {"u": user["id"]},
             )
         ).all()
-    assert outbox == [("user.created", user["id"])]
-    assert audit == [("user.created", realm.admin.id)]
+    assert [tuple(row)[:2] for row in outbox] == [("user.created", user["id"])]
+    assert outbox[0].payload["user_id"] == user["id"]
+    assert [tuple(row) for row in audit] == [("user.created", realm.admin.id, "user", {"email": "new@example.com"})]
+    again = await client.post(
+        realm.api + "/users", json={"email": "NEW@example.com", "display_name": "Again"}, headers=realm.headers
+    )
+    assert again.status_code == 409
+    assert again.json()["detail"] == "A user with this email already exists in the realm."
 
 
 async def test_bad_input_lists_every_error_with_its_path_and_changes_nothing(
