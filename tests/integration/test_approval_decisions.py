@@ -156,6 +156,27 @@ async def test_a_role_assignment_is_handed_on_only_to_someone_who_could_approve_
     assert made == [(deputy.id, requester.id)]
 
 
+async def test_a_role_assignment_whose_role_is_gone_is_handed_on_to_nobody(realm: RealmHandle, client: Client) -> None:
+    approval, _requester, approver, _subject, role = await requested_grant(realm, client)
+    deputy = await realm.user("deputy@example.com")
+    await realm.assign(deputy, await realm.builtin_role("realm-admin"))
+    async with realm.sessions() as session, session.begin():
+        from sqlalchemy import text
+
+        await session.execute(text("DELETE FROM roles WHERE id = :r"), {"r": role.id})
+    refused = await client.post(
+        f"{realm.api}/approvals/{approval['id']}/delegate",
+        json={"user_id": deputy.id},
+        headers=bearer(await realm.token(approver, audience="account")),
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [
+        {"path": "/user_id", "code": "invalid", "message": "the requested role no longer exists"}
+    ]
+    [(approvers,)] = await rows(realm, "SELECT approvers FROM workflow_approvals WHERE id = :a", a=approval["id"])
+    assert approvers == [approver.id]
+
+
 async def test_a_run_approval_is_never_handed_to_its_starter_or_publisher(realm: RealmHandle, client: Client) -> None:
     subject = await realm.user()
     approver = await realm.user()
