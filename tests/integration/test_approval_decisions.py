@@ -108,6 +108,32 @@ async def test_a_grant_refused_at_decision_time_leaves_no_decision_on_the_page_o
     )
 
 
+async def test_an_organization_role_is_approved_by_someone_who_assigns_it_only_in_that_organization(
+    realm: RealmHandle, client: Client
+) -> None:
+    """The decider's independence is weighed on the authority the grant needs: in its organization."""
+    org = await realm.organization("Acme")
+    role = await realm.role("billing", ["realm.users.read"], boundary="organization", requires_approval=True)
+    requester = await realm.user("requester@example.com")
+    await realm.assign(requester, await realm.builtin_role("realm-admin"))
+    approver = await realm.user("approver@example.com")
+    assigner = await realm.role("acme-assigner", ["realm.users.read", "realm.roles.write"], boundary="organization")
+    await realm.assign(approver, assigner, organization_id=org.id)
+    subject = await realm.user("subject@example.com")
+    asked = await client.post(
+        realm.api + "/role-assignments",
+        json={"role_id": role.id, "user_id": subject.id, "organization_id": org.id, "approver_id": approver.id},
+        headers=bearer(await realm.token(requester)),
+    )
+    assert asked.status_code == 202, asked.text
+    decided = await client.post(
+        f"{realm.api}/approvals/{asked.json()['approval']['id']}/approve", headers=await mfa_session(realm, approver)
+    )
+    assert decided.status_code == 200, decided.text
+    made = await rows(realm, "SELECT organization_id, approver_id FROM role_assignments WHERE role_id = :r", r=role.id)
+    assert made == [(org.id, approver.id)]
+
+
 async def test_a_role_assignment_is_handed_on_only_to_someone_who_could_approve_it(
     realm: RealmHandle, client: Client
 ) -> None:
