@@ -14,7 +14,7 @@ from engine.directory.audit import Actor
 from engine.platform.errors import Conflict, ValidationFailed
 from engine.runs import approvals
 from testing.approvals import approval_row, decide
-from testing.factories import RealmHandle
+from testing.factories import RealmHandle, bearer
 from testing.runs import clock_now, drain, make_runner, rows, start
 from testing.workflows import manual, publish
 
@@ -88,8 +88,9 @@ async def test_a_decision_is_audited_with_its_step_and_comment_under_the_run(rea
         "approvers": [approver.id],
         "expires_at": expires_at.isoformat(),
     }
-    with pytest.raises(ValidationFailed):  # a comment of at most 1000 characters
+    with pytest.raises(ValidationFailed) as too_long:  # a comment of at most 1000 characters
         await decide(realm, approver, run_id, "approve", approve=True, comment="x" * 1001, now=clock.now())
+    assert too_long.value.detail == "The decision is not valid."
     approval_id = await decide(realm, approver, run_id, "approve", approve=True, comment="x" * 1000, now=clock.now())
     [event] = await audited(realm, "workflow.approval.approved")
     assert tuple(event) == (
@@ -106,6 +107,25 @@ async def test_a_decision_is_audited_with_its_step_and_comment_under_the_run(rea
         realm, "SELECT status, decided_by, decided_at, comment FROM workflow_approvals WHERE id = :a", a=approval_id
     )
     assert (status, decided_by, decided_at, comment) == ("approved", approver.id, clock.now(), "x" * 1000)
+    emitted = await rows(
+        realm,
+        "SELECT payload->>'approval_id', payload->>'status', payload->>'decided_by' FROM outbox_events"
+        " WHERE realm_id = :r AND type = 'workflow.approval.approved'",
+        r=realm.id,
+    )
+    assert emitted == [(approval_id, "approved", approver.id)]
+
+
+async def test_a_decision_on_the_api_is_audited_under_the_request_that_made_it(
+    realm: RealmHandle, client: Client
+) -> None:
+    run_id, [approver], _clock = await waiting(realm)
+    approval_id = str((await approval_row(realm, run_id, "approve")).id)
+    token = await realm.token(approver, audience="account")
+    decided = await client.post(f"{realm.api}/approvals/{approval_id}/approve", json={}, headers=bearer(token))
+    assert decided.status_code == 200, decided.text
+    [event] = await audited(realm, "workflow.approval.approved")
+    assert (event.request_id, event.correlation_id) == (decided.headers["x-request-id"], run_id)
 
 
 async def test_a_delegation_is_kept_on_the_approval_and_audited_from_whom_to_whom(realm: RealmHandle) -> None:

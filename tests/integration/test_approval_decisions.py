@@ -108,6 +108,32 @@ async def test_a_grant_refused_at_decision_time_leaves_no_decision_on_the_page_o
     )
 
 
+async def test_an_organization_role_is_approved_by_someone_who_assigns_it_only_in_that_organization(
+    realm: RealmHandle, client: Client
+) -> None:
+    """The decider's independence is weighed on the authority the grant needs: in its organization."""
+    org = await realm.organization("Acme")
+    role = await realm.role("billing", ["realm.users.read"], boundary="organization", requires_approval=True)
+    requester = await realm.user("requester@example.com")
+    await realm.assign(requester, await realm.builtin_role("realm-admin"))
+    approver = await realm.user("approver@example.com")
+    assigner = await realm.role("acme-assigner", ["realm.users.read", "realm.roles.write"], boundary="organization")
+    await realm.assign(approver, assigner, organization_id=org.id)
+    subject = await realm.user("subject@example.com")
+    asked = await client.post(
+        realm.api + "/role-assignments",
+        json={"role_id": role.id, "user_id": subject.id, "organization_id": org.id, "approver_id": approver.id},
+        headers=bearer(await realm.token(requester)),
+    )
+    assert asked.status_code == 202, asked.text
+    decided = await client.post(
+        f"{realm.api}/approvals/{asked.json()['approval']['id']}/approve", headers=await mfa_session(realm, approver)
+    )
+    assert decided.status_code == 200, decided.text
+    made = await rows(realm, "SELECT organization_id, approver_id FROM role_assignments WHERE role_id = :r", r=role.id)
+    assert made == [(org.id, approver.id)]
+
+
 async def test_a_role_assignment_is_handed_on_only_to_someone_who_could_approve_it(
     realm: RealmHandle, client: Client
 ) -> None:
@@ -154,6 +180,27 @@ async def test_a_role_assignment_is_handed_on_only_to_someone_who_could_approve_
     assert decided.status_code == 200, decided.text
     made = await rows(realm, "SELECT approver_id, granted_by FROM role_assignments WHERE role_id = :r", r=role.id)
     assert made == [(deputy.id, requester.id)]
+
+
+async def test_a_role_assignment_whose_role_is_gone_is_handed_on_to_nobody(realm: RealmHandle, client: Client) -> None:
+    approval, _requester, approver, _subject, role = await requested_grant(realm, client)
+    deputy = await realm.user("deputy@example.com")
+    await realm.assign(deputy, await realm.builtin_role("realm-admin"))
+    async with realm.sessions() as session, session.begin():
+        from sqlalchemy import text
+
+        await session.execute(text("DELETE FROM roles WHERE id = :r"), {"r": role.id})
+    refused = await client.post(
+        f"{realm.api}/approvals/{approval['id']}/delegate",
+        json={"user_id": deputy.id},
+        headers=bearer(await realm.token(approver, audience="account")),
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [
+        {"path": "/user_id", "code": "invalid", "message": "the requested role no longer exists"}
+    ]
+    [(approvers,)] = await rows(realm, "SELECT approvers FROM workflow_approvals WHERE id = :a", a=approval["id"])
+    assert approvers == [approver.id]
 
 
 async def test_a_run_approval_is_never_handed_to_its_starter_or_publisher(realm: RealmHandle, client: Client) -> None:

@@ -398,9 +398,8 @@ async def test_the_decider_is_checked_again_when_they_decide(client: Client, rea
         f"{realm.api}/approvals/{asked.json()['approval']['id']}/approve", json={}, headers=session_headers
     )
     assert answer.status_code == 403 and answer.json()["code"] == "reviewer_not_independent"
-    assert [r["reason"] for r in await _refusals(realm, "role.assignment.decision_refused")] == [
-        "authority_from_author"
-    ]
+    refusals = await _refusals(realm, "role.assignment.decision_refused")
+    assert [(r["reason"], r["role_id"]) for r in refusals] == [("authority_from_author", role_id)]
     async with realm.sessions() as session:
         held = await session.scalar(
             select(RoleAssignment.id).where(RoleAssignment.user_id == subject.id, RoleAssignment.role_id == role_id)

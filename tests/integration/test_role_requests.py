@@ -14,7 +14,7 @@ from sqlalchemy import text
 from engine.directory.models import Role, User
 from engine.platform.clock import FixedClock
 from engine.runs.role_requests import expire_role_requests
-from testing.factories import RealmHandle, bearer
+from testing.factories import RealmHandle, bearer, browser_session
 from testing.runs import drain, make_runner, rows, start
 from testing.workflows import manual, publish
 
@@ -90,6 +90,55 @@ async def test_a_request_records_what_was_asked_and_who_asked(realm: RealmHandle
         subject.id,
         {"approval_id": approval["id"], "role_id": role.id, "organization_id": org.id, "approver_id": approver.id},
     )
+
+
+async def test_an_approved_request_makes_the_assignment_it_asked_for_until_its_end(
+    realm: RealmHandle, client: Client
+) -> None:
+    org = await realm.organization("Acme")
+    role = await realm.role("Billing admin", ["realm.users.read"], boundary="organization", requires_approval=True)
+    subject = await realm.user()
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(days=30)
+    approval, requester, approver = await ask(
+        realm, client, role, subject, organization_id=org.id, expires_at=until.isoformat()
+    )
+    login = await browser_session(realm, approver)
+    decided = await client.post(
+        f"{realm.api}/approvals/{approval['id']}/approve",
+        headers={"Cookie": f"cockpit_session={login.cookie}", "X-CSRF-Token": login.csrf},
+    )
+    assert decided.status_code == 200, decided.text
+    made = await rows(
+        realm,
+        "SELECT user_id, organization_id, expires_at, approver_id, granted_by FROM role_assignments WHERE role_id = :r",
+        r=role.id,
+    )
+    assert [tuple(m) for m in made] == [(subject.id, org.id, until, approver.id, requester.id)]
+
+
+async def test_an_approved_request_for_a_service_principal_assigns_the_role_to_it(
+    realm: RealmHandle, client: Client
+) -> None:
+    role = await realm.role("payments", ["realm.users.read"], requires_approval=True)
+    bot = (await client.post(realm.api + "/service-principals", json={"name": "bot"}, headers=realm.headers)).json()
+    requester = await realm.user()
+    await realm.assign(requester, await realm.builtin_role("realm-admin"))
+    approver = await realm.user()
+    await realm.assign(approver, await realm.builtin_role("realm-admin"))
+    asked = await client.post(
+        realm.api + "/role-assignments",
+        json={"role_id": role.id, "service_principal_id": bot["id"], "approver_id": approver.id},
+        headers=bearer(await realm.token(requester)),
+    )
+    assert asked.status_code == 202, asked.text
+    login = await browser_session(realm, approver)
+    decided = await client.post(
+        f"{realm.api}/approvals/{asked.json()['approval']['id']}/approve",
+        headers={"Cookie": f"cockpit_session={login.cookie}", "X-CSRF-Token": login.csrf},
+    )
+    assert decided.status_code == 200, decided.text
+    made = await rows(realm, "SELECT user_id, service_principal_id FROM role_assignments WHERE role_id = :r", r=role.id)
+    assert [tuple(m) for m in made] == [(None, bot["id"])]
 
 
 async def test_a_request_expires_at_the_instant_its_seven_days_are_over_and_nothing_else_does(
