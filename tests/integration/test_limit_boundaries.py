@@ -11,13 +11,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory import sessions, sign_in_links, throttle, webhooks
+from engine.directory import passwords, sessions, sign_in_links, throttle, webhooks
 from engine.directory.audit import Actor
 from engine.directory.models import User
 from engine.directory.realms import realm_by_slug
 from engine.directory.sessions import create_session, resolve_session
 from engine.directory.sign_in_links import consume_sign_in_link, issue_sign_in_link, sign_in_link_usable
-from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, check_throttle
+from engine.directory.throttle import THROTTLE_PER_ACCOUNT, THROTTLE_PER_ADDRESS, UnknownRealmFailures, check_throttle
 from engine.platform.clock import FixedClock
 from engine.platform.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 from engine.runs import approval_links, approvals, schedules
@@ -399,3 +399,38 @@ async def test_failed_sign_ins_refuse_the_next_until_fifteen_minutes_after_them_
     assert [await refused("Pat@example.com", "10.9.9.9", at) for at in (end - MICROSECOND, end)] == [True, False]
     assert [await refused("sam@example.com", "10.0.0.1", at) for at in (end - MICROSECOND, end)] == [True, False]
     assert await refused("sam@example.com", "10.9.9.9", end - MICROSECOND) is False
+
+
+async def test_an_addresses_failures_refuse_it_at_unknown_realms_until_fifteen_minutes_after_them(
+    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty failures of a client address at ``t``, at a realm: the address is refused at a realm
+    that does not exist until ``t + 15 min`` and, at it, told the password is not right."""
+    failed = datetime.now(UTC).replace(microsecond=0)
+    clock = FixedClock(failed)
+    monkeypatch.setattr(passwords, "SYSTEM_CLOCK", clock)
+    async with realm.sessions() as session, session.begin():
+        for i in range(THROTTLE_PER_ADDRESS):
+            await session.execute(
+                text(
+                    "INSERT INTO sign_in_failures (realm_id, email, client_address, kind, occurred_at)"
+                    " VALUES (:r, :e, '10.0.0.1', 'password', :t)"
+                ),
+                {"r": realm.id, "e": f"guess{i}@example.com", "t": failed},
+            )
+
+    async def answer(at: datetime) -> str:
+        clock.set(at)
+        async with realm.sessions() as session, session.begin():
+            try:
+                await passwords.sign_in_with_password(
+                    session, "no-such-realm", "pat@example.com", "x", "10.0.0.1", UnknownRealmFailures()
+                )
+            except TooManyRequests:
+                return "refused"
+            except Unauthorized:
+                return "not right"
+            return "signed in"
+
+    end = failed + timedelta(minutes=15)
+    assert [await answer(end - MICROSECOND), await answer(end)] == ["refused", "not right"]

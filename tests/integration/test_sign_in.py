@@ -264,6 +264,17 @@ async def test_six_attempts_on_one_account_are_throttled_even_with_the_right_pas
     assert not client.cookies.get("cockpit_session")
 
 
+async def test_the_right_password_forgives_the_wrong_passwords_before_it(client: Client, realm: RealmHandle) -> None:
+    await realm.user("pat@example.com", password=PASSWORD)
+    for _ in range(THROTTLE_PER_ACCOUNT - 1):
+        assert (await post_password(client, realm.slug, "pat@example.com", "wrong")).status_code == 401
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 303
+    client.cookies.clear()
+    for _ in range(THROTTLE_PER_ACCOUNT):
+        assert (await post_password(client, realm.slug, "pat@example.com", "wrong")).status_code == 401
+    assert (await post_password(client, realm.slug, "pat@example.com", PASSWORD)).status_code == 429
+
+
 async def test_one_address_is_throttled_across_accounts(client: Client, realm: RealmHandle) -> None:
     await realm.user("pat@example.com", password=PASSWORD)
     for i in range(THROTTLE_PER_ADDRESS):

@@ -17,6 +17,9 @@ async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(
     user = response.json()
     assert user["id"].startswith("usr_") and user["status"] == "active" and user["email"] == "new@example.com"
     async with realm.sessions() as session:
+        row = (
+            await session.execute(text("SELECT guest, created_by FROM users WHERE id = :u"), {"u": user["id"]})
+        ).one()
         outbox = (
             await session.execute(
                 text("SELECT type, subject_id, payload FROM outbox_events WHERE subject_id = :u"), {"u": user["id"]}
@@ -28,7 +31,8 @@ async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(
                 {"u": user["id"]},
             )
         ).all()
-    assert [tuple(row)[:2] for row in outbox] == [("user.created", user["id"])]
+    assert tuple(row) == (False, realm.admin.id)
+    assert [tuple(r)[:2] for r in outbox] == [("user.created", user["id"])]
     assert outbox[0].payload["user_id"] == user["id"]
     assert [tuple(row) for row in audit] == [("user.created", realm.admin.id, "user", {"email": "new@example.com"})]
     again = await client.post(
@@ -36,6 +40,15 @@ async def test_create_user_writes_outbox_and_audit_in_the_same_transaction(
     )
     assert again.status_code == 409
     assert again.json()["detail"] == "A user with this email already exists in the realm."
+    guest = await client.post(
+        realm.api + "/users",
+        json={"email": "guest@example.com", "display_name": "Guest", "guest": True},
+        headers=realm.headers,
+    )
+    assert guest.status_code == 201, guest.text
+    async with realm.sessions() as session:
+        stored = await session.scalar(text("SELECT guest FROM users WHERE id = :u"), {"u": guest.json()["id"]})
+    assert stored is True
 
 
 async def test_bad_input_lists_every_error_with_its_path_and_changes_nothing(
