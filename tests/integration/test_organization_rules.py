@@ -48,6 +48,10 @@ async def test_an_update_audits_exactly_what_changed(client: AsyncTestClient[Lit
     assert same.status_code == 200
     state = await client.patch(url, json={"state": "active"}, headers=realm.headers)
     assert state.json()["state"] == "active" and state.json()["name"] == "Finance EU"
+    created = await client.post(realm.api + "/organizations", json={"name": "Legal"}, headers=realm.headers)
+    assert await fetch(realm, "SELECT details FROM audit_events WHERE subject_id = :o", o=created.json()["id"]) == [
+        ({"name": "Legal"},)
+    ]
     audit = await fetch(
         realm,
         "SELECT subject_type, details FROM audit_events WHERE type = 'organization.updated' AND subject_id = :o "
@@ -69,6 +73,8 @@ async def test_membership_audit_events_name_the_user_and_the_membership(
         f"{realm.api}/organizations/{org.id}/members", json={"user_id": user.id}, headers=realm.headers
     )
     assert added.status_code == 201, added.text
+    listed = await client.get(f"{realm.api}/organizations/{org.id}/members", headers=realm.headers)
+    assert [m["created_at"] for m in listed.json()["items"]] == [added.json()["created_at"]]
     removed = await client.delete(f"{realm.api}/organizations/{org.id}/members/{user.id}", headers=realm.headers)
     assert removed.status_code == 204
     payload = {"membership_id": added.json()["id"], "organization_id": org.id, "user_id": user.id}
@@ -102,6 +108,7 @@ async def test_a_member_manager_cannot_add_or_remove_someone_stronger(
     await realm.member(org, realm.admin)
     removed = await client.delete(f"{members}/{realm.admin.id}", headers=token)
     assert removed.status_code == 403 and removed.json()["code"] == "target_outranks_actor"
+    assert removed.json()["detail"].startswith("This user holds permissions you do not hold (")
     assert removed.json()["detail"].endswith("; you cannot change their memberships.")
     assert await fetch(realm, "SELECT user_id FROM memberships WHERE organization_id = :o", o=org.id) == [
         (realm.admin.id,)
