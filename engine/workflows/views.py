@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from engine.platform.errors import Issue
 from engine.workflows import read_models
 from engine.workflows.models import Workflow, WorkflowRevision
@@ -50,18 +52,7 @@ def revision_summary(revision: WorkflowRevision) -> read_models.RevisionSummary:
 def revision_view(revision: WorkflowRevision) -> read_models.WorkflowRevision:
     """A revision with its definition, as its author wrote it when that is kept."""
     return read_models.WorkflowRevision(
-        id=revision.id,
-        workflow_id=revision.workflow_id,
-        number=revision.number,
-        status=revision.status,
-        hash=revision.hash,
-        author_id=revision.author_id,
-        created_at=revision.created_at,
-        decided_by=revision.decided_by,
-        decided_at=revision.decided_at,
-        decision_comment=revision.decision_comment,
-        published_by=revision.published_by,
-        published_at=revision.published_at,
+        **msgspec.structs.asdict(revision_summary(revision)),
         definition=revision.authored if revision.authored is not None else revision.definition,
     )
 
