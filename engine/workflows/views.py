@@ -64,17 +64,7 @@ def revision_page(revisions: list[WorkflowRevision]) -> read_models.RevisionPage
 
 def created_view(workflow: Workflow, revision: WorkflowRevision | None) -> read_models.CreatedWorkflow:
     return read_models.CreatedWorkflow(
-        id=workflow.id,
-        name=workflow.name,
-        description=workflow.description,
-        owner_id=workflow.owner_id,
-        state=workflow.state,
-        requires_approval=workflow.requires_approval,
-        plugin_id=workflow.plugin_id,
-        published_revision=workflow.published_revision,
-        created_by=workflow.created_by,
-        created_at=workflow.created_at,
-        updated_at=workflow.updated_at,
+        **msgspec.structs.asdict(workflow_view(workflow)),
         revision=revision_view(revision) if revision is not None else None,
     )
 
