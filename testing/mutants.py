@@ -156,13 +156,33 @@ def _operators(node: ast.AST) -> list[str]:
     return []
 
 
+UNSAFE_METHODS = {"post", "put", "patch", "delete"}
+
+
+def changing_handlers(source: str) -> set[str]:
+    """The names of the module's route handlers that change state: the functions and methods
+    decorated ``@post``, ``@put``, ``@patch`` or ``@delete`` (Litestar's decorators)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                call = decorator.func if isinstance(decorator, ast.Call) else decorator
+                name = call.attr if isinstance(call, ast.Attribute) else getattr(call, "id", "")
+                if name in UNSAFE_METHODS:
+                    found.add(node.name)
+    return found
+
+
 def sites(source: str, functions: set[str] | None = None) -> list[Site]:
-    """Every mutation of the module, or only those inside the named top-level functions."""
+    """Every mutation of the module, or only those inside the named functions (top-level
+    functions, or methods of a top-level class)."""
     tree = ast.parse(source)
+    defs = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for holder in tree.body:
+        if isinstance(holder, ast.ClassDef):
+            defs += [node for node in holder.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     spans = [
-        (node.lineno, node.end_lineno or node.lineno)
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions)
+        (node.lineno, node.end_lineno or node.lineno) for node in defs if functions is None or node.name in functions
     ]
     return [
         Site(index, operator, line)
@@ -284,6 +304,8 @@ def _live_functions(module: Any) -> dict[str, tuple[FunctionType, Any]]:
             value = value.__func__
         elif isinstance(value, property):
             value = value.fget
+        if not isinstance(value, FunctionType) and isinstance(getattr(value, "_fn", None), FunctionType):
+            value = value._fn  # a Litestar route handler: the function it calls for each request
         if not isinstance(value, FunctionType) and isinstance(getattr(value, "__wrapped__", None), FunctionType):
             wrapper, value = value, value.__wrapped__
         if isinstance(value, FunctionType):
@@ -397,6 +419,11 @@ def main() -> None:
     parser.add_argument("--module", required=True, help="e.g. engine/runs/approvals.py")
     parser.add_argument("--tests", nargs="+", default=[], help="test files (or ids) to run for each mutant")
     parser.add_argument("--functions", help="only these top-level functions (comma-separated)")
+    parser.add_argument(
+        "--changing-handlers",
+        action="store_true",
+        help="only the route handlers that change state (@post, @put, @patch, @delete)",
+    )
     parser.add_argument("--size", type=int, default=40)
     parser.add_argument("--mutants", help="run these mutants (numbers, comma-separated) instead of a sample")
     parser.add_argument("--seed", type=int, default=20261202)
@@ -411,7 +438,10 @@ def main() -> None:
     args = parser.parse_args()
 
     source = (ROOT / args.module).read_text()
-    every = sites(source, set(args.functions.split(",")) if args.functions else None)
+    chosen = set(args.functions.split(",")) if args.functions else None
+    if args.changing_handlers:
+        chosen = (chosen or set()) | changing_handlers(source)
+    every = sites(source, chosen)
     if args.score:
         results = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
         results = [r for r in results if r["outcome"] != "skipped"]
