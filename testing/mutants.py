@@ -353,7 +353,9 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
         signal.alarm(limit)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *args.tests])
+                # the module under test was imported before pytest: so were its imports (anyio)
+                rewrite = "ignore::pytest.PytestAssertRewriteWarning"
+                code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-W", rewrite, *args.tests])
         finally:
             signal.alarm(0)
         return "passed" if code == 0 else "failed"
