@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
@@ -142,13 +141,6 @@ async def retry_now(session: AsyncSession, actor: Actor, run_id: str) -> Workflo
     )
     await scheduling.notify_due(session)
     return updated
-
-
-async def rerun_targets(session: AsyncSession, realm_id: str, run_ids: list[str]) -> dict[str, WorkflowRun]:
-    rows = await session.execute(
-        select(WorkflowRun).where(col(WorkflowRun.realm_id) == realm_id, col(WorkflowRun.id).in_(run_ids))
-    )
-    return {r.id: r for r in rows.scalars()}
 
 
 def bulk_issues(action: Any, ids: Any, where: RunFilter | None, reason: Any) -> list[Issue]:
