@@ -30,6 +30,7 @@ from engine.directory.models import (
     User,
 )
 from engine.directory.realms import builtin_role, create_realm, realm_by_slug
+from engine.directory.role_assignments import apply_assignment
 from engine.platform.errors import NotFound
 from engine.platform.ids import new_id
 
@@ -175,13 +176,12 @@ async def seed_demo(session: AsyncSession) -> DemoRealm:
 
     await _assign(session, system, users["approver@demo.example"], roles["access-approver"])
     await _assign(session, system, users["auditor@demo.example"], roles["realm-auditor"])
-    # An example of a grant that needed an independent approver.
+    # An example of a grant that needed an independent approver: granted by the administrator.
     await _assign(
         session,
-        system,
+        Actor(type="user", id=admin.id, realm_id=realm.id),
         users["linus@demo.example"],
         roles["production-access"],
-        granted_by=admin.id,
         approver_id=users["approver@demo.example"].id,
     )
 
@@ -244,31 +244,19 @@ async def _add_member(session: AsyncSession, actor: Actor, org: Organization, us
 
 
 async def _assign(
-    session: AsyncSession,
-    actor: Actor,
-    user: User,
-    role: Role,
-    *,
-    granted_by: str | None = None,
-    approver_id: str | None = None,
+    session: AsyncSession, actor: Actor, user: User, role: Role, *, approver_id: str | None = None
 ) -> RoleAssignment:
-    assignment = RoleAssignment(
-        id=new_id("ras"),
-        realm_id=user.realm_id,
-        role_id=role.id,
-        user_id=user.id,
-        granted_by=granted_by,
-        approver_id=approver_id,
-    )
-    session.add(assignment)
-    await session.flush()
-    await record_audit(
+    """A realm-wide grant the seed's rules allow, written as every grant is (its audit event too)."""
+    return await apply_assignment(
         session,
         actor,
-        "role.assigned",
-        category="authorization",
+        assignment_id=new_id("ras"),
+        role_id=role.id,
+        role_name=role.name,
         subject_type="user",
         subject_id=user.id,
-        details={"role_id": role.id, "role": role.name, "assignment_id": assignment.id, "approver_id": approver_id},
+        organization_id=None,
+        expires_at=None,
+        approver_id=approver_id,
+        source_run_id=None,
     )
-    return assignment

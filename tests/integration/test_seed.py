@@ -89,6 +89,37 @@ async def test_the_demo_realm_has_people_organizations_roles_and_groups(sessions
         audited = set((await session.execute(text("SELECT DISTINCT type FROM audit_events"))).scalars())
         assert {"realm.created", "user.created", "organization.created", "organization.membership.added"} <= audited
         assert {"role.created", "role.assigned", "group.created", "group.member_added"} <= audited
+        # The example grant that needed an approver reads as one: granted by the administrator,
+        # approved by the approver, audited by the administrator with the grant's usual details.
+        grant = (
+            await session.execute(
+                text(
+                    "SELECT ra.id, ra.granted_by, ra.approver_id, ra.organization_id, ra.expires_at, "
+                    "g.email AS granter, a.email AS approver, r.name AS role_name "
+                    "FROM role_assignments ra JOIN users u ON u.id = ra.user_id JOIN roles r ON r.id = ra.role_id "
+                    "JOIN users g ON g.id = ra.granted_by JOIN users a ON a.id = ra.approver_id "
+                    "WHERE u.email = 'linus@demo.example'"
+                )
+            )
+        ).one()
+        assert (grant.granter, grant.approver, grant.role_name) == (
+            DEMO_ADMIN_EMAIL,
+            "approver@demo.example",
+            "production-access",
+        )
+        assert grant.organization_id is None and grant.expires_at is None
+        event = (
+            await session.execute(
+                text(
+                    "SELECT actor_type, actor_id, details FROM audit_events "
+                    "WHERE type = 'role.assigned' AND details->>'assignment_id' = :id"
+                ),
+                {"id": grant.id},
+            )
+        ).one()
+        assert (event.actor_type, event.actor_id) == ("user", grant.granted_by)
+        assert event.details["approver_id"] == grant.approver_id
+        assert event.details["role"] == "production-access" and "expires_at" in event.details
 
         # The approver can approve production access: the rules of an assignment pass.
         by_email = dict((await session.execute(text("SELECT email, id FROM users"))).all())
