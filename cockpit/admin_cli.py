@@ -1,32 +1,21 @@
 """``cockpit admin …``: non-interactive operator commands for automation and tests.
 
 ``token`` and ``sign-in-link`` print only what was asked for on stdout, so scripts can capture it.
+This module holds the commands' parser and what other commands share (the addresses links point
+at); the work itself is in ``cockpit/admin_commands.py``, imported only when an admin command
+runs, so the remote commands (``cockpit runs …``) start without the database layer.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlmodel import col
+from engine.directory.token_limits import TOKEN_DEFAULT_DAYS, TOKEN_MAX_DAYS
 
-from engine.directory import admins
-from engine.directory.accounts import user_by_email
-from engine.directory.audit import Actor
-from engine.directory.models import Realm, ServicePrincipal, User
-from engine.directory.realms import create_realm, realm_by_slug
-from engine.directory.sign_in_links import create_sign_in_link
-from engine.directory.tokens import TOKEN_DEFAULT_DAYS, TOKEN_MAX_DAYS, mint_token
-from engine.platform.config import Settings
-from engine.platform.database import resolve_database_url
-from engine.platform.db import make_engine, make_sessionmaker, transaction
-from engine.platform.errors import EngineError
+if TYPE_CHECKING:
+    from engine.platform.config import Settings
 
 
 class AdminError(Exception):
@@ -71,102 +60,31 @@ def sign_in_link_url(settings: Settings, realm_slug: str, token: str) -> str:
     return f"{public_base_url(settings)}/realms/{realm_slug}/sign-in/link?token={token}"
 
 
-T = TypeVar("T")
-
-
-async def _with_db(settings: Settings, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    url = resolve_database_url(settings)
-    from engine.platform.migrate import upgrade
-
-    upgrade(url)
-    engine = make_engine(url, pool_size=2)
-    try:
-        async with transaction(make_sessionmaker(engine)) as session:
-            return await work(session)
-    except EngineError as exc:
-        raise AdminError(exc.detail) from exc
-    finally:
-        await engine.dispose()
-
-
-async def _realm(session: AsyncSession, slug: str) -> Realm:
-    realm = await realm_by_slug(session, slug)
-    if realm is None:
-        raise AdminError(f"no realm {slug!r}")
-    return realm
-
-
 def cmd_create_realm(settings: Settings, args: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> tuple[Realm, User]:
-        return await create_realm(session, args.slug, admin_email=args.admin_email, admin_display_name=args.admin_name)
+    from cockpit import admin_commands
 
-    realm, admin = asyncio.run(_with_db(settings, work))
-    print(f"realm {realm.slug} ({realm.id}) created; administrator {admin.email} ({admin.id}) holds realm-admin")
-    return 0
+    return admin_commands.create_realm_command(settings, args)
 
 
 def cmd_sign_in_link(settings: Settings, args: argparse.Namespace) -> int:
-    async def work(session: AsyncSession) -> str:
-        realm = await _realm(session, args.realm)
-        user = await user_by_email(session, realm.id, args.email)
-        if user is None:
-            raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
-        token = await create_sign_in_link(session, user)
-        return sign_in_link_url(settings, realm.slug, token)
+    from cockpit import admin_commands
 
-    print(asyncio.run(_with_db(settings, work)))
-    return 0
+    return admin_commands.sign_in_link_command(settings, args)
 
 
 def cmd_token(settings: Settings, args: argparse.Namespace) -> int:
     if not 1 <= args.days <= TOKEN_MAX_DAYS:
         raise AdminError(f"--days must be between 1 and {TOKEN_MAX_DAYS}, got {args.days}")
-    expires = timedelta(days=args.days)
+    from cockpit import admin_commands
 
-    async def work(session: AsyncSession) -> str:
-        realm = await _realm(session, args.realm)
-        actor = Actor(type="system", id=None, realm_id=realm.id)
-        if args.email:
-            user = await user_by_email(session, realm.id, args.email)
-            if user is None:
-                raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
-            token, _ = await mint_token(
-                session, actor, audience=args.audience, user=user, name=args.name, expires_in=expires
-            )
-        else:
-            sp = (
-                await session.execute(
-                    select(ServicePrincipal).where(
-                        col(ServicePrincipal.realm_id) == realm.id,
-                        (col(ServicePrincipal.id) == args.service_principal)
-                        | (col(ServicePrincipal.name) == args.service_principal),
-                    )
-                )
-            ).scalar_one_or_none()
-            if sp is None:
-                raise AdminError(f"no service principal {args.service_principal!r} in realm {args.realm!r}")
-            token, _ = await mint_token(
-                session, actor, audience=args.audience, service_principal=sp, name=args.name, expires_in=expires
-            )
-        return token
-
-    print(asyncio.run(_with_db(settings, work)))
-    return 0
+    return admin_commands.token_command(settings, args)
 
 
 def cmd_grant_realm_admin(settings: Settings, args: argparse.Namespace) -> int:
     """Recover a realm nobody can administer: give realm-admin to one of its active users."""
+    from cockpit import admin_commands
 
-    async def work(session: AsyncSession) -> str:
-        realm = await _realm(session, args.realm)
-        user = await user_by_email(session, realm.id, args.email)
-        if user is None:
-            raise AdminError(f"no user {args.email!r} in realm {args.realm!r}")
-        assignment = await admins.grant_realm_admin(session, realm, user, via="cockpit admin grant-realm-admin")
-        return f"{user.email} ({user.id}) now holds realm-admin in realm {realm.slug} (assignment {assignment.id})"
-
-    print(asyncio.run(_with_db(settings, work)))
-    return 0
+    return admin_commands.grant_realm_admin_command(settings, args)
 
 
 def add_admin_commands(sub: Any) -> None:

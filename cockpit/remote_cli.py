@@ -21,8 +21,6 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.workflows.definitions.canonical import definition_hash
-
 # The exit code of each problem status (documented in docs/operations.md).
 EXIT_OK = 0
 EXIT_FAILED = 1  # anything local: an unreadable file, a missing setting
@@ -261,6 +259,9 @@ def read_workflow_file(path: Path) -> dict[str, Any]:
 def workflows_apply(api: Api, args: argparse.Namespace) -> tuple[Any, str]:
     """Create the workflow named in the file, or stage its definition as a new revision — unless the
     newest revision already has the same definition (same canonical hash): then nothing changes."""
+    # here, not at the top: loading the definition package (its JSON Schema) costs every command
+    from engine.workflows.definitions.canonical import definition_hash
+
     data = read_workflow_file(Path(args.file))
     name = data["name"]
     found = [w for w in api.every("/workflows", {"q": name}) if w["name"] == name]

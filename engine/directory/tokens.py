@@ -25,14 +25,13 @@ from engine.directory.audit import Actor, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
 from engine.directory.models import ApiToken, Realm, ServicePrincipal, User
 from engine.directory.sessions import lock_active_holder
+from engine.directory.token_limits import TOKEN_DEFAULT_DAYS, TOKEN_MAX_DAYS
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Forbidden, Issue, NotFound, ValidationFailed, invalid
 from engine.platform.ids import new_id
 from engine.platform.pagination import Page, keyset_page
 
-TOKEN_DEFAULT_DAYS = 90  # a token's life when none is asked for (API, pages, CLI)
-TOKEN_MAX_DAYS = 365
 MAX_TOKEN_LIFETIME = timedelta(days=TOKEN_MAX_DAYS)
 
 
