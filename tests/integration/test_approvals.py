@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.app import create_app
+from engine.platform.config import Settings
 from engine.runs import diagnostics
 from engine.runs.metrics import database_gauges
 from engine.runs.notices import deliver_due_notices
@@ -172,6 +175,7 @@ async def test_rejection_fails_the_run_permanently_and_it_compensates(realm: Rea
         f"{realm.api}/approvals/{pending['id']}/reject", json={"comment": "No"}, headers=bearer(token)
     )
     assert rejected.status_code == 200 and rejected.json()["status"] == "rejected"
+    assert (rejected.json()["comment"], rejected.json()["decided_by"]) == ("No", approver.id)
     again = await client.post(f"{realm.api}/approvals/{pending['id']}/approve", headers=bearer(token))
     assert again.status_code == 409 and again.json()["code"] == "conflict"
     await drain(runner)
@@ -372,6 +376,29 @@ async def test_delegation_hands_the_decision_on_never_to_the_subject(realm: Real
     assert ("workflow.approval.approved", "user", delegate.id, "authorization") in events
     notified = await rows(realm, "SELECT notice, state FROM workflow_notices WHERE user_id = :u", u=delegate.id)
     assert notified == [("approval_requested", "not_configured")]
+
+
+async def test_a_delegated_decision_is_queued_for_mail_to_the_deputy_when_mail_is_configured(
+    realm: RealmHandle, settings: Settings, database_url: str, smtp_server: Mailbox
+) -> None:
+    subject = await realm.user()
+    approver = await realm.user()
+    deputy = await realm.user("deputy@example.com")
+    wid = await publish(
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+    )
+    await start(realm, wid, subject.id)
+    await drain(make_runner(realm, clock_now()))
+    token = await realm.token(approver, audience="account")
+    app = create_app(dataclasses.replace(settings, mail=smtp_server.settings), database_url=database_url)
+    async with AsyncTestClient(app=app) as client:
+        approval = await approval_of(client, realm, token)
+        handed = await client.post(
+            f"{realm.api}/approvals/{approval['id']}/delegate", json={"user_id": deputy.id}, headers=bearer(token)
+        )
+    assert handed.status_code == 200, handed.text
+    notified = await rows(realm, "SELECT notice, state FROM workflow_notices WHERE user_id = :u", u=deputy.id)
+    assert notified == [("approval_requested", "queued")]
 
 
 # --- Wait and notify ------------------------------------------------------------------------------

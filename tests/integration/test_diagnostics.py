@@ -126,6 +126,26 @@ async def test_a_failed_compensation_requires_attention_until_resolved(client: C
     assert audited == [(realm.admin.id, {"workflow_id": workflow_id, "note": "Removed the group membership by hand."})]
 
 
+async def test_resolving_on_the_api_clears_the_health_badge_the_list_had_kept(
+    client: Client, realm: RealmHandle
+) -> None:
+    _workflow_id, run_id, _subject = await compensation_failed_run(realm)
+    login = await browser_session(realm, realm.admin, mfa=True)
+    listing_url = f"/realms/{realm.slug}/workflows"
+
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    before = (await client.get(listing_url, headers=HTML)).text
+    assert 'data-health="attention_required"' in before
+    client.cookies.clear()
+    done = await client.post(
+        f"{realm.api}/workflow-runs/{run_id}/resolve", json={"note": "Undone by hand."}, headers=realm.headers
+    )
+    assert done.status_code == 200, done.text
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    after = (await client.get(listing_url, headers=HTML)).text
+    assert 'data-testid="health-badge"' in after and 'data-health="attention_required"' not in after
+
+
 async def test_only_a_compensation_failed_run_can_be_resolved(client: Client, realm: RealmHandle) -> None:
     team = await Team.make(realm)
     run_id = await team.run(True, make_runner(realm))

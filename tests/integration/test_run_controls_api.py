@@ -340,6 +340,42 @@ class TestBulk:
         assert {r["code"] for r in body["results"]} == {"conflict"}  # finished runs are not cancelled
 
 
+async def test_a_bulk_filter_takes_only_the_runs_meeting_each_of_its_criteria(
+    client: Client, realm: RealmHandle
+) -> None:
+    org = await realm.organization("Eng")
+    first, second = await realm.user(), await realm.user()
+    await realm.member(org, second)
+    wid = await publish(realm, definition(END))
+    other_wid = await publish(realm, definition(END), name="Other")
+    done = await finished_run(realm, wid, first.id)
+    # Ids carry their millisecond: wait (on the clock, not a fixed time) until the next one has begun.
+    middle = datetime.now(UTC) + timedelta(milliseconds=2)
+    while datetime.now(UTC) < middle + timedelta(milliseconds=1):
+        await asyncio.sleep(0.001)
+    in_org = await start(realm, wid, second.id, organization_id=org.id)
+    elsewhere = await start(realm, other_wid, first.id)
+
+    async def matched(criteria: dict[str, str]) -> set[str]:
+        response = await client.post(
+            f"{realm.api}/workflow-runs/bulk", json={"action": "cancel", "filter": criteria}, headers=realm.headers
+        )
+        assert response.status_code == 200, (criteria, response.text)
+        return {r["run_id"] for r in response.json()["results"]}
+
+    # Each criterion alone: dropping it would take all three runs (or refuse an empty filter).
+    assert await matched({"state": "succeeded"}) == {done}
+    assert await matched({"state_group": "finished"}) == {done}
+    assert await matched({"workflow_id": other_wid}) == {elsewhere}
+    assert await matched({"subject_id": second.id}) == {in_org}
+    assert await matched({"organization_id": org.id}) == {in_org}
+    assert await matched({"created_before": middle.isoformat()}) == {done}
+    assert await matched({"created_after": middle.isoformat()}) == {in_org, elsewhere}
+    assert await matched({"trigger_type": "schedule"}) == set()
+    assert await matched({"starter_id": first.id}) == set()
+    assert await matched({"starter_id": realm.admin.id}) == {done, in_org, elsewhere}
+
+
 async def test_list_filters_by_trigger_type_and_time_range(client: Client, realm: RealmHandle) -> None:
     subject = await realm.user()
     wid = await publish(realm, definition(END))

@@ -60,6 +60,21 @@ class TestManualRuns:
         bad = await client.get(f"{realm.api}/workflow-runs", params={"state": "sleeping"}, headers=realm.headers)
         assert bad.status_code == 422
 
+    async def test_a_run_started_in_an_organization_keeps_it(self, client: Client, realm: RealmHandle) -> None:
+        org = await realm.organization("Eng")
+        subject = await realm.user()
+        await realm.member(org, subject)
+        wid = await publish(realm, definition({"id": "done", "type": "end"}))
+        response = await client.post(
+            f"{realm.api}/workflows/{wid}/runs",
+            json={"subject_id": subject.id, "organization_id": org.id},
+            headers=realm.headers,
+        )
+        assert response.status_code == 202, response.text
+        assert response.json()["organization_id"] == org.id
+        shown = (await client.get(f"{realm.api}/workflow-runs/{response.json()['id']}", headers=realm.headers)).json()
+        assert shown["organization_id"] == org.id
+
     async def test_nobody_starts_a_run_about_themselves_and_service_principals_cannot(
         self, client: Client, realm: RealmHandle
     ) -> None:

@@ -290,6 +290,26 @@ async def test_tokens_are_listed_page_by_page_and_an_unknown_one_is_404(
     assert unknown.status_code == 404 and unknown.json()["detail"] == "No such token."
 
 
+async def test_minting_a_service_principals_token_needs_every_permission_it_holds(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    sp = (await client.post(realm.api + "/service-principals", json={"name": "sync-bot"}, headers=realm.headers)).json()
+    strong = await realm.role("sp-roles", ["realm.roles.write"])
+    granted = await client.post(
+        realm.api + "/role-assignments",
+        json={"role_id": strong.id, "service_principal_id": sp["id"]},
+        headers=realm.headers,
+    )
+    assert granted.status_code == 201, granted.text
+    weak = await realm.user()
+    await realm.assign(weak, await realm.role("only-tokens", ["realm.tokens.write"]))
+    url = f"{realm.api}/service-principals/{sp['id']}/tokens"
+    refused = await client.post(url, json={"name": "nightly"}, headers=bearer(await realm.token(weak)))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["code"] == "target_outranks_actor"
+    assert (await client.get(url, headers=realm.headers)).json()["items"] == []
+
+
 async def test_revoking_a_service_principals_token_is_audited_and_needs_its_permissions(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:

@@ -139,3 +139,39 @@ async def test_nobody_takes_over_or_locks_out_someone_more_powerful(
     assert (
         await client.patch(f"{realm.api}/users/{peer.id}", json={"password": "another-password-1"}, headers=token)
     ).status_code == 200
+
+
+async def test_a_service_principals_description_is_kept_up_to_500_characters_and_501_refused(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    url = realm.api + "/service-principals"
+    kept = await client.post(url, json={"name": "long-bot", "description": "d" * 500}, headers=realm.headers)
+    assert kept.status_code == 201, kept.text
+    assert kept.json()["description"] == "d" * 500
+    shown = (await client.get(f"{url}/{kept.json()['id']}", headers=realm.headers)).json()
+    assert shown["description"] == "d" * 500
+    refused = await client.post(url, json={"name": "longer-bot", "description": "d" * 501}, headers=realm.headers)
+    assert refused.status_code == 422
+    assert [(e["path"], e["code"]) for e in refused.json()["errors"]] == [("/description", "too_long")]
+    listed = (await client.get(url, headers=realm.headers)).json()["items"]
+    assert [sp["name"] for sp in listed] == ["long-bot"]
+
+
+async def test_a_bad_update_lists_every_error_and_changes_nothing(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    user = await realm.user("patched@example.com")
+    url = f"{realm.api}/users/{user.id}"
+    refused = await client.patch(url, json={"display_name": " ", "password": "x" * 11}, headers=realm.headers)
+    assert refused.status_code == 422
+    assert [(e["path"], e["code"]) for e in refused.json()["errors"]] == [
+        ("/display_name", "too_short"),
+        ("/password", "too_short"),
+    ]
+    shown = (await client.get(url, headers=realm.headers)).json()
+    assert shown["display_name"] == user.display_name
+    async with realm.sessions() as session:
+        stored = await session.scalar(text("SELECT password_hash FROM users WHERE id = :u"), {"u": user.id})
+    assert stored == user.password_hash
+    accepted = await client.patch(url, json={"password": "x" * 12}, headers=realm.headers)
+    assert accepted.status_code == 200, accepted.text

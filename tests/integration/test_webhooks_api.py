@@ -1,16 +1,20 @@
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.app import create_app
 from engine.directory import webhooks
 from engine.directory.models import WebhookSubscription
 from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
+from engine.platform.config import Settings
 from testing.factories import RealmHandle
+from testing.workflows import manual, publish
 
 KEY = "test-secret-key-0123456789abcdef0123456789"  # the settings fixture's operator key
 
@@ -186,6 +190,30 @@ async def test_state_changes_and_soft_delete(client: AsyncTestClient[Litestar], 
     assert types == ["webhook.created", "webhook.updated", "webhook.updated", "webhook.deleted"]
 
 
+async def test_deleting_a_subscription_a_published_workflow_calls_is_409_unless_forced(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    created = (
+        await client.post(
+            realm.api + "/webhooks", json={"destination": "https://c.example.com/"}, headers=realm.headers
+        )
+    ).json()
+    await publish(
+        realm,
+        manual({"id": "sync", "type": "call_webhook", "subscription_id": created["id"]}, {"id": "done", "type": "end"}),
+        "Badge sync",
+    )
+    url = f"{realm.api}/webhooks/{created['id']}"
+    refused = await client.delete(url, headers=realm.headers)
+    assert refused.status_code == 409 and refused.json()["code"] == "referenced_by_workflows"
+    assert refused.json()["detail"].startswith("The subscription is used by the published revision of 1 workflow(s)")
+    assert [w["name"] for w in refused.json()["referenced_by"]] == ["Badge sync"]
+    assert (await client.get(url, headers=realm.headers)).json()["state"] == "active"
+    forced = await client.delete(url, params={"force": "true"}, headers=realm.headers)
+    assert forced.status_code == 204, forced.text
+    assert (await client.get(url, headers=realm.headers)).json()["state"] == "deleted"
+
+
 async def test_turning_the_flag_off_for_a_private_destination_is_refused(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:
@@ -218,3 +246,22 @@ async def test_realms_do_not_see_each_others_webhooks(
         await client.post(f"{other_realm.api}/webhooks/{created['id']}/rotate-secret", headers=other_realm.headers)
     ).status_code == 404
     assert (await client.get(other_realm.api + "/webhooks", headers=other_realm.headers)).json()["items"] == []
+
+
+async def test_an_operator_allowing_private_egress_shows_it_permitted_after_each_change(
+    realm: RealmHandle, settings: Settings, database_url: str
+) -> None:
+    app = create_app(dataclasses.replace(settings, allow_private_egress=True), database_url=database_url)
+    async with AsyncTestClient(app=app) as client:
+        created = await client.post(
+            realm.api + "/webhooks",
+            json={"destination": "http://10.1.2.3/hook", "allow_private_network": True},
+            headers=realm.headers,
+        )
+        assert created.status_code == 201, created.text
+        assert created.json()["egress_permitted"] is True
+        url = f"{realm.api}/webhooks/{created.json()['id']}"
+        paused = await client.patch(url, json={"state": "paused"}, headers=realm.headers)
+        assert paused.status_code == 200 and paused.json()["egress_permitted"] is True
+        rotated = await client.post(url + "/rotate-secret", headers=realm.headers)
+        assert rotated.status_code == 200 and rotated.json()["egress_permitted"] is True
