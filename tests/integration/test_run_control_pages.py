@@ -165,7 +165,7 @@ async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: Real
     assert nothing.status_code == 422 and "Tick the runs" in nothing.text
 
 
-async def test_bulk_refuses_an_unknown_action_and_filters_by_the_subjects_email(
+async def test_bulk_refuses_an_unknown_action_or_person_and_filters_by_the_subjects_email(
     client: Client, realm: RealmHandle
 ) -> None:
     login = await signed_in(client, realm)
@@ -182,6 +182,14 @@ async def test_bulk_refuses_an_unknown_action_and_filters_by_the_subjects_email(
         headers=htmx(login, "bulk-progress"),
     )
     assert wrong.status_code == 422 and "Choose cancel or re-run." in wrong.text
+    assert await rows(realm, cancelled, ids=ids) == []
+
+    nobody = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "state": "pending", "subject": "nobody@example.com"},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert nobody.status_code == 422 and "There is no user nobody@example.com in this realm." in nobody.text
     assert await rows(realm, cancelled, ids=ids) == []
 
     one = await client.post(
