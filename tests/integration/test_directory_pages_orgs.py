@@ -195,6 +195,11 @@ async def test_refused_organization_and_group_forms_keep_what_was_typed_say_why_
     )
     assert cycle.status_code == 422 and 'value="Team Two"' in cycle.text
     assert await fetch(realm, "SELECT name, parent_id FROM groups WHERE id = :g", g=group_id) == [("Team", None)]
+    renamed_group = await client.post(
+        group_url, data={"_csrf": login.csrf, "name": "Team Two"}, headers=HTML, follow_redirects=False
+    )
+    assert renamed_group.status_code == 303 and renamed_group.headers["location"] == f"{group_url}?done=group-updated"
+    assert await fetch(realm, "SELECT name FROM groups WHERE id = :g", g=group_id) == [("Team Two",)]
 
 
 async def test_roles_page_creates_a_role_with_checked_permissions(
