@@ -626,7 +626,7 @@ async def test_both_start_forms_offer_the_same_active_people_and_organizations(
 
 async def test_the_revision_page_previews_a_person_by_name(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
-    await realm.user("ada@example.com", display_name="Ada Lovelace")
+    ada = await realm.user("ada@example.com", display_name="Ada Lovelace")
     wid = await publish(realm, manual({"id": "done", "type": "end"}), "Named preview")
     previewed = await client.post(
         f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
@@ -635,4 +635,13 @@ async def test_the_revision_page_previews_a_person_by_name(client: Client, realm
     )
     assert previewed.status_code == 200
     heading = previewed.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
+    assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading
+    # By the user's id, the same person.
+    by_id = await client.post(
+        f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
+        data={"subject": ada.id, "organization_id": "", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert by_id.status_code == 200
+    heading = by_id.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
     assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading
