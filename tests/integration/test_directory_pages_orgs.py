@@ -158,6 +158,50 @@ async def test_groups_are_created_joined_and_show_inherited_roles(
     assert await fetch(realm, "SELECT user_id FROM group_members") == []
 
 
+async def test_refused_organization_and_group_forms_keep_what_was_typed_say_why_and_change_nothing(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("Sales")
+    base = f"/realms/{realm.slug}/organizations/{org.id}"
+    renamed = await client.post(base, data={"_csrf": login.csrf, "name": "", "state": "inactive"}, headers=HTML)
+    assert renamed.status_code == 422 and '<option value="inactive" selected>' in renamed.text
+    assert await fetch(realm, "SELECT name, state FROM organizations WHERE id = :o", o=org.id) == [("Sales", "active")]
+
+    stranger = await realm.user("stranger@example.com")
+    not_member = await client.post(
+        f"{base}/members/{stranger.id}/remove", data={"_csrf": login.csrf}, headers=HTMX | {"HX-Target": "org-members"}
+    )
+    assert not_member.status_code == 404 and 'id="org-members"' in not_member.text
+
+    orphan = await client.post(
+        base + "/groups", data={"_csrf": login.csrf, "name": "Kept Group", "parent_id": "grp_missing"}, headers=HTML
+    )
+    assert orphan.status_code in (404, 422) and 'value="Kept Group"' in orphan.text
+    assert await fetch(realm, "SELECT id FROM groups WHERE name = 'Kept Group'") == []
+
+    made = await client.post(
+        base + "/groups", data={"_csrf": login.csrf, "name": "Team"}, headers=HTML, follow_redirects=False
+    )
+    group_url = made.headers["location"].split("?")[0]
+    group_id = group_url.rsplit("/", 1)[1]
+    await realm.member(org, stranger)  # someone to pick, so the form is there
+    nobody = await client.post(
+        group_url + "/members", data={"_csrf": login.csrf}, headers=HTMX | {"HX-Target": "group-members"}
+    )
+    assert nobody.status_code == 422 and "Pick a member of the organization." in nobody.text
+    cycle = await client.post(
+        group_url, data={"_csrf": login.csrf, "name": "Team Two", "parent_id": group_id}, headers=HTML
+    )
+    assert cycle.status_code == 422 and 'value="Team Two"' in cycle.text
+    assert await fetch(realm, "SELECT name, parent_id FROM groups WHERE id = :g", g=group_id) == [("Team", None)]
+    renamed_group = await client.post(
+        group_url, data={"_csrf": login.csrf, "name": "Team Two"}, headers=HTML, follow_redirects=False
+    )
+    assert renamed_group.status_code == 303 and renamed_group.headers["location"] == f"{group_url}?done=group-updated"
+    assert await fetch(realm, "SELECT name FROM groups WHERE id = :g", g=group_id) == [("Team Two",)]
+
+
 async def test_roles_page_creates_a_role_with_checked_permissions(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:
@@ -276,6 +320,40 @@ async def test_role_page_assigns_and_revokes_with_the_engines_rules(
         u=subject.id,
     )
     assert audit == [("role.assignment.requested",), ("role.assigned",), ("role.revoked",)]
+
+
+async def test_refused_role_forms_keep_what_was_typed_say_why_and_change_nothing(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/roles"
+    untouched = await client.post(
+        base, data={"_csrf": login.csrf, "name": "readers-two", "description": "Reads the audit log"}, headers=HTML
+    )
+    assert untouched.status_code == 422 and "at least one permission" in untouched.text
+    assert "Reads the audit log" in untouched.text
+    assert await fetch(realm, "SELECT id FROM roles WHERE name = 'readers-two'") == []
+
+    held = await realm.role("held", ["realm.audit.read"])
+    other = await realm.role("other", ["realm.audit.read"])
+    holder = await realm.user("holder@example.com")
+    assignment = await realm.assign(holder, other)
+    target = HTMX | {"HX-Target": "role-assignments"}
+    wrong_role = await client.post(
+        f"{base}/{held.id}/assignments/{assignment.id}/revoke", data={"_csrf": login.csrf}, headers=target
+    )
+    assert wrong_role.status_code == 422 and 'id="role-assignments"' in wrong_role.text
+    assert await fetch(realm, "SELECT role_id FROM role_assignments WHERE id = :a", a=assignment.id) == [(other.id,)]
+
+    in_use = await client.post(f"{base}/{other.id}/delete", data={"_csrf": login.csrf}, headers=HTML)
+    assert in_use.status_code == 409 and "The role is in use (1 assignment(s), 0 group(s))" in in_use.text
+    assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=other.id) == [("other",)]
+    deleted = await client.post(
+        f"{base}/{held.id}/delete", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert deleted.status_code == 303 and deleted.headers["location"] == f"{base}?done=deleted"
+    assert "Role deleted." in (await client.get(deleted.headers["location"], headers=HTML)).text
+    assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=held.id) == []
 
 
 async def test_pages_need_the_same_permissions_as_the_api(

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from engine.directory.models import User
 from engine.platform import crypto
 from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
+from testing.workflows import manual, publish
 
 
 async def _sign_in(
@@ -84,6 +85,33 @@ async def test_webhook_form_errors_are_shown_beside_the_field(
     assert response.status_code == 422
     assert 'class="field-error"' in response.text and "allow_private_network" in response.text
     assert 'value="http://127.0.0.1/"' in response.text
+    # The form's own error stands above the form, not above the list of subscriptions.
+    listed, form = response.text.split('id="create-webhook"', 1)
+    assert 'role="alert"' in form and 'role="alert"' not in listed.split('<div id="webhooks">', 1)[1]
+
+
+async def test_deleting_a_subscription_a_workflow_calls_is_refused_then_forced(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/webhooks"
+    made = await client.post(
+        f"{realm.api}/webhooks", json={"destination": "https://hooks.example.com/in"}, headers=realm.headers
+    )
+    assert made.status_code == 201, made.text
+    hook = made.json()["id"]
+    await publish(realm, manual({"id": "call", "type": "call_webhook", "subscription_id": hook}), "Caller")
+
+    async def state() -> str:
+        async with realm.sessions() as session:
+            return str(await session.scalar(text("SELECT state FROM webhook_subscriptions WHERE id = :w"), {"w": hook}))
+
+    refused = await client.post(f"{base}/{hook}/delete", data={"_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 409 and "Caller" in refused.text
+    assert 'name="force" value="true"' in refused.text and await state() == "active"
+    forced = await client.post(f"{base}/{hook}/delete", data={"_csrf": login.csrf, "force": "true"}, headers=HTML)
+    assert forced.status_code == 200 and "Subscription deleted. Nothing more is sent to it." in forced.text
+    assert await state() == "deleted"
 
 
 async def test_forms_without_the_csrf_field_are_refused(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
@@ -179,6 +207,15 @@ async def test_tokens_page_mints_once_and_revokes(client: AsyncTestClient[Litest
         token_id = await session.scalar(
             text("SELECT id FROM api_tokens WHERE token_hash = :h"), {"h": crypto.token_hash(token)}
         )
+        # Seven days from now, as chosen on the form.
+        expiring = await session.scalar(
+            text(
+                "SELECT expires_at BETWEEN now() + interval '7 days' - interval '5 minutes'"
+                " AND now() + interval '7 days' FROM api_tokens WHERE id = :t"
+            ),
+            {"t": token_id},
+        )
+    assert expiring is True
     revoked = await client.post(f"{base}/{token_id}/revoke", data={"_csrf": login.csrf}, headers=HTML)
     assert revoked.status_code == 200 and "Token revoked." in revoked.text
     client.cookies.clear()
@@ -300,3 +337,73 @@ async def test_a_service_principal_gets_roles_on_its_page_within_the_callers_cei
     )
     assert denied.status_code == 403
     assert await held() == [reader.id]
+
+
+async def test_service_principal_forms_keep_their_limits_and_the_callers_reach(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """A description of 500 characters is taken and one of 501 refused beside the field; a refused
+    token keeps the form; a token of a principal holding more than the caller is not theirs to revoke."""
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/service-principals"
+    made = await client.post(
+        base,
+        data={"_csrf": login.csrf, "name": " sync ", "description": "d" * 500},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert made.status_code == 303
+    found = re.fullmatch(rf"{base}/(spn_[^/?]+)\?created=1", made.headers["location"])
+    assert found
+    sp_id = found.group(1)
+    longer = await client.post(
+        base, data={"_csrf": login.csrf, "name": "sync-2", "description": "d" * 501}, headers=HTML
+    )
+    assert longer.status_code == 422 and "must be at most 500 characters" in longer.text
+    assert 'value="sync-2"' in longer.text
+
+    async def names() -> list[str]:
+        async with realm.sessions() as session:
+            rows = await session.execute(
+                text("SELECT name FROM service_principals WHERE realm_id = :r ORDER BY name"), {"r": realm.id}
+            )
+            return [r[0] for r in rows]
+
+    assert await names() == ["sync"]
+
+    bad = await client.post(
+        f"{base}/{sp_id}/tokens", data={"_csrf": login.csrf, "name": "nightly", "expires_in_days": "0"}, headers=HTML
+    )
+    assert bad.status_code == 422 and 'value="nightly"' in bad.text and 'class="field-error"' in bad.text
+
+    strong = await realm.role("strong", ["realm.users.read", "realm.users.write"])
+    assigned = await client.post(
+        f"{base}/{sp_id}/role-assignments", data={"_csrf": login.csrf, "role_id": strong.id}, headers=HTML
+    )
+    assert assigned.status_code == 200, assigned.text
+    minted = await client.post(f"{base}/{sp_id}/tokens", data={"_csrf": login.csrf, "name": "ok"}, headers=HTML)
+    assert minted.status_code == 200 and minted.headers["cache-control"] == "no-store"
+
+    async def revoked() -> list[bool]:
+        async with realm.sessions() as session:
+            rows = await session.execute(
+                text("SELECT revoked_at IS NOT NULL FROM api_tokens WHERE service_principal_id = :s"), {"s": sp_id}
+            )
+            return [r[0] for r in rows]
+
+    async with realm.sessions() as session:
+        token_id = await session.scalar(text("SELECT id FROM api_tokens WHERE service_principal_id = :s"), {"s": sp_id})
+    keeper = await realm.user("keeper@example.com")
+    await realm.assign(keeper, await realm.role("keeper", ["realm.users.read", "realm.tokens.write"]))
+    client.cookies.clear()
+    weaker = await _sign_in(client, realm, keeper)
+    refused = await client.post(f"{base}/{sp_id}/tokens/{token_id}/revoke", data={"_csrf": weaker.csrf}, headers=HTML)
+    assert refused.status_code == 403 and "realm.users.write" in refused.text
+    assert await revoked() == [False]
+    client.cookies.clear()
+    login = await _sign_in(client, realm, realm.admin)
+    done = await client.post(
+        f"{base}/{sp_id}/tokens/{token_id}/revoke", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert done.status_code == 303 and done.headers["location"] == f"{base}/{sp_id}?revoked=1"
+    assert await revoked() == [True]

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from engine.platform.clock import SYSTEM_CLOCK
 from testing.factories import HTML, RealmHandle
 from testing.pages import htmx, signed_in
-from testing.runs import drain_realm, run_state, start
+from testing.runs import drain_realm, rows, run_state, start
 from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
@@ -123,18 +123,23 @@ async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: Real
     await drain_realm(realm)  # the cancelled runs finish cancelled
     # All matching a filter, worked through 50 at a time: the answer asks for the next part itself.
     many = [await start(realm, wid, subjects[i % 3].id) for i in range(60)]
+    # A pending run of another workflow is outside the filter and stays as it is.
+    other = await start(realm, await publish(realm, manual({"id": "done", "type": "end"}), "Other"), subjects[0].id)
     part = await client.post(
         f"{base}/bulk",
-        data={"action": "cancel", "scope": "filter", "state": "pending", "workflow_id": wid},
+        data={"action": "cancel", "scope": "filter", "state": "pending", "workflow_id": wid, "reason": "bad batch"},
         headers=htmx(login, "bulk-progress"),
     )
     assert 'data-finished="false"' in part.text and "50 of 60" in part.text and 'hx-trigger="load"' in part.text
+    # The next part is asked for with the same reason.
+    assert '<input type="hidden" name="reason" value="bad batch">' in part.text
     pending = part.text.split('name="pending" value="', 1)[1].split('"', 1)[0].split(",")
     assert len(pending) == 10 and set(pending) <= set(many)
     rest = await client.post(
         f"{base}/bulk",
         data={
             "action": "cancel",
+            "reason": "bad batch",
             "pending": ",".join(pending),
             "total": "60",
             "matched": "60",
@@ -152,11 +157,48 @@ async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: Real
             )
         ).scalar_one()
     assert left == 0
+    assert await rows(realm, "SELECT id FROM workflow_runs WHERE id = :o AND cancel_requested_at IS NULL", o=other)
 
     nothing = await client.post(
         f"{base}/bulk", data={"action": "cancel", "scope": "selected"}, headers=htmx(login, "bulk-progress")
     )
     assert nothing.status_code == 422 and "Tick the runs" in nothing.text
+
+
+async def test_bulk_refuses_an_unknown_action_or_person_and_filters_by_the_subjects_email(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Bulky")
+    chosen, other = await realm.user("chosen@example.com"), await realm.user("other@example.com")
+    chosen_run, other_run = await start(realm, wid, chosen.id), await start(realm, wid, other.id)
+    base = f"/realms/{realm.slug}/runs"
+    ids = [chosen_run, other_run]
+    cancelled = "SELECT id FROM workflow_runs WHERE id = ANY(:ids) AND cancel_requested_at IS NOT NULL"
+
+    wrong = await client.post(
+        f"{base}/bulk",
+        data={"action": "delete", "scope": "selected", "ids": ids},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert wrong.status_code == 422 and "Choose cancel or re-run." in wrong.text
+    assert await rows(realm, cancelled, ids=ids) == []
+
+    nobody = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "state": "pending", "subject": "nobody@example.com"},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert nobody.status_code == 422 and "There is no user nobody@example.com in this realm." in nobody.text
+    assert await rows(realm, cancelled, ids=ids) == []
+
+    one = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "state": "pending", "subject": " chosen@example.com "},
+        headers=htmx(login, "bulk-progress"),
+    )
+    assert one.status_code == 200 and 'data-testid="bulk-count">1 of 1<' in one.text
+    assert [r.id for r in await rows(realm, cancelled, ids=ids)] == [chosen_run]
 
 
 async def test_readers_get_no_controls(client: Client, realm: RealmHandle) -> None:

@@ -415,6 +415,30 @@ async def test_the_start_form_starts_a_run_and_opens_its_timeline(client: Client
     assert by_htmx.status_code == 200 and by_htmx.headers["hx-redirect"].startswith(f"/realms/{realm.slug}/runs/wrn_")
 
 
+async def test_a_run_certain_to_fail_starts_only_once_confirmed(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("outsider@example.com")
+    org = await realm.organization("Elsewhere")
+    wid = await publish(realm, manual({"id": "leave", "type": "remove_membership", "organization_id": org.id}), "Leave")
+    start_url = f"/realms/{realm.slug}/workflows/{wid}/runs/start"
+
+    asked = await client.post(start_url, data={"subject": subject.email}, headers=htmx(login, "run-start"))
+    assert asked.status_code == 409
+    box = asked.text.split('data-testid="confirm-failure"', 1)[1].split("</div>", 1)[0]
+    assert "Step 1 <code>leave</code> is certain to fail:" in box and "<code>not_a_member</code>" in box
+    assert 'name="confirm" value="yes"' in box and 'value="outsider@example.com"' in asked.text
+    assert await count_runs(realm) == 0
+
+    confirmed = await client.post(
+        start_url,
+        data={"subject": subject.email, "confirm": "yes", "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert confirmed.status_code == 303 and confirmed.headers["location"].endswith("?done=started")
+    assert await count_runs(realm) == 1
+
+
 async def test_the_start_form_shows_every_error(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     subject = await realm.user("subject@example.com")
@@ -441,6 +465,11 @@ async def test_the_start_form_shows_every_error(client: Client, realm: RealmHand
     unknown = await client.post(start_url, data={"subject": "ghost@example.com"}, headers=target)
     assert unknown.status_code == 422 and "There is no user ghost@example.com in this realm." in unknown.text
     assert 'value="ghost@example.com"' in unknown.text  # what was typed stays
+    # The subject field keeps the 254 characters an email address may have, never the 255th.
+    typed = "p" * 20 + "@" + "q" * 279
+    too_long = await client.post(start_url, data={"subject": typed}, headers=target)
+    assert too_long.status_code == 422 and f"There is no user {typed[:254]} in this realm." in too_long.text
+    assert f'value="{typed[:254]}"' in too_long.text
 
     myself = await client.post(start_url, data={"subject": realm.admin.email}, headers=target)
     assert myself.status_code == 403 and "Nobody starts a run about themselves." in myself.text
@@ -542,6 +571,10 @@ async def test_the_start_page_for_several_people_previews_and_answers_per_person
     async with realm.sessions() as session:
         subjects = set((await session.execute(text("SELECT subject_id FROM workflow_runs"))).scalars())
     assert subjects == {grace.id, alan.id}
+    # Nobody started: the answer carries the refusal's status.
+    myself = await client.post(url, data={"people": realm.admin.email, "_csrf": login.csrf}, headers=HTML)
+    assert myself.status_code == 403 and "0 of 1 started." in myself.text
+    assert "Nobody starts a run about themselves." in myself.text and await count_runs(realm) == 2
 
     # Ten people are allowed, eleven refused with the limit named, and nothing starts.
     eleven = [await realm.user(f"many{i}@example.com") for i in range(11)]
@@ -593,7 +626,7 @@ async def test_both_start_forms_offer_the_same_active_people_and_organizations(
 
 async def test_the_revision_page_previews_a_person_by_name(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
-    await realm.user("ada@example.com", display_name="Ada Lovelace")
+    ada = await realm.user("ada@example.com", display_name="Ada Lovelace")
     wid = await publish(realm, manual({"id": "done", "type": "end"}), "Named preview")
     previewed = await client.post(
         f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
@@ -602,4 +635,13 @@ async def test_the_revision_page_previews_a_person_by_name(client: Client, realm
     )
     assert previewed.status_code == 200
     heading = previewed.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
+    assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading
+    # By the user's id, the same person.
+    by_id = await client.post(
+        f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
+        data={"subject": ada.id, "organization_id": "", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert by_id.status_code == 200
+    heading = by_id.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
     assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading

@@ -181,6 +181,16 @@ async def test_the_mfa_upgrade_rotates_the_session_and_the_old_cookie_stops_work
         )
     assert rows[account.session_id] is False and sum(rows.values()) == 1 and len(rows) == 2
     assert (await client.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)).status_code == 200
+    # A code sent again from the verified session goes on to where it was going, with no new session.
+    verified = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+    again = await client.post(
+        f"/realms/{realm.slug}/mfa",
+        data={"code": "000000", "_csrf": form_value(verified.text, "_csrf"), "next": f"/realms/{realm.slug}/users"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert again.status_code == 303 and again.headers["location"] == f"/realms/{realm.slug}/users"
+    assert client.cookies.get("cockpit_session") == upgraded
     async with AsyncTestClient(app=client.app) as old:
         old.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
         assert (await old.get(f"/realms/{realm.slug}/", headers=HTML, follow_redirects=False)).status_code == 303

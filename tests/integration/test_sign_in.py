@@ -172,6 +172,8 @@ async def test_totp_enrolment_from_a_sign_in_link_session_makes_a_new_session(
         headers=HTML,
     )
     assert forged.status_code == 422
+    expired = "This enrolment has expired. Add the new code below to your app and try again."
+    assert f'role="alert">{expired}</div>' in forged.text
 
     done = await client.post(
         f"/realms/{realm.slug}/mfa",

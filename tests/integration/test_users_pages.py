@@ -240,3 +240,52 @@ async def test_the_realm_home_shows_the_workflow_strip(client: Client, realm: Re
     await signed_in(client, realm, plain)
     home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
     assert 'id="kpi-active-workflows"' not in home  # may not read workflows
+
+
+async def test_the_user_forms_keep_the_password_give_a_link_add_to_an_organization_and_assign_a_role(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    url = f"/realms/{realm.slug}/users"
+    created = await client.post(
+        url,
+        data={"email": "pw@example.com", "display_name": "Pat", "password": "a long password 1", "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert created.status_code == 303 and created.headers["location"].endswith("?created=1")
+    user_url = created.headers["location"].split("?", 1)[0]
+    user_id = user_url.rsplit("/", 1)[1]
+
+    async def one(sql: str) -> object:
+        async with realm.sessions() as session:
+            return await session.scalar(text(sql), {"u": user_id})
+
+    assert await one("SELECT password_hash IS NOT NULL FROM users WHERE id = :u") is True
+
+    link = await client.post(f"{user_url}/sign-in-link", data={"_csrf": login.csrf}, headers=HTML)
+    assert link.status_code == 200 and link.headers["cache-control"] == "no-store"
+    assert f"/realms/{realm.slug}/sign-in/link?token=sil." in link.text
+    assert await one("SELECT count(*) FROM sign_in_links WHERE user_id = :u") == 1
+
+    org = await realm.organization("Acme")
+    no_org = await client.post(f"{user_url}/memberships", data={"_csrf": login.csrf}, headers=HTML)
+    assert no_org.status_code == 400 and "Choose an organization." in no_org.text
+    member = await client.post(
+        f"{user_url}/memberships",
+        data={"organization_id": org.id, "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert member.status_code == 303 and member.headers["location"] == f"{user_url}?done=member"
+    assert await one("SELECT organization_id FROM memberships WHERE user_id = :u") == org.id
+
+    role = await realm.role("reader", ["realm.users.read"])
+    assigned = await client.post(
+        f"{user_url}/role-assignments",
+        data={"role_id": role.id, "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert assigned.status_code == 303 and assigned.headers["location"] == f"{user_url}?done=role"
+    assert await one("SELECT role_id FROM role_assignments WHERE user_id = :u") == role.id

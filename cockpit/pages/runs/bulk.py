@@ -77,7 +77,16 @@ class RunBulkPages(Controller):
                     subject_id: str | None = data.subject.strip() or None
                     if subject_id and "@" in subject_id:
                         user = await user_by_email(db_session, realm_id, subject_id)
-                        subject_id = user.id if user is not None else "usr_none"
+                        if user is None:
+                            raise ValidationFailed(
+                                "The request is not valid.",
+                                issues=[
+                                    Issue(
+                                        "/filter/subject", "not_found", f"There is no user {subject_id} in this realm."
+                                    )
+                                ],
+                            )
+                        subject_id = user.id
                     try:
                         after, before = parse_time(data.created_after), parse_time(data.created_before)
                     except ValueError:
