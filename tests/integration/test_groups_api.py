@@ -243,3 +243,59 @@ async def test_removing_a_member_needs_the_ceiling_of_the_groups_they_leave(
     assert (
         await client.delete(f"{realm.api}/organizations/{org.id}/members/{plain.id}", headers=token)
     ).status_code == 204
+
+
+async def test_a_groups_member_list_shows_each_membership_whole(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """Who added the member, the run that did (if one did), when, and the member's name and status."""
+    org = await realm.organization()
+    group = (await client.post(groups_url(realm, org), json={"name": "Team"}, headers=realm.headers)).json()
+    url = f"{groups_url(realm, org)}/{group['id']}/members"
+    insider = await member_of(realm, org, "in@example.com")
+    added = await client.post(url, json={"user_id": insider.id}, headers=realm.headers)
+    assert added.status_code == 201, added.text
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE group_members SET source_run_id = 'run_by_a_workflow' WHERE user_id = :u"), {"u": insider.id}
+        )
+    listed = (await client.get(url, headers=realm.headers)).json()
+    assert listed["items"] == [
+        {
+            "group_id": group["id"],
+            "user_id": insider.id,
+            "added_by": realm.admin.id,
+            "source_run_id": "run_by_a_workflow",
+            "created_at": added.json()["created_at"],
+            "email": "in@example.com",
+            "display_name": insider.display_name,
+            "status": "active",
+        }
+    ]
+
+
+async def test_a_group_is_audited_whole_and_a_role_added_to_it_takes_none_away(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    org = await realm.organization()
+    first = await realm.role("first", ["org.members.write"], boundary="organization")
+    second = await realm.role("second", ["org.groups.write"], boundary="organization")
+    url = groups_url(realm, org)
+    group = (await client.post(url, json={"name": "Team", "role_ids": [first.id]}, headers=realm.headers)).json()
+    both = sorted([first.id, second.id])
+    added = await client.patch(f"{url}/{group['id']}", json={"role_ids": both}, headers=realm.headers)
+    assert added.status_code == 200, added.text
+    assert added.json()["role_ids"] == both
+    audit = await fetch(
+        realm,
+        "SELECT type, subject_type, details FROM audit_events WHERE subject_id = :g ORDER BY occurred_at, id",
+        g=group["id"],
+    )
+    assert audit == [
+        (
+            "group.created",
+            "group",
+            {"organization_id": org.id, "name": "Team", "parent_id": None, "role_ids": [first.id]},
+        ),
+        ("group.updated", "group", {"organization_id": org.id, "role_ids": both}),
+    ]

@@ -80,3 +80,16 @@ async def test_names_refuse_invisible_and_bidi_characters(
     assert refused.status_code == 422, refused.text
     [issue] = refused.json()["errors"]
     assert issue["path"] == pointer and issue["code"] == "invisible_character"
+
+
+async def test_a_users_display_name_with_a_bidi_character_is_refused_at_its_path(
+    client: Client, realm: RealmHandle
+) -> None:
+    refused = await client.post(
+        realm.api + "/users", json={"email": "eve@example.com", "display_name": "Eve\u202e"}, headers=realm.headers
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == "The request is not valid."
+    [issue] = refused.json()["errors"]
+    assert issue["path"] == "/display_name" and issue["code"] == "invisible_character"
+    assert await count(realm, "SELECT count(*) FROM users WHERE realm_id = :r AND email = 'eve@example.com'") == 0

@@ -9,9 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from engine.directory.authz import BUILTIN_ROLES
 from engine.directory.realms import builtin_role, create_realm, first_start_done, realm_by_slug
+from engine.platform.crypto import verify_password
 from engine.platform.errors import Conflict, ValidationFailed
 
 Sessions = async_sessionmaker[AsyncSession]
+PASSWORD = "correct horse battery staple"
 SLUG_RULE = "A realm slug is 2–63 lower-case letters, digits or dashes, starting with a letter."
 
 
@@ -28,7 +30,10 @@ async def test_a_realm_starts_with_its_roles_policy_administrator_and_their_audi
         assert await realm_by_slug(session, "acm") is None
         admin_role = await builtin_role(session, realm.id, "realm-admin")
         roles = (
-            await session.execute(text("SELECT id, name, builtin FROM roles WHERE realm_id = :r"), {"r": realm.id})
+            await session.execute(
+                text("SELECT id, name, builtin, description, permissions, boundary FROM roles WHERE realm_id = :r"),
+                {"r": realm.id},
+            )
         ).all()
         policy = await session.scalar(
             text("SELECT extensions FROM realm_policies WHERE realm_id = :r"), {"r": realm.id}
@@ -47,8 +52,11 @@ async def test_a_realm_starts_with_its_roles_policy_administrator_and_their_audi
                 {"r": realm.id},
             )
         ).all()
-    assert sorted((name, builtin) for _id, name, builtin in roles) == [(name, True) for name in sorted(BUILTIN_ROLES)]
-    assert all(role_id.startswith("rol_") for role_id, _name, _builtin in roles)
+    assert sorted(tuple(role)[1:] for role in roles) == [
+        (name, True, spec.description, list(spec.permissions), spec.boundary)
+        for name, spec in sorted(BUILTIN_ROLES.items())
+    ]
+    assert all(role.id.startswith("rol_") for role in roles)
     assert admin_role.name == "realm-admin" and admin_role.realm_id == realm.id
     assert policy == {"workflow_publish_approval": False}
     assert [tuple(h) for h in holders] == [(admin_role.id, admin.id)]
@@ -89,3 +97,14 @@ async def test_the_shortest_and_longest_slugs_are_allowed_and_a_taken_one_is_ref
     async with sessions() as session:
         with pytest.raises(Conflict):
             await create_realm(session, "ab", admin_email="other@acme.example")
+
+
+async def test_the_first_administrator_gets_the_name_and_password_given(sessions: Sessions) -> None:
+    async with sessions() as session, session.begin():
+        _realm, admin = await create_realm(
+            session, "acme", admin_email="root@acme.example", admin_display_name="Root Admin", admin_password=PASSWORD
+        )
+    async with sessions() as session:
+        stored = await session.scalar(text("SELECT password_hash FROM users WHERE id = :u"), {"u": admin.id})
+    assert admin.display_name == "Root Admin"
+    assert verify_password(stored, PASSWORD) and not verify_password(stored, PASSWORD + "x")

@@ -163,3 +163,26 @@ async def test_a_session_opened_while_a_suspension_commits_does_not_outlive_it(r
         await attempt
     async with realm.sessions() as session:
         assert await session.scalar(text("SELECT count(*) FROM sessions WHERE user_id = :u"), {"u": user.id}) == 0
+
+
+async def test_two_sign_ins_of_one_user_at_once_do_not_wait_for_each_other(realm: RealmHandle) -> None:
+    """The user's row is only share-locked by a sign-in: a second one while the first's transaction
+    is open goes through at once (only a suspension waits for them)."""
+    user = await realm.user("pat@example.com")
+    async with realm.sessions() as first:
+        await first.begin()
+        row = await first.get(User, user.id)
+        assert row is not None
+        await create_session(first, row, mfa=False)
+
+        async def second() -> str:
+            async with realm.sessions() as session, session.begin():
+                other = await session.get(User, user.id)
+                assert other is not None
+                cookie, _ = await create_session(session, other, mfa=False)
+                return cookie
+
+        assert await asyncio.wait_for(second(), timeout=5)
+        await first.commit()
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sessions WHERE user_id = :u"), {"u": user.id}) == 2

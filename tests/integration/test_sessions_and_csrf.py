@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from http.cookies import SimpleCookie
 
 import pyotp
@@ -224,7 +225,7 @@ async def test_cookies_and_link_tokens_are_never_stored_in_clear(client: Client,
         follow_redirects=False,
     )
     cookie = client.cookies.get("cockpit_session")
-    assert cookie
+    assert cookie and re.fullmatch(r"ses\.[A-Za-z0-9_-]{43}", cookie), cookie  # 32 random bytes
     async with realm.sessions() as session:
         sessions = [dict(r._mapping) for r in await session.execute(text("SELECT * FROM sessions"))]
         links = [dict(r._mapping) for r in await session.execute(text("SELECT * FROM sign_in_links"))]

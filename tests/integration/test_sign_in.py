@@ -17,7 +17,7 @@ from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
 from cockpit.state import context_of
-from engine.directory.mfa import enable_totp, new_totp_secret, totp_uri, verify_second_factor
+from engine.directory.mfa import check_user_totp, enable_totp, new_totp_secret, totp_uri, verify_second_factor
 from engine.directory.models import User
 from engine.directory.passwords import sign_in_with_password
 from engine.directory.realms import realm_by_slug
@@ -527,6 +527,9 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
         with pytest.raises(Forbidden) as no_link:
             await enable_totp(session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=False)
         assert no_link.value.code == "enrolment_needs_link"
+        assert no_link.value.detail == (
+            "Setting up two-step verification needs a sign-in link: ask an administrator of the realm for one."
+        )
     # Nor does a second enrolment replace a factor already set up, even from a link session.
     await enrol_totp(realm, user)
     async with realm.sessions() as session:
@@ -535,6 +538,7 @@ async def test_a_password_alone_never_enrols_a_second_factor_nor_reaches_admin_p
         with pytest.raises(Conflict) as twice:
             await enable_totp(session, TEST_SECRET_KEY, row, secret, pyotp.TOTP(secret).now(), mfa_session=True)
         assert twice.value.code == "mfa_enrolled"
+        assert twice.value.detail == "Two-step verification is set up already."
 
 
 async def test_enrolment_answers_with_its_codes_and_its_own_code_is_never_good_again(realm: RealmHandle) -> None:
@@ -617,3 +621,21 @@ async def test_an_addresses_failures_count_alike_at_known_and_unknown_realms_up_
     assert await attempt("no-such-realm", "sam@example.com", "10.2.2.2") == too_many
     assert await attempt(realm.slug, "sam@example.com", "10.2.2.2") == too_many
     assert await attempt(realm.slug, "sam@example.com", "10.3.3.3") == WRONG  # another address
+
+
+async def test_a_user_without_a_second_factor_has_no_code_that_is_right(realm: RealmHandle) -> None:
+    """No seed, no right code: the second step refuses every code of a user who never enrolled,
+    and counts it as a failed sign-in."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    code = pyotp.TOTP(new_totp_secret()).now()
+    async with realm.sessions() as session:
+        row = await session.get(User, user.id)
+        assert row is not None and row.totp_secret_enc is None
+        assert await check_user_totp(session, TEST_SECRET_KEY, row, code) is False
+        with pytest.raises(Unauthorized) as refused:
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.9")
+        assert refused.value.detail.startswith("The code is not right")
+        failures = await session.scalar(
+            text("SELECT count(*) FROM sign_in_failures WHERE realm_id = :r"), {"r": realm.id}
+        )
+    assert failures == 1
