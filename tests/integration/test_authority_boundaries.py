@@ -208,6 +208,13 @@ async def test_revision_numbers_and_times_out_of_range_are_client_errors(client:
     ]:
         response = await client.request(method, url, headers=realm.headers, json={} if method == "POST" else None)
         assert response.status_code in {404, 422}, f"{method} {url}: {response.status_code}"
+    # The last number PostgreSQL holds is looked up, the first beyond it is not: both unknown.
+    for number in (2**31 - 1, huge):
+        missing = await client.get(f"{base}/revisions/{number}", headers=realm.headers)
+        assert (missing.status_code, missing.json()["detail"]) == (404, "No such revision."), number
+    other_id = workflow["id"][:-1] + ("1" if workflow["id"][-1] == "0" else "0")
+    unknown = await client.get(f"{realm.api}/workflows/{other_id}", headers=realm.headers)
+    assert (unknown.status_code, unknown.json()["detail"]) == (404, "No such workflow.")
     rollback = await client.post(f"{base}/rollback", json={"revision": huge}, headers=realm.headers)
     assert rollback.status_code == 422 and rollback.json()["errors"][0]["path"] == "/revision"
 

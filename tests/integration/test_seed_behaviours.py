@@ -255,6 +255,45 @@ async def test_a_group_step_needs_the_ceiling_of_every_role_its_ancestors_grant(
     assert await refusal(realm, enough, wid) is None
 
 
+async def test_a_group_step_is_checked_in_the_groups_own_organization(realm: RealmHandle) -> None:
+    """A join to a group needs org.groups.write, and each organization role the group grants, in
+    the group's organization (not realm-wide, not in the run's): a publisher who holds both only
+    in Eng publishes a join to Eng's group and is refused one to Sales' group; the refusal names
+    the permission in Sales."""
+    eng, sales = await realm.organization("Eng"), await realm.organization("Sales")
+    member_writer = await realm.role("member writer", ["org.members.write"], boundary="organization")
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        eng_team, _ = await create_group(
+            session, realm.actor, authority, eng.id, name="Eng", role_ids=[member_writer.id]
+        )
+        sales_team, _ = await create_group(
+            session, realm.actor, authority, sales.id, name="Sales", role_ids=[member_writer.id]
+        )
+    in_eng = await publisher(realm, "in-eng@example.com", ["org.groups.write", "org.members.write"], eng.id)
+
+    def join(group_id: str) -> dict[str, Any]:
+        steps = [{"id": "team", "type": "add_to_group", "group_id": group_id}]
+        return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
+
+    assert await refusal(realm, in_eng, await create(realm, join(eng_team.id), name="Join Eng")) is None
+    async with realm.sessions() as session:
+        try:
+            await publish_revision(session, actor_of(realm, in_eng), await create(realm, join(sales_team.id)), 1)
+        except EngineError as refused:
+            assert (refused.code, [(i.path, i.code) for i in refused.issues]) == (
+                "forbidden",
+                [("/definition/steps/0", "forbidden")],
+            )
+            assert refused.members["missing_permissions"] == [
+                {"permission": "org.groups.write", "organization_id": sales.id}
+            ]
+        else:
+            raise AssertionError("a join to Sales' group was published by a publisher of Eng")
+        finally:
+            await session.rollback()
+
+
 async def test_steps_without_an_organization_are_checked_where_every_trigger_pins_the_same_one(
     realm: RealmHandle,
 ) -> None:
