@@ -343,6 +343,7 @@ async def test_refused_role_forms_keep_what_was_typed_say_why_and_change_nothing
         f"{base}/{held.id}/assignments/{assignment.id}/revoke", data={"_csrf": login.csrf}, headers=target
     )
     assert wrong_role.status_code == 422 and 'id="role-assignments"' in wrong_role.text
+    assert "This assignment is of another role." in wrong_role.text  # why, not only that it failed
     assert await fetch(realm, "SELECT role_id FROM role_assignments WHERE id = :a", a=assignment.id) == [(other.id,)]
 
     in_use = await client.post(f"{base}/{other.id}/delete", data={"_csrf": login.csrf}, headers=HTML)
