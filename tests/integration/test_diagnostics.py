@@ -146,6 +146,25 @@ async def test_resolving_on_the_api_clears_the_health_badge_the_list_had_kept(
     assert 'data-testid="health-badge"' in after and 'data-health="attention_required"' not in after
 
 
+async def test_resolving_on_the_page_clears_the_health_badge_the_list_had_kept(
+    client: Client, realm: RealmHandle
+) -> None:
+    _workflow_id, run_id, _subject = await compensation_failed_run(realm)
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    listing_url = f"/realms/{realm.slug}/workflows"
+    assert 'data-health="attention_required"' in (await client.get(listing_url, headers=HTML)).text
+    done = await client.post(
+        f"/realms/{realm.slug}/attention/{run_id}/resolve",
+        data={"note": "Undone by hand.", "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303, done.text
+    after = (await client.get(listing_url, headers=HTML)).text
+    assert 'data-testid="health-badge"' in after and 'data-health="attention_required"' not in after
+
+
 async def test_only_a_compensation_failed_run_can_be_resolved(client: Client, realm: RealmHandle) -> None:
     team = await Team.make(realm)
     run_id = await team.run(True, make_runner(realm))
