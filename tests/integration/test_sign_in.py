@@ -311,6 +311,12 @@ async def test_a_sign_in_link_works_once_and_counts_as_mfa(client: Client, realm
     assert home.status_code == 200  # an MFA session: admin pages open
     [(_id, mfa, _revoked)] = await session_rows(realm, realm.admin.id)
     assert mfa is True
+    async with realm.sessions() as session:
+        how = await session.scalar(
+            text("SELECT details->>'method' FROM audit_events WHERE type = 'user.signed_in' AND subject_id = :u"),
+            {"u": realm.admin.id},
+        )
+    assert how == "sign_in_link"  # the audit trail says how the person came in
 
     again = await client.post(
         f"/realms/{realm.slug}/sign-in/link",
