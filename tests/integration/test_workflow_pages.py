@@ -675,6 +675,10 @@ async def test_the_overview_disables_enables_and_deletes(client: Client, realm: 
     assert gone.status_code == 303 and gone.headers["location"] == f"/realms/{realm.slug}/workflows?done=deleted"
     assert "Workflow deleted." in (await client.get(gone.headers["location"], headers=HTML)).text
     assert (await client.get(url, headers=HTML)).status_code == 404
+    # Deleting it again, or a workflow that never was, is a 404 and writes nothing.
+    for missing in (url, f"/realms/{realm.slug}/workflows/wfl_none"):
+        again = await client.post(missing + "/delete", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False)
+        assert again.status_code == 404, missing
     assert (await audit_types(realm, workflow.id))[-4:] == [
         "workflow.disabled",
         "security.alert",  # seed 000: disabling a workflow raises one
