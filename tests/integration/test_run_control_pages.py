@@ -189,7 +189,7 @@ async def test_bulk_refuses_an_unknown_action_or_person_and_filters_by_the_subje
         data={"action": "cancel", "scope": "filter", "state": "pending", "subject": "nobody@example.com"},
         headers=htmx(login, "bulk-progress"),
     )
-    assert nobody.status_code == 422 and "There is no user nobody@example.com in this realm." in nobody.text
+    assert nobody.status_code == 422 and "No user with the email nobody@example.com in this realm." in nobody.text
     assert await rows(realm, cancelled, ids=ids) == []
 
     one = await client.post(

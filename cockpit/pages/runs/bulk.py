@@ -9,10 +9,9 @@ from litestar.params import URLEncodedBody
 from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal, request_id_of
-from cockpit.pages.common import page, targets
+from cockpit.pages.common import page, targets, user_by_email
 from cockpit.pages.runs.shared import RUN, parse_time, split_state
 from cockpit.state import AnyRequest, DbSession
-from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import controls as run_controls
 from engine.runs import run_reads
@@ -76,17 +75,7 @@ class RunBulkPages(Controller):
                     one_state, group = split_state(data.state.strip())
                     subject_id: str | None = data.subject.strip() or None
                     if subject_id and "@" in subject_id:
-                        user = await user_by_email(db_session, realm_id, subject_id)
-                        if user is None:
-                            raise ValidationFailed(
-                                "The request is not valid.",
-                                issues=[
-                                    Issue(
-                                        "/filter/subject", "not_found", f"There is no user {subject_id} in this realm."
-                                    )
-                                ],
-                            )
-                        subject_id = user.id
+                        subject_id = await user_by_email(db_session, realm_id, subject_id, "/filter/subject")
                     try:
                         after, before = parse_time(data.created_after), parse_time(data.created_before)
                     except ValueError:
