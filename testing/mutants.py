@@ -388,7 +388,7 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
     if baseline != "passed":
         raise SystemExit("the tests fail without a mutant")
     done = set()
-    if args.out.exists():
+    if args.out.exists() and not args.again:
         done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
     for number in picked:
         if number in done:
@@ -416,6 +416,38 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
         print(json.dumps(line), flush=True)
 
 
+def score(lines: list[dict[str, Any]], equivalent: set[int]) -> str:
+    """The kill rate of a results file, its 95 % Wilson interval and the survivors. A mutant run
+    more than once counts by its newest result (a survivor run again once a test was written for
+    it); a skipped one is left out. The ``equivalent`` survivors, examined and found unable to change
+    behaviour, are then left out of a second rate: the killed share of the mutants a test can kill."""
+    newest = {line["mutant"]: line for line in lines}
+    results = [r for r in newest.values() if r["outcome"] != "skipped"]
+    killed = sum(1 for r in results if r["outcome"] in {"failed", "timeout"})
+    survivors = [r for r in results if r["outcome"] == "passed"]
+    unknown = equivalent - {r["mutant"] for r in survivors}
+    if unknown:
+        raise SystemExit(f"not survivors of this file: {sorted(unknown)}")
+    low, high = wilson(killed, len(results))
+    share = 100 * killed / len(results) if results else 0.0
+    text = (
+        f"{len(results)} run, {killed} killed, {len(survivors)} survived: "
+        f"{share:.0f} % (95 % interval {low:.0f}–{high:.0f} %)"
+    )
+    if equivalent:
+        killable = len(results) - len(equivalent)
+        low, high = wilson(killed, killable)
+        share = 100 * killed / killable if killable else 0.0
+        text += (
+            f"; {len(equivalent)} cannot change behaviour, so {killed} of {killable} killable killed: "
+            f"{share:.0f} % (95 % interval {low:.0f}–{high:.0f} %)"
+        )
+    for r in sorted(survivors, key=lambda r: r["mutant"]):
+        mark = " (cannot change behaviour)" if r["mutant"] in equivalent else ""
+        text += f"\n  survived #{r['mutant']} line {r['line']} {r['operator']}{mark}"
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--module", required=True, help="e.g. engine/runs/approvals.py")
@@ -437,6 +469,12 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print the sample's mutants and stop")
     parser.add_argument("--show", type=int, help="print the diff of one mutant (its number) and stop")
     parser.add_argument("--score", action="store_true", help="print the score of --out and stop")
+    parser.add_argument(
+        "--equivalent", help="with --score: survivors (numbers) that cannot change behaviour, scored apart"
+    )
+    parser.add_argument(
+        "--again", action="store_true", help="run the --mutants even if --out has them (the newest result counts)"
+    )
     args = parser.parse_args()
 
     source = (ROOT / args.module).read_text()
@@ -445,18 +483,9 @@ def main() -> None:
         chosen = (chosen or set()) | changing_handlers(source)
     every = sites(source, chosen)
     if args.score:
-        results = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
-        results = [r for r in results if r["outcome"] != "skipped"]
-        killed = sum(1 for r in results if r["outcome"] in {"failed", "timeout"})
-        low, high = wilson(killed, len(results))
-        share = 100 * killed / len(results) if results else 0.0
-        print(
-            f"{args.module}: {len(every)} mutants, {len(results)} sampled, {killed} killed, "
-            f"{len(results) - killed} survived: {share:.0f} % (95 % interval {low:.0f}–{high:.0f} %)"
-        )
-        for r in results:
-            if r["outcome"] == "passed":
-                print(f"  survived #{r['mutant']} line {r['line']} {r['operator']}")
+        lines = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        equivalent = {int(n) for n in args.equivalent.split(",")} if args.equivalent else set()
+        print(f"{args.module}: {len(every)} mutants; " + score(lines, equivalent))
         return
     if args.show is not None:
         import difflib
@@ -479,7 +508,7 @@ def main() -> None:
         run_in_process(name, source, str(ROOT / args.module), every, picked, args)
         return
     done = set()
-    if args.out.exists():
+    if args.out.exists() and not args.again:
         done = {json.loads(line)["mutant"] for line in args.out.read_text().splitlines() if line.strip()}
     todo: queue.Queue[int] = queue.Queue()
     for number in picked:

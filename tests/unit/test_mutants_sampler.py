@@ -61,3 +61,30 @@ def test_in_process_a_mutant_changes_the_code_of_its_own_function_or_method_only
     for line, name in [(6, "table"), (11, "Gate.open")]:
         mutated = mutants.code_objects(compile(mutants.apply(source, by_line[line]), "m.py", "exec"))
         assert {key for key in mutated if mutated[key] != plain[key]} == {name}
+
+
+def test_a_score_counts_each_mutant_by_its_newest_result_and_scores_the_killable_apart() -> None:
+    lines = [
+        {"mutant": 1, "line": 3, "operator": "a", "outcome": "failed"},
+        {"mutant": 2, "line": 4, "operator": "b", "outcome": "passed"},
+        {"mutant": 3, "line": 5, "operator": "c", "outcome": "passed"},
+        {"mutant": 4, "line": 6, "operator": "d", "outcome": "skipped"},
+        {"mutant": 5, "line": 7, "operator": "e", "outcome": "timeout"},
+        {"mutant": 2, "line": 4, "operator": "b", "outcome": "failed"},  # run again once a test pinned it
+    ]
+    text = mutants.score(lines, set())
+    assert text.startswith("4 run, 3 killed, 1 survived: 75 % (95 % interval 30–95 %)")
+    assert "survived #3 line 5 c" in text and "#2" not in text
+    text = mutants.score(lines, {3})
+    assert "1 cannot change behaviour, so 3 of 3 killable killed: 100 % (95 % interval 44–100 %)" in text
+    assert "survived #3 line 5 c (cannot change behaviour)" in text
+
+
+def test_only_a_survivor_can_be_called_unable_to_change_behaviour() -> None:
+    lines = [{"mutant": 1, "line": 3, "operator": "a", "outcome": "failed"}]
+    try:
+        mutants.score(lines, {1})
+    except SystemExit as refused:
+        assert "[1]" in str(refused)
+    else:
+        raise AssertionError("a killed mutant was accepted as unable to change behaviour")
