@@ -154,14 +154,28 @@ def field(form: Any, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def no_user_with(email: str) -> str:
+    """What a form says of an email that names no one of the realm."""
+    return f"No user with the email {email.strip()} in this realm."
+
+
 async def user_by_email(db_session: DbSession, realm_id: str, email: str, path: str = "/email") -> str:
     """The id of the realm's user with this email, or a field error at ``path``."""
     if not email.strip():
         raise invalid(path, "Enter the email of a user of the realm.", "required")
     user = await directory_accounts.user_by_email(db_session, realm_id, email)
     if user is None:
-        raise invalid(path, f"No user with the email {email.strip()} in this realm.", "not_found")
+        raise invalid(path, no_user_with(email), "not_found")
     return user.id
+
+
+async def subject_id_of(db_session: DbSession, realm_id: str, subject: str) -> str | None:
+    """The user id a form's subject names: an email is looked up in the realm (None when it names
+    no one); anything else is taken as a user id."""
+    if "@" not in subject:
+        return subject
+    user = await directory_accounts.user_by_email(db_session, realm_id, subject)
+    return user.id if user is not None else None
 
 
 async def person_named(db_session: DbSession, realm_id: str, user_id: str) -> dict[str, str] | None:

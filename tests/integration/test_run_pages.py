@@ -70,7 +70,7 @@ async def test_the_runs_list_shows_each_run_filters_and_pages(client: Client, re
     by_id = await client.get(base, params={"subject": linus.id}, headers=HTML)
     assert second in by_id.text and first not in by_id.text
     nobody = await client.get(base, params={"subject": "nobody@example.com"}, headers=HTML)
-    assert "There is no user nobody@example.com in this realm." in nobody.text and first not in nobody.text
+    assert "No user with the email nobody@example.com in this realm." in nobody.text and first not in nobody.text
     none = await client.get(base, params={"state": "failed"}, headers=HTML)
     assert "No run matches these filters." in none.text
     bad = await client.get(base, params={"state": "exploded"}, headers=HTML)
@@ -463,12 +463,12 @@ async def test_the_start_form_shows_every_error(client: Client, realm: RealmHand
     assert both.text.count('class="field-error"') == 2
 
     unknown = await client.post(start_url, data={"subject": "ghost@example.com"}, headers=target)
-    assert unknown.status_code == 422 and "There is no user ghost@example.com in this realm." in unknown.text
+    assert unknown.status_code == 422 and "No user with the email ghost@example.com in this realm." in unknown.text
     assert 'value="ghost@example.com"' in unknown.text  # what was typed stays
     # The subject field keeps the 254 characters an email address may have, never the 255th.
     typed = "p" * 20 + "@" + "q" * 279
     too_long = await client.post(start_url, data={"subject": typed}, headers=target)
-    assert too_long.status_code == 422 and f"There is no user {typed[:254]} in this realm." in too_long.text
+    assert too_long.status_code == 422 and f"No user with the email {typed[:254]} in this realm." in too_long.text
     assert f'value="{typed[:254]}"' in too_long.text
 
     myself = await client.post(start_url, data={"subject": realm.admin.email}, headers=target)
@@ -645,3 +645,11 @@ async def test_the_revision_page_previews_a_person_by_name(client: Client, realm
     assert by_id.status_code == 200
     heading = by_id.text.split('data-testid="run-preview"', 1)[1].split("</h3>", 1)[0]
     assert 'Preview for Ada Lovelace <span class="muted small">ada@example.com</span>' in heading
+    # An email that names no one of the realm: the same words as the start form, at the field.
+    nobody = await client.post(
+        f"/realms/{realm.slug}/workflows/{wid}/revisions/1/preview",
+        data={"subject": "nobody@example.com", "organization_id": "", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert nobody.status_code == 422 and "No user with the email nobody@example.com in this realm." in nobody.text
+    assert 'data-testid="run-preview"' not in nobody.text

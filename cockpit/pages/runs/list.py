@@ -13,7 +13,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Template
 
 from cockpit.auth import CurrentPrincipal, Principal
-from cockpit.pages.common import PICKER_LIMIT, may, page, targets
+from cockpit.pages.common import PICKER_LIMIT, may, no_user_with, page, subject_id_of, targets
 from cockpit.pages.runs.shared import (
     READ_ONLY,
     STATE_GROUP_LABELS,
@@ -24,7 +24,6 @@ from cockpit.pages.runs.shared import (
     split_state,
 )
 from cockpit.state import AnyRequest, DbSession
-from engine.directory.accounts import user_by_email
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import EngineError, Issue, ValidationFailed
 from engine.runs import run_reads
@@ -84,13 +83,9 @@ class RunListPages(Controller):
         subject_note: str | None = None
         subject_id: str | None = None
         if subject:
-            if "@" in subject:
-                user = await user_by_email(db_session, realm_id, subject)
-                subject_id = user.id if user is not None else None
-                if user is None:
-                    subject_note = f"There is no user {subject} in this realm."
-            else:
-                subject_id = subject
+            subject_id = await subject_id_of(db_session, realm_id, subject)
+            if subject_id is None:
+                subject_note = no_user_with(subject)
         items: list[run_reads.RunLine] = []
         next_cursor: str | None = None
         one_state, state_group = split_state(state)

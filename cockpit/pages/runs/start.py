@@ -19,7 +19,16 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
-from cockpit.pages.common import PICKER_LIMIT, field, form_errors, page, person_named, targets
+from cockpit.pages.common import (
+    PICKER_LIMIT,
+    field,
+    form_errors,
+    no_user_with,
+    page,
+    person_named,
+    subject_id_of,
+    targets,
+)
 from cockpit.pages.runs.shared import RUN
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import organizations
@@ -97,12 +106,10 @@ async def subject_of(db_session: DbSession, realm_id: str, subject: str) -> tupl
     """The user id a form's subject names (an email or an id), and the field's issue when none."""
     if not subject:
         return "", Issue("/subject_id", "required", "Give the subject's email or user id.")
-    if "@" in subject:
-        user = await user_by_email(db_session, realm_id, subject)
-        if user is None:
-            return "", Issue("/subject_id", "not_found", f"There is no user {subject} in this realm.")
-        return user.id, None
-    return subject, None
+    subject_id = await subject_id_of(db_session, realm_id, subject)
+    if subject_id is None:
+        return "", Issue("/subject_id", "not_found", no_user_with(subject))
+    return subject_id, None
 
 
 async def definition_steps(db_session: DbSession, realm_id: str, workflow_id: str, number: int) -> list[dict[str, Any]]:

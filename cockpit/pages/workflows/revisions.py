@@ -17,13 +17,12 @@ from litestar.response import Redirect, Template
 
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.names import ids_in
-from cockpit.pages.common import PICKER_LIMIT, field, may, page, person_named, targets
+from cockpit.pages.common import PICKER_LIMIT, field, may, no_user_with, page, person_named, subject_id_of, targets
 from cockpit.pages.workflows.diff import default_against, side_by_side
 from cockpit.pages.workflows.editor_text import EditorIssue, place
 from cockpit.pages.workflows.shared import PUBLISH, READ, RUN, as_authored, compact, display_names, flash_of
 from cockpit.state import AnyRequest, DbSession, context_of, preview_settings
 from engine.directory import organizations
-from engine.directory.accounts import user_by_email
 from engine.platform.errors import EngineError, NotFound, invalid
 from engine.runs.preview import preview_run
 from engine.workflows import publication as workflow_publication
@@ -152,12 +151,9 @@ class WorkflowRevisionPages(Controller):
         subject, organization_id = field(form, "subject").strip()[:254], field(form, "organization_id").strip()
         shown = {"subject": subject, "organization_id": organization_id}
         try:
-            subject_id = subject
-            if "@" in subject:
-                user = await user_by_email(db_session, principal.realm.id, subject)
-                if user is None:
-                    raise invalid("/subject_id", f"There is no user {subject} in this realm.", "not_found")
-                subject_id = user.id
+            subject_id = await subject_id_of(db_session, principal.realm.id, subject)
+            if subject_id is None:
+                raise invalid("/subject_id", no_user_with(subject), "not_found")
             found = await preview_run(
                 db_session,
                 principal.actor(request_id_of(request)),
