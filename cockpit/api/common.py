@@ -69,16 +69,6 @@ def email_issue(path: str, value: str | None) -> list[Issue]:
     return []
 
 
-def password_issue(path: str, value: str | None) -> list[Issue]:
-    if value is None:
-        return []
-    if len(value) < 12:
-        return [Issue(path, "too_short", "a password has at least 12 characters")]
-    if len(value) > 200:
-        return [Issue(path, "too_long", "a password has at most 200 characters")]
-    return []
-
-
 def id_issue(path: str, value: str | None, prefix: str) -> list[Issue]:
     if value is None:
         return []

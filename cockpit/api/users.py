@@ -5,11 +5,12 @@ from __future__ import annotations
 from litestar import Controller, Response, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody
 
-from cockpit.api.common import REALM_BASE, Body, check, email_issue, password_issue, text_issue
+from cockpit.api.common import REALM_BASE, Body, check, email_issue, text_issue
 from cockpit.auth import CurrentPrincipal, request_id_of
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import principals as directory
 from engine.directory import read_models
+from engine.directory.accounts import password_issues
 from engine.platform.errors import Issue
 
 
@@ -23,7 +24,7 @@ class CreateUser(Body):
         return (
             email_issue("/email", self.email)
             + text_issue("/display_name", self.display_name)
-            + password_issue("/password", self.password)
+            + password_issues("/password", self.password)
         )
 
 
@@ -94,7 +95,7 @@ class UsersController(Controller):
         principal: CurrentPrincipal,
     ) -> read_models.User:
         """Change a user's email, display name or password (a new password ends their other sessions)."""
-        check(text_issue("/display_name", data.display_name) + password_issue("/password", data.password))
+        check(text_issue("/display_name", data.display_name) + password_issues("/password", data.password))
         user = await directory.update_user(
             db_session,
             principal.actor(request_id_of(request)),

@@ -14,12 +14,13 @@ from litestar import Controller, Response, get, post
 from litestar.params import FromPath, FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from cockpit.api.common import check, email_issue, password_issue, text_issue
+from cockpit.api.common import check, email_issue, text_issue
 from cockpit.auth import CurrentPrincipal, Principal, request_id_of
 from cockpit.pages.common import assign_role_from_form, form_errors, may, page, targets
 from cockpit.state import AnyRequest, DbSession, context_of
 from engine.directory import organizations, overview, roles
 from engine.directory import principals as directory
+from engine.directory.accounts import password_issues
 from engine.directory.models import User
 from engine.platform.errors import EngineError
 
@@ -101,7 +102,7 @@ class UsersPages(Controller):
             check(
                 email_issue("/email", data.email)
                 + text_issue("/display_name", data.display_name)
-                + password_issue("/password", password)
+                + password_issues("/password", password)
             )
             user = await directory.create_user(
                 db_session,

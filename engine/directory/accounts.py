@@ -13,8 +13,22 @@ from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission
 from engine.directory.models import User
 from engine.platform import crypto, names
-from engine.platform.errors import Conflict, ValidationFailed
+from engine.platform.errors import Conflict, Issue, ValidationFailed
 from engine.platform.ids import new_id
+
+PASSWORD_MIN_CHARACTERS = 12
+PASSWORD_MAX_CHARACTERS = 200
+
+
+def password_issues(path: str, password: str | None) -> list[Issue]:
+    """What is wrong with a new password (none given: nothing): 12 to 200 characters."""
+    if password is None:
+        return []
+    if len(password) < PASSWORD_MIN_CHARACTERS:
+        return [Issue(path, "too_short", f"a password has at least {PASSWORD_MIN_CHARACTERS} characters")]
+    if len(password) > PASSWORD_MAX_CHARACTERS:
+        return [Issue(path, "too_long", f"a password has at most {PASSWORD_MAX_CHARACTERS} characters")]
+    return []
 
 
 def normalize_email(email: str) -> str:
@@ -49,6 +63,7 @@ async def create_user(
     """
     issues = names.hidden_character_issues("/email", email) or names.mixed_script_issues("/email", email)
     issues += names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
+    issues += password_issues("/password", password)
     if issues:
         raise ValidationFailed("The request is not valid.", issues=issues)
     email = normalize_email(email)

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import col
 
 from engine.directory import read_models, rules
-from engine.directory.accounts import create_user
+from engine.directory.accounts import create_user, password_issues
 from engine.directory.admins import is_admin, keeping_an_admin
 from engine.directory.audit import Actor, emit_event, record_audit
 from engine.directory.authz import Authority, needs_permission, require_authority_over
@@ -111,10 +111,12 @@ async def update_user(
     but ``keep_session_id`` (the caller's own, when they change their own password): whoever knew
     the old one is signed out."""
     user = await get_user(session, actor.realm_id, user_id)
+    issues = password_issues("/password", password)
     if display_name is not None:
-        hidden = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS)
-        if hidden:
-            raise ValidationFailed("The request is not valid.", issues=hidden)
+        issues = names.hidden_character_issues("/display_name", display_name, allow=names.JOINERS) + issues
+    if issues:
+        raise ValidationFailed("The request is not valid.", issues=issues)
+    if display_name is not None:
         display_name = names.normalize(display_name)
     if user.id != actor.id and (display_name, guest, password) != (None, None, None):
         await require_outranks(session, actor, authority, user, "change their profile or password")

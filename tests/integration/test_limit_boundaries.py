@@ -434,3 +434,43 @@ async def test_an_addresses_failures_refuse_it_at_unknown_realms_until_fifteen_m
 
     end = failed + timedelta(minutes=15)
     assert [await answer(end - MICROSECOND), await answer(end)] == ["refused", "not right"]
+
+
+async def test_the_engine_takes_a_password_of_12_to_200_characters_and_refuses_11_and_201(realm: RealmHandle) -> None:
+    """The rule lives where the password is set: a caller that skips the API's check (the command
+    line, a seed) meets it too, on a new user and on a changed password, and nothing is stored."""
+    from engine.directory.principals import update_user
+    from engine.platform.errors import ValidationFailed
+
+    for length in (12, 200):
+        user = await realm.user(f"ok{length}@example.com", password="p" * length)
+        assert user.password_hash
+    for length, code in ((11, "too_short"), (201, "too_long")):
+        with pytest.raises(ValidationFailed) as refused:
+            await realm.user(f"no{length}@example.com", password="p" * length)
+        assert [(i.path, i.code) for i in refused.value.issues] == [("/password", code)]
+    async with realm.sessions() as session:
+        stored = (await session.execute(text("SELECT email FROM users WHERE email LIKE 'no%'"))).all()
+    assert stored == []
+    changed = await realm.user("changed@example.com", password="p" * 12)
+    for length, code in ((11, "too_short"), (201, "too_long")):
+        with pytest.raises(ValidationFailed) as refused:
+            async with realm.sessions() as session, session.begin():
+                await update_user(
+                    session,
+                    realm.actor,
+                    changed.id,
+                    display_name=None,
+                    guest=None,
+                    password="q" * length,
+                    authority=None,
+                )
+        assert [(i.path, i.code) for i in refused.value.issues] == [("/password", code)]
+    for length in (12, 200):
+        async with realm.sessions() as session, session.begin():
+            await update_user(
+                session, realm.actor, changed.id, display_name=None, guest=None, password="q" * length, authority=None
+            )
+    async with realm.sessions() as session:
+        kept = await session.get(User, changed.id)
+        assert kept is not None and kept.password_hash != changed.password_hash
