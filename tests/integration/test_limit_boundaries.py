@@ -474,3 +474,46 @@ async def test_the_engine_takes_a_password_of_12_to_200_characters_and_refuses_1
     async with realm.sessions() as session:
         kept = await session.get(User, changed.id)
         assert kept is not None and kept.password_hash != changed.password_hash
+
+
+async def test_a_grant_counts_as_held_until_the_microsecond_it_expires_and_not_at_it(
+    realm: RealmHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same role again is a duplicate while the first grant holds, up to a microsecond before
+    its ``expires_at``; at that instant the grant holds nothing and the role may be granted anew,
+    even before the expiry sweep has removed the old row."""
+    from engine.directory import role_assignments
+    from engine.directory.authz import load_authority
+
+    user = await realm.user("held@example.com")
+    role = await realm.role("short-lived", ["realm.users.read"])
+    t = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    clock = FixedClock(t)
+    monkeypatch.setattr(role_assignments, "SYSTEM_CLOCK", clock)
+
+    async def assign() -> Any:
+        async with realm.sessions() as session, session.begin():
+            authority = await load_authority(session, realm.id, "user", realm.admin.id)
+            return await role_assignments.create_assignment(
+                session, realm.actor, authority, role_id=role.id, user_id=user.id, expires_at=None
+            )
+
+    async with realm.sessions() as session, session.begin():
+        authority = await load_authority(session, realm.id, "user", realm.admin.id)
+        await role_assignments.create_assignment(
+            session, realm.actor, authority, role_id=role.id, user_id=user.id, expires_at=t + timedelta(hours=1)
+        )
+    clock.set(t + timedelta(hours=1) - timedelta(microseconds=1))
+    with pytest.raises(Conflict):
+        await assign()
+    clock.set(t + timedelta(hours=1))
+    again = await assign()
+    assert again.expires_at is None
+    async with realm.sessions() as session:
+        rows = (
+            await session.execute(
+                text("SELECT count(*) FROM role_assignments WHERE user_id = :u AND role_id = :r"),
+                {"u": user.id, "r": role.id},
+            )
+        ).scalar_one()
+    assert rows == 2  # the expired one is still there for the sweep
