@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from argparse import Namespace
 
@@ -391,6 +392,41 @@ def test_the_cli_prints_a_link_to_the_continue_page(
             await engine.dispose()
 
     assert asyncio.run(usable()) is True
+
+
+async def test_a_pending_sign_in_naming_another_realms_user_signs_nobody_in(
+    client: Client, realm: RealmHandle, other_realm: RealmHandle
+) -> None:
+    """The second step signs in only a user of the realm it is taken in: a pending state that pairs
+    this realm with another realm's enrolled user (signed with the right key, as a leaked key
+    could make) leads back to the sign-in form, and no session is started for anyone."""
+    from cockpit.pages.auth.sessions import PENDING_COOKIE, _b64
+    from engine.platform import crypto
+
+    foreigner = await other_realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(other_realm, foreigner)
+    payload = _b64(
+        json.dumps(
+            {"u": foreigner.id, "r": realm.id, "e": int(SYSTEM_CLOCK.now().timestamp()) + 300, "n": "/"}
+        ).encode()
+    )
+    client.cookies.set(
+        PENDING_COOKIE,
+        f"{payload}.{crypto.sign(TEST_SECRET_KEY, 'sign-in-pending', payload)}",
+        domain="testserver.local",
+    )
+    step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+    assert step.status_code == 200  # the form is shown; the check is on what it signs in
+    csrf = form_value(step.text, "_csrf")
+    taken = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert taken.status_code == 303 and taken.headers["location"] == f"/realms/{realm.slug}/sign-in"
+    assert not client.cookies.get("cockpit_session")
+    assert await session_rows(other_realm, foreigner.id) == []
 
 
 # --- Throttling the second factor -----------------------------------------------------------------

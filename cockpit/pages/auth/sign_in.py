@@ -132,6 +132,7 @@ class SignInPages(Controller):
                 realm_row is None
                 or realm_row.id != pending.realm_id
                 or user is None
+                or user.realm_id != realm_row.id
                 or user.status != "active"
                 or user.totp_enabled_at is None
             ):
