@@ -14,8 +14,10 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from engine.runs import diagnostics
+from engine.directory.audit import Actor
+from engine.runs import attention, diagnostics
 from engine.runs.diagnostics import Health
+from engine.runs.models import RunResolution
 
 TTL_S = 15.0
 MAX_ENTRIES = 20_000
@@ -50,6 +52,14 @@ def remember(realm_id: str, workflow_id: str, health: Health, at: float | None =
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
     _entries[(realm_id, workflow_id)] = (time.monotonic() if at is None else at, health)
+
+
+async def resolve_run(session: AsyncSession, actor: Actor, run_id: str, *, note: str) -> RunResolution:
+    """Mark a run resolved (``engine.runs.attention.resolve_run``) and forget its realm's health
+    badges here: a resolved run no longer makes its workflow need attention."""
+    resolution = await attention.resolve_run(session, actor, run_id, note=note)
+    forget(actor.realm_id)
+    return resolution
 
 
 def forget(realm_id: str) -> None:

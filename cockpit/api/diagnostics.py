@@ -70,8 +70,7 @@ class DiagnosticsController(Controller):
         principal: CurrentPrincipal,
     ) -> Resolution:
         """Mark a ``compensation_failed`` run resolved, with a note on what was undone by hand (audited)."""
-        resolution = await attention.resolve_run(
+        resolution = await health_cache.resolve_run(
             db_session, principal.actor(request_id_of(request)), run_id, note=data.note
         )
-        health_cache.forget(principal.realm.id)
         return attention.resolution_view(resolution)

@@ -134,8 +134,7 @@ class DiagnosticsPages(Controller):
         data: URLEncodedBody[ResolveForm],
     ) -> Response[Any]:
         try:
-            await attention.resolve_run(db_session, principal.actor(request_id_of(request)), run_id, note=data.note)
-            health_cache.forget(principal.realm.id)
+            await health_cache.resolve_run(db_session, principal.actor(request_id_of(request)), run_id, note=data.note)
         except NotFound:
             raise
         except EngineError as exc:
