@@ -517,3 +517,36 @@ async def test_a_grant_counts_as_held_until_the_microsecond_it_expires_and_not_a
             )
         ).scalar_one()
     assert rows == 2  # the expired one is still there for the sweep
+
+
+async def test_the_home_figures_count_runs_that_ended_within_24_hours_and_not_one_ended_24_hours_ago(
+    realm: RealmHandle,
+) -> None:
+    """The realm home's failed, compensated, compensation-failed and rejected figures count the runs
+    that ended in the last 24 hours: one that ended a microsecond less than 24 hours ago counts,
+    one that ended exactly 24 hours ago does not. A rejection counts as rejected, never as failed."""
+    from engine.directory.overview import workflow_kpis
+    from engine.runs.outcome import APPROVAL_REJECTED, DECISION_CATEGORIES
+
+    ids = await finish_runs(realm, 8, days_ago=0)
+    ended = [
+        ("failed", None),
+        ("compensated", None),
+        ("compensation_failed", None),
+        ("failed", APPROVAL_REJECTED),
+    ]
+    async with realm.sessions() as session, session.begin():
+        for index, (state, category) in enumerate(ended):
+            for run_id, age in ((ids[2 * index], "24 hours - 1 microsecond"), (ids[2 * index + 1], "24 hours")):
+                await session.execute(
+                    text(
+                        "UPDATE workflow_runs SET state = :s, error_category = :c,"
+                        f" finished_at = now() - interval '{age}' WHERE id = :r"
+                    ),
+                    {"s": state, "c": category, "r": run_id},
+                )
+        # the same transaction, so the same now() as the figures' statement
+        kpis = await workflow_kpis(session, realm.id, realm.admin.id, decisions=DECISION_CATEGORIES)
+    counted = (kpis.failed_24h, kpis.compensated_24h, kpis.compensation_failed_24h, kpis.rejected_24h)
+    assert counted == (1, 1, 1, 1)
+    assert kpis.runs_in_flight == 0
