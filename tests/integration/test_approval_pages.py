@@ -136,3 +136,73 @@ async def test_the_one_time_link_opens_the_decision_page_once(
     assert (await client.get(url, headers=HTML, follow_redirects=False)).status_code == 404  # single use
     stored = await rows(realm, "SELECT token_hash FROM approval_links WHERE approval_id = :a", a=approval_id)
     assert stored and path.group(1) not in stored[0][0]
+
+
+async def test_the_page_refuses_an_unclear_decision_or_delegation_then_hands_on_and_the_deputy_rejects(
+    realm: RealmHandle, client: Client
+) -> None:
+    subject = await realm.user("subject@example.com")
+    approver = await realm.user("approver@example.com")
+    deputy = await realm.user("deputy@example.com")
+    wid = await publish(
+        realm, manual({"id": "approve", "type": "approval", "approvers": [approver.id], "expires_in": "1h"})
+    )
+    run_id = await start(realm, wid, subject.id)
+    await drain(make_runner(realm, FixedClock(datetime.now(UTC) + timedelta(seconds=5))))
+    [(approval_id,)] = await rows(realm, "SELECT id FROM workflow_approvals WHERE run_id = :r", r=run_id)
+    url = f"/realms/{realm.slug}/approvals/{approval_id}"
+    login = await browser_session(realm, approver, mfa=False)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+
+    unclear = await client.post(
+        f"{url}/decide", data={"decision": "maybe", "comment": "Not sure", "_csrf": login.csrf}, headers=HTML
+    )
+    assert unclear.status_code == 422 and "Choose approve or reject." in unclear.text
+    assert ">Not sure</textarea>" in unclear.text  # the comment typed stays
+
+    nobody = await client.post(
+        f"{url}/delegate", data={"email": "nobody@example.com", "_csrf": login.csrf}, headers=HTML
+    )
+    assert nobody.status_code == 422
+    assert '<div class="flash bad" role="alert">The delegation is not valid.</div>' in nobody.text
+    assert '<p class="field-error" role="alert">no user of this realm has this email address</p>' in nobody.text
+    assert 'value="nobody@example.com"' in nobody.text
+    starter = await client.post(f"{url}/delegate", data={"email": realm.admin.email, "_csrf": login.csrf}, headers=HTML)
+    assert starter.status_code == 422 and f'value="{realm.admin.email}"' in starter.text
+    assert re.search(r'id="delegate-email"[^>]*aria-invalid="true"', starter.text)  # beside the email field
+    assert (
+        '<p class="field-error" role="alert">the run&#39;s starter and its accountable publisher never decide about it</p>'
+        in starter.text
+    )
+    assert await rows(realm, "SELECT approvers, status FROM workflow_approvals WHERE id = :a", a=approval_id) == [
+        ([approver.id], "pending")
+    ]
+
+    handed = await client.post(
+        f"{url}/delegate",
+        data={"email": deputy.email, "_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert handed.status_code == 303 and handed.headers["location"] == f"{url}?done=delegated"
+    assert (
+        "Handed on. The person you chose decides now"
+        in (await client.get(handed.headers["location"], headers=HTML)).text
+    )
+    [(approvers, delegated_at)] = await rows(
+        realm, "SELECT approvers, delegations -> 0 ->> 'at' FROM workflow_approvals WHERE id = :a", a=approval_id
+    )
+    assert approvers == [deputy.id] and delegated_at is not None
+
+    client.cookies.clear()
+    theirs = await browser_session(realm, deputy, mfa=False)
+    client.cookies.set("cockpit_session", theirs.cookie, domain="testserver.local")
+    rejected = await client.post(
+        f"{url}/decide", data={"decision": "reject", "_csrf": theirs.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert rejected.status_code == 303 and rejected.headers["location"] == f"{url}?done=rejected"
+    shown = await client.get(rejected.headers["location"], headers=HTML)
+    assert "Rejected. The run stops and undoes what it did." in shown.text
+    assert await rows(realm, "SELECT status, decided_by FROM workflow_approvals WHERE id = :a", a=approval_id) == [
+        ("rejected", deputy.id)
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from litestar import Litestar
@@ -10,6 +11,7 @@ from sqlalchemy import text
 
 from engine.directory.models import User
 from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session, independent_admin
+from testing.workflows import manual, publish
 
 HTMX = HTML | {"HX-Request": "true"}
 
@@ -355,6 +357,70 @@ async def test_refused_role_forms_keep_what_was_typed_say_why_and_change_nothing
     assert deleted.status_code == 303 and deleted.headers["location"] == f"{base}?done=deleted"
     assert "Role deleted." in (await client.get(deleted.headers["location"], headers=HTML)).text
     assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=held.id) == []
+
+
+async def test_role_forms_default_the_boundary_keep_ticks_point_at_the_field_and_force_a_delete(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/roles"
+    no_boundary = await client.post(
+        base,
+        data={"_csrf": login.csrf, "name": "plain-readers", "permissions": ["realm.audit.read"]},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert no_boundary.status_code == 303, no_boundary.text
+    assert await fetch(realm, "SELECT boundary FROM roles WHERE name = 'plain-readers'") == [("realm",)]
+    unnamed = await client.post(
+        base, data={"_csrf": login.csrf, "name": "", "permissions": ["realm.users.read"]}, headers=HTML
+    )
+    assert unnamed.status_code == 422
+    assert 'value="realm.users.read" checked' in unnamed.text  # the ticked permission stays ticked
+    assert 'value="realm.audit.read" checked' not in unnamed.text
+
+    role = await realm.role("plain-role", ["realm.audit.read"])
+    await realm.user("holder@example.com")
+    role_url = f"{base}/{role.id}"
+    target = HTMX | {"HX-Target": "role-assignments"}
+    nobody = await client.post(
+        f"{role_url}/assignments", data={"_csrf": login.csrf, "user_email": "nobody@example.com"}, headers=target
+    )
+    assert nobody.status_code == 422
+    assert re.search(r'id="assign-user"[^>]*aria-invalid="true"', nobody.text)  # beside the user field
+    assert (
+        '<p class="field-error" role="alert">No user with the email nobody@example.com in this realm.</p>'
+        in nobody.text
+    )
+    assigned = await client.post(
+        f"{role_url}/assignments",
+        data={"_csrf": login.csrf, "user_email": "holder@example.com"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert assigned.status_code == 303 and assigned.headers["location"] == f"{role_url}?done=assigned"
+    assert "Role assigned." in (await client.get(assigned.headers["location"], headers=HTML)).text
+    [(assignment_id,)] = await fetch(realm, "SELECT id FROM role_assignments WHERE role_id = :r", r=role.id)
+    revoked = await client.post(
+        f"{role_url}/assignments/{assignment_id}/revoke",
+        data={"_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert revoked.status_code == 303 and revoked.headers["location"] == f"{role_url}?done=revoked"
+    assert "Assignment revoked." in (await client.get(revoked.headers["location"], headers=HTML)).text
+
+    await publish(
+        realm, manual({"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"}), "Granter"
+    )
+    refused = await client.post(f"{role_url}/delete", data={"_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 409 and "Granter" in refused.text and 'name="force" value="true"' in refused.text
+    assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=role.id) == [("plain-role",)]
+    forced = await client.post(
+        f"{role_url}/delete", data={"_csrf": login.csrf, "force": "true"}, headers=HTML, follow_redirects=False
+    )
+    assert forced.status_code == 303 and forced.headers["location"] == f"{base}?done=deleted"
+    assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=role.id) == []
 
 
 async def test_pages_need_the_same_permissions_as_the_api(

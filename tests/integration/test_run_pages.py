@@ -439,6 +439,44 @@ async def test_a_run_certain_to_fail_starts_only_once_confirmed(client: Client, 
     assert await count_runs(realm) == 1
 
 
+async def test_the_previews_show_why_a_person_is_refused_and_what_a_failing_run_would_do(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("outsider@example.com")
+    org = await realm.organization("Elsewhere")
+    closed = await realm.organization("Closed Co")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    wid = await publish(realm, manual({"id": "leave", "type": "remove_membership", "organization_id": org.id}), "Leave")
+    start_url = f"/realms/{realm.slug}/workflows/{wid}/runs/start"
+
+    # The one-person preview of nobody: the start form again, with the subject's error and what was typed.
+    unknown = await client.post(
+        f"{start_url}/preview", data={"subject": "ghost@example.com", "_csrf": login.csrf}, headers=HTML
+    )
+    assert unknown.status_code == 422 and "There is no user ghost@example.com in this realm." in unknown.text
+    assert 'value="ghost@example.com"' in unknown.text and 'data-testid="run-preview"' not in unknown.text
+
+    # Asked to confirm a run certain to fail: the answer shows the whole preview beside the question.
+    asked = await client.post(start_url, data={"subject": subject.email}, headers=htmx(login, "run-start"))
+    assert asked.status_code == 409 and 'data-testid="confirm-failure"' in asked.text
+    shown = asked.text.split('data-testid="run-preview"', 1)[1]
+    assert "<code>leave</code>" in shown and "nothing was written" in shown
+
+    # Several people: the organization chosen is the one each preview is judged in.
+    many = await client.post(
+        f"{start_url}-many/preview",
+        data={"people": subject.email, "organization_id": closed.id, "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert many.status_code == 200
+    assert re.findall(r'data-testid="person-preview" data-outcome="([^"]+)"', many.text) == ["refused"]
+    assert "The organization is inactive." in many.text
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM workflow_runs")) == 0
+
+
 async def test_the_start_form_shows_every_error(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     subject = await realm.user("subject@example.com")

@@ -6,6 +6,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
+from cockpit.state import context_of
 from engine.directory.models import User
 from testing.factories import HTML, BrowserLogin, RealmHandle, browser_session
 
@@ -289,3 +290,42 @@ async def test_the_user_forms_keep_the_password_give_a_link_add_to_an_organizati
     )
     assert assigned.status_code == 303 and assigned.headers["location"] == f"{user_url}?done=role"
     assert await one("SELECT role_id FROM role_assignments WHERE user_id = :u") == role.id
+
+
+async def test_refused_user_forms_say_what_to_check_and_a_sign_in_link_is_whole_or_refused(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    url = f"/realms/{realm.slug}/users"
+    bad = await client.post(url, data={"email": "nope", "display_name": "Kept Name", "_csrf": login.csrf}, headers=HTML)
+    assert bad.status_code == 422
+    assert '<div class="flash bad" role="alert">Check the fields marked below.</div>' in bad.text
+    assert 'value="Kept Name"' in bad.text  # the name typed stays beside the refused email
+
+    user = await realm.user("link@example.com")
+    user_url = f"{url}/{user.id}"
+
+    async def links() -> object:
+        async with realm.sessions() as session:
+            return await session.scalar(text("SELECT count(*) FROM sign_in_links WHERE user_id = :u"), {"u": user.id})
+
+    made = await client.post(f"{user_url}/sign-in-link", data={"_csrf": login.csrf}, headers=HTML)
+    assert made.status_code == 200
+    shown = made.text.split('data-testid="sign-in-link"', 1)[1].split("</div>", 1)[0]
+    base = context_of(client.app).settings.link_base_url
+    assert f"<code>{base}/realms/{realm.slug}/sign-in/link?token=sil." in shown  # the whole address to send
+    assert "(until <time" in shown  # when it stops working
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE users SET status = 'suspended' WHERE id = :u"), {"u": user.id})
+    refused = await client.post(f"{user_url}/sign-in-link", data={"_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 409 and "The user is suspended: a sign-in link would not work." in refused.text
+    assert 'data-testid="sign-in-link"' not in refused.text and await links() == 1
+
+    no_role = await client.post(
+        f"{user_url}/role-assignments", data={"role_id": "rol_nothing", "_csrf": login.csrf}, headers=HTML
+    )
+    assert no_role.status_code == 404 and '<div class="flash bad" role="alert">No such role.</div>' in no_role.text
+    async with realm.sessions() as session:
+        assert (
+            await session.scalar(text("SELECT count(*) FROM role_assignments WHERE user_id = :u"), {"u": user.id}) == 0
+        )
