@@ -9,12 +9,15 @@ the delete) ends ``compensation_failed`` after its five tries.
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime, timedelta
 
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.runs import run_reads
+from engine.platform.ids import new_id
+from engine.runs import diagnostics, run_reads
 from engine.runs.retention import cleanup_finished_runs
 from testing.diagnostics import Team, compensation_failed_run, diagnostics_of
 from testing.factories import HTML, RealmHandle, browser_session
@@ -53,8 +56,10 @@ async def test_health_moves_through_each_boundary(client: Client, realm: RealmHa
     assert body["health"] == "healthy", body["health_reason"]
     assert body["health_reason"] == "2 of 20 attempts failed (10.0 %), at most 10 %."
     assert body["runs_by_state"]["succeeded"] == 9 and body["runs_by_state"]["failed"] == 2
+    assert body["workflow_id"] == team.workflow_id
     assert body["step_failure_categories"] == {"team": {"not_a_member": 2}}
     assert len(body["recent_failures"]) == 2 and {f["step_id"] for f in body["recent_failures"]} == {"team"}
+    assert {f["error_category"] for f in body["recent_failures"]} == {"not_a_member"}
     assert body["run_duration_ms"]["count"] == 11 and body["run_duration_ms"]["p95"] >= body["run_duration_ms"]["p50"]
     assert body["oldest_due_run"] is None and body["compensation_failures"] == 0
 
@@ -354,3 +359,148 @@ async def test_the_window_holds_the_newest_thousand_attempts_even_of_an_older_ru
     assert [a["id"] for a in found["recent_attempts"]] == expected[:20]
     failed = sum(1 for a in expected if int(a[-2:]) % 7 == 0)
     assert found["attempts"]["failed"] == failed
+
+
+# --- runs written with known times and states -----------------------------------------------------
+
+
+async def _insert_run(
+    realm: RealmHandle,
+    workflow_id: str,
+    state: str,
+    *,
+    created_at: datetime,
+    finished_at: datetime | None = None,
+    due_at: datetime | None = None,
+    attempt: tuple[str, str | None] | None = None,
+) -> str:
+    """One run of the workflow's first revision, and with ``attempt`` (state, error category) one
+    attempt of its step ``team``; the run's id."""
+    run_id = new_id("wrn")
+    subject = await realm.user()
+    async with realm.sessions() as session, session.begin():
+        await session.execute(
+            text(
+                """
+                INSERT INTO workflow_runs (id, realm_id, workflow_id, revision, revision_id, subject_id, state,
+                       step_index, trigger_type, trigger_key, input, input_version, publisher_id, depth,
+                       created_at, updated_at, finished_at, due_at)
+                SELECT :id, :r, v.workflow_id, v.number, v.id, :u, :state, 0, 'manual', :id, '{}', 1, :u, 0,
+                       :created, :created, :finished, :due
+                  FROM workflow_revisions v WHERE v.workflow_id = :w AND v.number = 1
+                """
+            ),
+            {
+                "id": run_id,
+                "r": realm.id,
+                "u": subject.id,
+                "w": workflow_id,
+                "state": state,
+                "created": created_at,
+                "finished": finished_at,
+                "due": due_at,
+            },
+        )
+        if attempt is not None:
+            await session.execute(
+                text(
+                    """
+                    INSERT INTO step_attempts (id, run_id, realm_id, step_id, step_index, step_type, number,
+                           idempotency_key, state, error_category, input_version, max_attempts, backoff_ms,
+                           compensation_strategy, compensation_attempts, started_at, finished_at)
+                    VALUES (:id, :run, :r, 'team', 0, 'add_to_group', 1, :id, :state, :category, 'v', 1, 0,
+                            'none', 0, :started, :started)
+                    """
+                ),
+                {
+                    "id": new_id("wsa"),
+                    "run": run_id,
+                    "r": realm.id,
+                    "state": attempt[0],
+                    "category": attempt[1],
+                    "started": created_at,
+                },
+            )
+    return run_id
+
+
+async def test_run_durations_and_the_oldest_due_run_from_known_times(client: Client, realm: RealmHandle) -> None:
+    """20 finished runs: 10 that took no time, one whose clock went back 5 s (0, never negative),
+    and nine of 1 to 9 s, the eighth 8000.46 ms. Nearest rank: p50 is the 10th (0.0), p95 the
+    19th (8000.46 ms, shown to one decimal). Of the runs still going, the oldest due is the
+    pending one: a waiting run has a due time too, but it waits for its timer, not for a worker."""
+    team = await Team.make(realm, "Timed")
+    start_at = datetime.now(UTC) - timedelta(hours=3)
+    lengths_ms = [0.0] * 10 + [-5000.0] + [1000.0 * k for k in range(1, 8)] + [8000.46, 9000.0]
+    for n, length in enumerate(lengths_ms):
+        created = start_at + timedelta(minutes=n)
+        await _insert_run(
+            realm,
+            team.workflow_id,
+            "succeeded",
+            created_at=created,
+            finished_at=created + timedelta(milliseconds=length),
+        )
+    now = datetime.now(UTC)
+    await _insert_run(realm, team.workflow_id, "waiting", created_at=now, due_at=now - timedelta(hours=2))
+    pending_due = now - timedelta(hours=1)
+    pending = await _insert_run(realm, team.workflow_id, "pending", created_at=now, due_at=pending_due)
+    await _insert_run(realm, team.workflow_id, "running", created_at=now, due_at=now - timedelta(minutes=30))
+
+    body = await diagnostics_of(client, realm, team.workflow_id)
+    assert body["window"]["runs"] == 23
+    assert body["run_duration_ms"] == {"count": 20, "p50": 0.0, "p95": 8000.5}
+    assert body["oldest_due_run"] == {"id": pending, "state": "pending", "due_at": pending_due.isoformat()}
+
+
+async def test_the_home_and_attention_list_attention_required_first_then_degraded_by_name(
+    client: Client, realm: RealmHandle
+) -> None:
+    """Made oldest first, so that newest first (the order they are read in) is neither order:
+    the two whose compensation failed come first, by name whatever its case, then the degraded
+    one; the healthy one is not listed."""
+    zulu = await Team.make(realm, "Zulu offboarding")
+    beta = await Team.make(realm, "beta offboarding")
+    alpha = await Team.make(realm, "Alpha onboarding")
+    healthy = await Team.make(realm, "Welcome")
+    at = datetime.now(UTC) - timedelta(hours=1)
+    open_runs = {}
+    for team in (zulu, beta):
+        open_runs[team.workflow_id] = await _insert_run(
+            realm, team.workflow_id, "compensation_failed", created_at=at, finished_at=at, attempt=("succeeded", None)
+        )
+    await _insert_run(
+        realm, alpha.workflow_id, "failed", created_at=at, finished_at=at, attempt=("failed", "not_a_member")
+    )
+    await _insert_run(
+        realm, healthy.workflow_id, "succeeded", created_at=at, finished_at=at, attempt=("succeeded", None)
+    )
+    expected = [beta.workflow_id, zulu.workflow_id, alpha.workflow_id]
+
+    async with realm.sessions() as session:
+        found, open_total = await diagnostics.realm_attention(session, realm.id)
+    assert [(w.name, w.health.status) for w in found] == [
+        ("beta offboarding", "attention_required"),
+        ("Zulu offboarding", "attention_required"),
+        ("Alpha onboarding", "degraded"),
+    ]
+    assert open_total == 2
+
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    listed = re.compile(r'data-testid="attention-workflow" data-workflow-id="([^"]+)"')
+    home = (await client.get(f"/realms/{realm.slug}/", headers=HTML)).text
+    assert listed.findall(home) == expected
+    assert "2 run(s) to finish by hand" in home
+    # Each whose compensation failed leads to its run, the degraded one to its diagnostics.
+    items = home.split('data-testid="attention-workflow"')[1:]
+    for workflow_id, item in zip(expected, items, strict=True):
+        item = item.split("</li>")[0]
+        if workflow_id in open_runs:
+            run_id = open_runs[workflow_id]
+            assert f'href="/realms/{realm.slug}/runs/{run_id}"' in item and f"finish run {run_id[:12]}… by hand" in item
+        else:
+            assert f'href="/realms/{realm.slug}/workflows/{workflow_id}/diagnostics"' in item
+            assert "finish run" not in item
+    attention = (await client.get(f"/realms/{realm.slug}/attention", headers=HTML)).text
+    assert listed.findall(attention) == expected

@@ -193,6 +193,55 @@ async def test_diagnostics_read_the_last_500_runs(
     assert (health.status == "attention_required") is counted, health
 
 
+# --- a definition's named ids: up to 500 checked in the realm ---------------------------------------
+
+
+def _naming(count: int) -> dict[str, Any]:
+    """A definition naming ``count`` ids none of which exists: an organization, a role, a group and a
+    subscription, and ``count - 4`` approvers in approval steps of 20 — more steps than 20, so its
+    shape is wrong, but each step on its own is sound."""
+    approvers = [f"usr_{n:026d}" for n in range(count - 4)]
+    steps: list[dict[str, Any]] = [
+        {"id": f"ask-{i}", "type": "approval", "approvers": approvers[i : i + 20], "expires_in": "72h"}
+        for i in range(0, len(approvers), 20)
+    ]
+    steps[0]["organization_id"] = "org_" + "0" * 26
+    steps += [
+        {"id": "grant", "type": "assign_role", "role_id": "rol_" + "0" * 26, "scope": "realm"},
+        {"id": "team", "type": "add_to_group", "group_id": "grp_" + "0" * 26},
+        {"id": "sync", "type": "call_webhook", "subscription_id": "whk_" + "0" * 26},
+        {"id": "done", "type": "end"},
+    ]
+    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": steps}
+
+
+@pytest.mark.parametrize(("named", "checked"), [(500, True), (501, False)])
+async def test_a_definition_naming_500_ids_is_checked_in_the_realm_and_one_naming_501_is_not(
+    client: AsyncTestClient[Litestar], realm: RealmHandle, named: int, checked: bool
+) -> None:
+    """No valid definition names more than 500 ids (20 steps): one that names more is answered with
+    its shape's issues alone, never looked up; up to 500 every id is checked in the realm too."""
+    answer = await client.post(
+        realm.api + "/workflows/validate", json={"definition": _naming(named)}, headers=realm.headers
+    )
+    assert answer.status_code == 200, answer.text
+    errors = {e["path"]: e["code"] for e in answer.json()["errors"]}
+    assert errors["/definition/steps"] == "too_many", errors["/definition/steps"]
+    last = len(_naming(named)["steps"]) - 1
+    references = {
+        "/definition/steps/0/organization_id": "not_found",
+        "/definition/steps/0/approvers/0": "not_eligible",
+        "/definition/steps/0/approvers/19": "not_eligible",
+        f"/definition/steps/{last - 3}/role_id": "not_found",
+        f"/definition/steps/{last - 2}/group_id": "not_found",
+        f"/definition/steps/{last - 1}/subscription_id": "not_found",
+    }
+    if checked:
+        assert {path: errors.get(path) for path in references} == references
+    else:
+        assert not set(references) & set(errors), sorted(set(references) & set(errors))
+
+
 # --- a rotated secret's 24 h overlap ------------------------------------------------------------------
 
 

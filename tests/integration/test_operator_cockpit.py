@@ -15,6 +15,7 @@ from engine.directory.models import User
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.workflows.catalog import create_workflow
+from engine.workflows.references import workflows_referencing
 from testing.factories import HTML, RealmHandle, bearer
 from testing.pages import signed_in, step_block
 from testing.runs import drain_realm, run_state, start
@@ -246,6 +247,49 @@ async def test_deleting_a_role_or_subscription_a_published_workflow_names_answer
     )
     assert forced.status_code == 303
     assert (await client.get(f"{realm.api}/roles/{role.id}", headers=realm.headers)).status_code == 404
+
+
+async def test_the_refusal_names_every_published_workflow_that_uses_the_role_and_only_those(
+    client: Client, realm: RealmHandle
+) -> None:
+    """Two workflows name the role: both are named, by name. A deleted one that named it does not
+    count, and an id that differs from the role's is no reference, even where a LIKE pattern's
+    ``_`` or ``%`` in it would match the role's id."""
+    role = await realm.role("Badge printer", ["realm.users.read"])
+    grant = manual(
+        {"id": "grant", "type": "assign_role", "role_id": role.id, "scope": "realm"}, {"id": "done", "type": "end"}
+    )
+    second = await publish(realm, grant, "Visitor badges")
+    first = await publish(realm, grant, "Front desk onboarding")
+    retired = await publish(realm, grant, "Retired badges")
+    removed = await client.delete(f"{realm.api}/workflows/{retired}", headers=realm.headers)
+    assert removed.status_code == 204, removed.text
+
+    refused = await client.delete(f"{realm.api}/roles/{role.id}", headers=realm.headers)
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["detail"] == (
+        "The role is used by the published revision of 2 workflow(s): Front desk onboarding, Visitor badges. "
+        "Their runs would fail at that step. Change those workflows first, or delete anyway with force=true."
+    )
+    assert body["referenced_by"] == [
+        {"workflow_id": first, "name": "Front desk onboarding"},
+        {"workflow_id": second, "name": "Visitor badges"},
+    ]
+    assert [(e["path"], e["code"], e["message"]) for e in body["errors"]] == [
+        ("", "referenced_by", f"workflow Front desk onboarding ({first})"),
+        ("", "referenced_by", f"workflow Visitor badges ({second})"),
+    ]
+
+    # The role's id with one character made "_", or its end made "%", and a text whose JSON escape
+    # (gran\t) reads as a step's id in a LIKE pattern: no such role, and no reference.
+    lookalikes = [role.id[:5] + "_" + role.id[6:], role.id[:-3] + "%", "gran\t"]
+    async with realm.sessions() as session:
+        for lookalike in lookalikes:
+            assert await workflows_referencing(session, realm.id, lookalike) == [], lookalike
+        assert [w.id for w in await workflows_referencing(session, realm.id, role.id)] == [first, second]
+    unknown = await client.delete(f"{realm.api}/roles/{lookalikes[0]}", headers=realm.headers)
+    assert unknown.status_code == 404, unknown.text
 
 
 # --- Error answers ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from litestar.testing import AsyncTestClient
 from engine.directory.authz import load_authority
 from engine.directory.groups import create_group
 from engine.directory.models import User
+from engine.runs.diagnostics import health_of
 from engine.runs.runner import Runner
 from testing.approvals import decide
 from testing.factories import HTML, RealmHandle, browser_session
@@ -122,6 +123,13 @@ async def test_a_rejection_is_a_decision_on_both_sides_of_the_ten_percent_line(
     r = f"/realms/{realm.slug}"
     listing = (await client.get(f"{r}/workflows", headers=HTML)).text
     assert 'data-health="degraded"' in listing
+    # Its badge says why, the rejections apart, in the words of the diagnostics; so does the
+    # statement itself (the listing above read the entry the diagnostics had just kept).
+    assert "; 2 rejected by an approver (a decision, not a failure), more than 10 %." in body["health_reason"]
+    assert f'title="{body["health_reason"]}"' in listing
+    async with realm.sessions() as session:
+        health = (await health_of(session, realm.id, [desk.workflow_id]))[desk.workflow_id]
+    assert (health.status, health.reason) == ("degraded", body["health_reason"])
 
     # The home's figures: rejections apart from the failures; the attention card and /attention
     # both lead a degraded workflow to its diagnostics.

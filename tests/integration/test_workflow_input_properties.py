@@ -87,3 +87,25 @@ async def test_nul_characters_are_refused_not_stored(client: AsyncTestClient[Lit
         realm.api + "/users", json={"email": "n@example.com", "display_name": "N\u0000"}, headers=realm.headers
     )
     assert user.status_code == 422  # anywhere else, the safety net answers 422 too
+
+
+async def test_a_nul_in_a_named_id_is_reported_at_its_path_before_any_look_up(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """PostgreSQL cannot take a NUL: a definition naming ids that hold one is answered with where
+    they are, and its ids are never looked up in the realm."""
+    bad = {
+        "schema_version": 1,
+        "triggers": [{"type": "manual"}],
+        "steps": [
+            {"id": "grant", "type": "assign_role", "role_id": "rol_\u0000", "scope": "realm"},
+            {"id": "ask", "type": "approval", "approvers": ["usr_\u0000"], "expires_in": "1h"},
+            {"id": "done", "type": "end"},
+        ],
+    }
+    validate = await client.post(realm.api + "/workflows/validate", json={"definition": bad}, headers=realm.headers)
+    assert validate.status_code == 200, validate.text
+    assert [(e["path"], e["code"]) for e in validate.json()["errors"]] == [
+        ("/definition/steps/0/role_id", "invalid_character"),
+        ("/definition/steps/1/approvers/0", "invalid_character"),
+    ]

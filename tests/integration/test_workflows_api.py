@@ -108,6 +108,75 @@ class TestWorkflowValidation:
         assert by_path["/definition/steps/1/role_id"] == "boundary_mismatch"
         assert by_path["/definition/steps/2/role_id"] == "not_found"
 
+    async def test_every_kind_of_reference_the_realm_holds_is_valid_and_its_state_is_read(
+        self, client: Client, realm: RealmHandle
+    ) -> None:
+        """A role of each boundary, an active organization, its group, an active approver and a
+        subscription: all found, the definition is valid. Then an inactive organization and a deleted
+        subscription: each named at its path."""
+        realm_role = await realm.role("clerk", ["realm.users.read"])
+        org_role = await realm.role("org-clerk", ["realm.users.read"], boundary="organization")
+        org = await realm.organization("Front office")
+        closed = await realm.organization("Closed office")
+        group = (
+            await client.post(
+                f"{realm.api}/organizations/{org.id}/groups", json={"name": "Desk"}, headers=realm.headers
+            )
+        ).json()
+        approver = await realm.user("approver@example.com")
+        hook = (
+            await client.post(
+                realm.api + "/webhooks", json={"destination": "https://c.example.com/"}, headers=realm.headers
+            )
+        ).json()
+        gone = (
+            await client.post(
+                realm.api + "/webhooks", json={"destination": "https://d.example.com/"}, headers=realm.headers
+            )
+        ).json()
+
+        async def validate(*steps: dict[str, Any]) -> dict[str, Any]:
+            response = await client.post(
+                realm.api + "/workflows/validate", json={"definition": definition(*steps)}, headers=realm.headers
+            )
+            assert response.status_code == 200, response.text
+            answer: dict[str, Any] = response.json()
+            return answer
+
+        found = await validate(
+            {
+                "id": "ask",
+                "type": "approval",
+                "approvers": [approver.id],
+                "organization_id": org.id,
+                "expires_in": "72h",
+            },
+            {"id": "grant", "type": "assign_role", "role_id": realm_role.id, "scope": "realm"},
+            {"id": "grant-org", "type": "assign_role", "role_id": org_role.id, "scope": "organization"},
+            {"id": "team", "type": "add_to_group", "group_id": group["id"]},
+            {"id": "sync", "type": "call_webhook", "subscription_id": hook["id"]},
+        )
+        assert found == {"valid": True, "errors": []}
+
+        async with realm.sessions() as session, session.begin():
+            await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+        deleted = await client.delete(f"{realm.api}/webhooks/{gone['id']}", headers=realm.headers)
+        assert deleted.status_code == 204, deleted.text
+        refused = await validate(
+            {
+                "id": "ask",
+                "type": "approval",
+                "approvers": [approver.id],
+                "organization_id": closed.id,
+                "expires_in": "72h",
+            },
+            {"id": "sync", "type": "call_webhook", "subscription_id": gone["id"]},
+        )
+        assert [(e["path"], e["code"]) for e in refused["errors"]] == [
+            ("/definition/steps/0/organization_id", "inactive"),
+            ("/definition/steps/1/subscription_id", "not_found"),
+        ]
+
     async def test_validate_has_no_side_effects(self, client: Client, realm: RealmHandle) -> None:
         before = await count(realm, "SELECT count(*) FROM audit_events WHERE realm_id = :r")
         ok = await client.post(
