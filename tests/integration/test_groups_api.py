@@ -68,6 +68,29 @@ async def test_bad_group_input_lists_every_error(client: AsyncTestClient[Litesta
     ).status_code == 404
 
 
+async def test_each_malformed_id_is_a_422_at_its_own_path_and_changes_nothing(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    org = await realm.organization()
+    url = groups_url(realm, org)
+    group = (await client.post(url, json={"name": "Team"}, headers=realm.headers)).json()
+
+    created = await client.post(url, json={"name": "Sub", "parent_id": "Team"}, headers=realm.headers)
+    assert created.status_code == 422
+    assert [(e["path"], e["code"]) for e in created.json()["errors"]] == [("/parent_id", "invalid_id")]
+    moved = await client.patch(f"{url}/{group['id']}", json={"parent_id": "top"}, headers=realm.headers)
+    assert moved.status_code == 422
+    assert [(e["path"], e["code"]) for e in moved.json()["errors"]] == [("/parent_id", "invalid_id")]
+    joined = await client.post(f"{url}/{group['id']}/members", json={"user_id": "nobody"}, headers=realm.headers)
+    assert joined.status_code == 422
+    assert [(e["path"], e["code"]) for e in joined.json()["errors"]] == [("/user_id", "invalid_id")]
+
+    assert await fetch(realm, "SELECT name, parent_id FROM groups WHERE organization_id = :o", o=org.id) == [
+        ("Team", None)
+    ]
+    assert await fetch(realm, "SELECT user_id FROM group_members WHERE group_id = :g", g=group["id"]) == []
+
+
 async def test_group_members_must_belong_to_the_organization(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:

@@ -123,6 +123,27 @@ async def test_builtin_roles_cannot_change_and_custom_roles_can(
     assert (await client.get(f"{realm.api}/roles/{unused.id}", headers=realm.headers)).status_code == 404
 
 
+async def test_a_custom_roles_name_and_description_change_and_are_read_back(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    custom = await realm.role("custom", ["realm.users.read"])
+    changed = await client.patch(
+        f"{realm.api}/roles/{custom.id}",
+        json={"name": "  Help desk  ", "description": "Second line"},
+        headers=realm.headers,
+    )
+    assert changed.status_code == 200, changed.text
+    assert (changed.json()["name"], changed.json()["description"]) == ("Help desk", "Second line")
+    assert changed.json()["permissions"] == ["realm.users.read"]
+    assert (await client.get(f"{realm.api}/roles/{custom.id}", headers=realm.headers)).json() == changed.json()
+    audit = await fetch(
+        realm,
+        "SELECT details->'changed' FROM audit_events WHERE subject_id = :r AND type = 'role.updated'",
+        r=custom.id,
+    )
+    assert audit == [(["name", "description"],)]
+
+
 async def test_assign_and_revoke_a_role(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
     user = await realm.user("reader@example.com")
     role = await realm.role("user-reader", ["realm.users.read"])
@@ -237,6 +258,25 @@ async def test_assignment_input_rules(client: AsyncTestClient[Litestar], realm: 
     assert to_sp.status_code == 201 and to_sp.json()["service_principal_id"] == sp["id"]
     listed = (await client.get(url, params={"service_principal_id": sp["id"]}, headers=realm.headers)).json()
     assert [a["id"] for a in listed["items"]] == [to_sp.json()["id"]]
+
+
+async def test_each_malformed_id_of_an_assignment_is_a_422_at_its_own_path(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    body = {
+        "role_id": "role-1",
+        "user_id": "user-1",
+        "service_principal_id": "bot-1",
+        "organization_id": "org-1",
+        "approver_id": "approver-1",
+    }
+    response = await client.post(realm.api + "/role-assignments", json=body, headers=realm.headers)
+    assert response.status_code == 422
+    errors = {e["path"]: e for e in response.json()["errors"]}
+    assert set(errors) == {"/role_id", "/user_id", "/service_principal_id", "/organization_id", "/approver_id"}
+    assert {e["code"] for e in errors.values()} == {"invalid_id"}
+    assert errors["/approver_id"]["message"] == "must be an id starting with usr_"
+    assert len(await fetch(realm, "SELECT id FROM role_assignments WHERE realm_id = :r", r=realm.id)) == 1
 
 
 async def test_the_grant_ceiling_holds_for_assigning_and_revoking(

@@ -175,3 +175,26 @@ async def test_a_bad_update_lists_every_error_and_changes_nothing(
     assert stored == user.password_hash
     accepted = await client.patch(url, json={"password": "x" * 12}, headers=realm.headers)
     assert accepted.status_code == 200, accepted.text
+
+
+async def test_an_update_makes_a_user_a_guest_and_back_and_audits_it(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    user = await realm.user("visitor@example.com")
+    url = f"{realm.api}/users/{user.id}"
+    made = await client.patch(url, json={"guest": True}, headers=realm.headers)
+    assert made.status_code == 200, made.text
+    assert made.json()["guest"] is True
+    assert (await client.get(url, headers=realm.headers)).json()["guest"] is True
+    back = await client.patch(url, json={"guest": False}, headers=realm.headers)
+    assert back.status_code == 200 and back.json()["guest"] is False
+    async with realm.sessions() as session:
+        changes = (
+            await session.scalars(
+                text(
+                    "SELECT details->'changed' FROM audit_events WHERE subject_id = :u AND type = 'user.updated' ORDER BY id"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+    assert changes == [["guest"], ["guest"]]

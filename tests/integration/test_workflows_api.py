@@ -481,3 +481,56 @@ async def test_saving_the_latest_definition_again_makes_no_new_revision(client: 
     assert again.status_code == 200 and again.json()["number"] == 3
     numbers = [r["number"] for r in (await client.get(f"{base}/revisions", headers=realm.headers)).json()["items"]]
     assert sorted(numbers) == [1, 2, 3]
+
+
+async def test_a_workflows_name_description_and_owner_change_and_are_read_back(
+    client: Client, realm: RealmHandle
+) -> None:
+    created = await client.post(
+        realm.api + "/workflows", json={"name": "Before", "description": "Old words"}, headers=realm.headers
+    )
+    base = f"{realm.api}/workflows/{created.json()['id']}"
+    owner = await realm.user("owner@example.com")
+    changed = await client.patch(
+        base, json={"name": "After", "description": "New words", "owner_id": owner.id}, headers=realm.headers
+    )
+    assert changed.status_code == 200, changed.text
+    body = changed.json()
+    assert (body["name"], body["description"], body["owner_id"]) == ("After", "New words", owner.id)
+    assert (await client.get(base, headers=realm.headers)).json() == body
+    async with realm.sessions() as session:
+        details = await session.scalar(
+            text("SELECT details FROM audit_events WHERE subject_id = :w AND type = 'workflow.updated'"),
+            {"w": body["id"]},
+        )
+    assert details == {"changed": ["description", "name", "owner_id"]}
+
+
+async def test_a_decisions_and_a_publications_comment_is_kept(client: Client, realm: RealmHandle) -> None:
+    other = await second_admin(realm)
+    rejected_id = (
+        await client.post(
+            realm.api + "/workflows", json={"name": "Rejected", "definition": definition()}, headers=realm.headers
+        )
+    ).json()["id"]
+    rejected = await client.post(
+        f"{realm.api}/workflows/{rejected_id}/revisions/1/reject", json={"comment": "not yet"}, headers=other
+    )
+    assert rejected.status_code == 200, rejected.text
+    assert (rejected.json()["status"], rejected.json()["decision_comment"]) == ("rejected", "not yet")
+
+    wid = (
+        await client.post(
+            realm.api + "/workflows", json={"name": "Shipped", "definition": definition()}, headers=realm.headers
+        )
+    ).json()["id"]
+    published = await client.post(
+        f"{realm.api}/workflows/{wid}/revisions/1/publish", json={"comment": "ship it"}, headers=realm.headers
+    )
+    assert published.status_code == 200, published.text
+    async with realm.sessions() as session:
+        comment = await session.scalar(
+            text("SELECT details->>'comment' FROM audit_events WHERE subject_id = :w AND type = 'workflow.published'"),
+            {"w": wid},
+        )
+    assert comment == "ship it"
