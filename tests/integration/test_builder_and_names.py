@@ -229,6 +229,27 @@ async def test_builder_adds_a_step_and_sets_a_reference_and_the_json_follows(
     assert broken.status_code == 422 and textarea_of(broken.text) == "{"
 
 
+async def test_a_builder_change_answers_with_its_preview_and_posts_back_to_the_same_workflow(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    workflow = await make_workflow(realm, body=manual_then_end())
+    u = f"/realms/{realm.slug}/workflows/{workflow.id}/edit"
+    text = textarea_of((await client.get(u, headers=HTML)).text)
+    added = await client.post(
+        f"{u}/builder", data={"definition": text, "op": "add_step", "value": "wait"}, headers=htmx(login, "builder")
+    )
+    assert added.status_code == 200
+    steps = json.loads(textarea_of(added.text))["steps"]
+    assert [s["type"] for s in steps] == ["wait", "end"]
+    # The preview follows the new text, out of band, and says it is the text as typed.
+    assert '<p id="preview-note" class="muted small" hx-swap-oob="true">The text as typed.</p>' in added.text
+    preview = added.text.split('<div id="editor-preview" class="preview" hx-swap-oob="true">', 1)[1]
+    assert all(f'<code class="step-id">{s["id"]}</code>' in preview for s in steps)
+    # The builder that comes back keeps acting on this workflow.
+    assert f'hx-post="{u}/builder"' in added.text and "workflows//edit" not in added.text
+
+
 async def test_builder_edits_lists_choices_and_removes(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     o = await directory_objects(realm)

@@ -101,6 +101,57 @@ async def test_organization_page_adds_and_removes_members(
     assert await fetch(realm, "SELECT id FROM memberships WHERE organization_id = :o", o=org.id) == []
 
 
+async def test_organization_forms_answer_where_they_went_and_why_they_were_refused(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("Sales")
+    role = await realm.role("sellers", ["org.members.write"], boundary="organization")
+    await realm.user("seller@example.com")
+    stranger = await realm.user("stranger@example.com")
+    base = f"/realms/{realm.slug}/organizations/{org.id}"
+
+    renamed = await client.post(
+        base, data={"_csrf": login.csrf, "name": "Sales EU", "state": "active"}, headers=HTML, follow_redirects=False
+    )
+    assert renamed.status_code == 303 and renamed.headers["location"] == f"{base}?done=updated"
+    assert await fetch(realm, "SELECT name FROM organizations WHERE id = :o", o=org.id) == [("Sales EU",)]
+
+    added = await client.post(
+        base + "/members",
+        data={"_csrf": login.csrf, "email": "seller@example.com"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert added.status_code == 303 and added.headers["location"] == f"{base}?done=member-added"
+    shown = await client.get(added.headers["location"], headers=HTML)
+    assert '<div class="flash ok" role="status">Member added.</div>' in shown.text
+
+    not_member = await client.post(
+        f"{base}/members/{stranger.id}/remove", data={"_csrf": login.csrf}, headers=HTMX | {"HX-Target": "org-members"}
+    )
+    assert not_member.status_code == 404
+    assert '<div class="flash bad" role="alert">The user is not a member of this organization.</div>' in not_member.text
+
+    made = await client.post(
+        base + "/groups",
+        data={"_csrf": login.csrf, "name": "Team", "role_ids": ["", role.id]},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert made.status_code == 303, made.text
+    team = made.headers["location"].split("/groups/")[1].split("?")[0]
+    assert await fetch(realm, "SELECT role_id FROM group_roles WHERE group_id = :g", g=team) == [(role.id,)]
+    unnamed = await client.post(
+        base + "/groups", data={"_csrf": login.csrf, "name": "", "parent_id": team}, headers=HTML
+    )
+    assert unnamed.status_code == 422
+    assert f'<option value="{team}" selected>Team</option>' in unnamed.text
+    assert '<div class="flash bad" role="alert">' in unnamed.text.split('id="create-group"', 1)[1]
+    assert '<p class="field-error" role="alert">must be at least 1 character(s)</p>' in unnamed.text
+    assert await fetch(realm, "SELECT count(*) FROM groups WHERE organization_id = :o", o=org.id) == [(1,)]
+
+
 async def test_groups_are_created_joined_and_show_inherited_roles(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:

@@ -114,6 +114,37 @@ async def test_deleting_a_subscription_a_workflow_calls_is_refused_then_forced(
     assert await state() == "deleted"
 
 
+async def test_a_row_action_the_page_does_not_know_or_a_used_subscription_says_so_whole(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/webhooks"
+    made = await client.post(
+        f"{realm.api}/webhooks", json={"destination": "https://hooks.example.com/in"}, headers=realm.headers
+    )
+    assert made.status_code == 201, made.text
+    hook = made.json()["id"]
+
+    async def state() -> str:
+        async with realm.sessions() as session:
+            return str(await session.scalar(text("SELECT state FROM webhook_subscriptions WHERE id = :w"), {"w": hook}))
+
+    unknown = await client.post(f"{base}/{hook}/archive", data={"_csrf": login.csrf}, headers=HTML)
+    assert unknown.status_code == 404
+    assert '<div class="flash bad" role="alert">Unknown action &#39;archive&#39;.' in unknown.text
+    assert await state() == "active"
+
+    await publish(realm, manual({"id": "call", "type": "call_webhook", "subscription_id": hook}), "Caller")
+    refused = await client.post(f"{base}/{hook}/delete", data={"_csrf": login.csrf}, headers=HTML)
+    assert refused.status_code == 409
+    assert (
+        '<div class="flash bad" role="alert">The subscription is used by the published revision of 1 workflow(s):'
+        " Caller. Their runs would fail at that step. Change those workflows first, or delete anyway with"
+        " force=true."
+    ) in refused.text
+    assert await state() == "active"
+
+
 async def test_forms_without_the_csrf_field_are_refused(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
     await _sign_in(client, realm, realm.admin)
     for url, data in [
@@ -407,3 +438,64 @@ async def test_service_principal_forms_keep_their_limits_and_the_callers_reach(
     )
     assert done.status_code == 303 and done.headers["location"] == f"{base}/{sp_id}?revoked=1"
     assert await revoked() == [True]
+
+
+async def test_service_principal_tokens_are_shown_once_within_reach_and_only_on_their_principal(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    """The minted token is shown whole, this once, and is the one stored; minting for a principal
+    holding more than the caller is refused; a token is revoked only from its own principal's page."""
+    base = f"/realms/{realm.slug}/service-principals"
+    sp_ids = []
+    for name in ("strong-sync", "plain-sync"):
+        made = await client.post(realm.api + "/service-principals", json={"name": name}, headers=realm.headers)
+        assert made.status_code == 201, made.text
+        sp_ids.append(made.json()["id"])
+    strong_sp, plain_sp = sp_ids
+    login = await _sign_in(client, realm, realm.admin)
+    strong = await realm.role("strong", ["realm.users.read", "realm.users.write"])
+    assigned = await client.post(
+        f"{base}/{strong_sp}/role-assignments", data={"_csrf": login.csrf, "role_id": strong.id}, headers=HTML
+    )
+    assert assigned.status_code == 200, assigned.text
+
+    async def stored(sp_id: str) -> list[tuple[str, str, bool]]:
+        async with realm.sessions() as session:
+            rows = await session.execute(
+                text(
+                    "SELECT name, token_hash, revoked_at IS NOT NULL FROM api_tokens"
+                    " WHERE service_principal_id = :s ORDER BY id"
+                ),
+                {"s": sp_id},
+            )
+            return [(r[0], r[1], r[2]) for r in rows]
+
+    minted = await client.post(f"{base}/{plain_sp}/tokens", data={"_csrf": login.csrf, "name": "nightly"}, headers=HTML)
+    assert minted.status_code == 200 and "Token “nightly” created" in minted.text
+    shown = re.search(r'<p class="secret" id="minted-token">(pat_[^<]+)</p>', minted.text)
+    assert shown
+    assert await stored(plain_sp) == [("nightly", crypto.token_hash(shown.group(1)), False)]
+    again = await client.get(f"{base}/{plain_sp}", headers=HTML)
+    assert shown.group(1) not in again.text and 'data-testid="minted-token"' not in again.text
+
+    async with realm.sessions() as session:
+        token_id = await session.scalar(
+            text("SELECT id FROM api_tokens WHERE service_principal_id = :s"), {"s": plain_sp}
+        )
+    elsewhere = await client.post(
+        f"{base}/{strong_sp}/tokens/{token_id}/revoke", data={"_csrf": login.csrf}, headers=HTML
+    )
+    assert elsewhere.status_code == 400
+    assert '<div class="flash bad" role="alert">That token belongs to someone else.</div>' in elsewhere.text
+    assert [revoked for _, _, revoked in await stored(plain_sp)] == [False]
+
+    keeper = await realm.user("keeper@example.com")
+    await realm.assign(keeper, await realm.role("keeper", ["realm.users.read", "realm.tokens.write"]))
+    client.cookies.clear()
+    weaker = await _sign_in(client, realm, keeper)
+    above = await client.post(
+        f"{base}/{strong_sp}/tokens", data={"_csrf": weaker.csrf, "name": "mine-now"}, headers=HTML
+    )
+    assert above.status_code == 403 and "realm.users.write" in above.text
+    assert 'data-testid="minted-token"' not in above.text
+    assert await stored(strong_sp) == []

@@ -201,6 +201,44 @@ async def test_bulk_refuses_an_unknown_action_or_person_and_filters_by_the_subje
     assert [r.id for r in await rows(realm, cancelled, ids=ids)] == [chosen_run]
 
 
+async def test_bulk_without_javascript_is_a_whole_runs_page_and_filters_by_trigger(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Bulky")
+    subject = await realm.user()
+    run_ids = [await start(realm, wid, subject.id) for _ in range(2)]  # manual runs, both pending
+    base = f"/realms/{realm.slug}/runs"
+    cancelled = "SELECT id FROM workflow_runs WHERE id = ANY(:ids) AND cancel_requested_at IS NOT NULL"
+
+    # A plain form post (no htmx) answers the whole page, with Runs as the current section.
+    wrong = await client.post(
+        f"{base}/bulk", data={"action": "archive", "ids": run_ids, "_csrf": login.csrf}, headers=HTML
+    )
+    assert wrong.status_code == 422 and "<h1>Act on several runs</h1>" in wrong.text
+    assert f'<a href="{base}" aria-current="page">Runs</a>' in wrong.text
+    assert (
+        '<div class="flash bad" role="alert" data-testid="bulk-error">'
+        "The request is not valid. Choose cancel or re-run.</div>"
+    ) in wrong.text
+
+    # All scheduled runs: none of the manual ones match, so nothing is cancelled.
+    scheduled = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "trigger_type": "schedule", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert scheduled.status_code == 200 and 'data-testid="bulk-count">0 of 0<' in scheduled.text
+    assert await rows(realm, cancelled, ids=run_ids) == []
+    manual_runs = await client.post(
+        f"{base}/bulk",
+        data={"action": "cancel", "scope": "filter", "trigger_type": "manual", "_csrf": login.csrf},
+        headers=HTML,
+    )
+    assert manual_runs.status_code == 200 and 'data-testid="bulk-count">2 of 2<' in manual_runs.text
+    assert sorted(r.id for r in await rows(realm, cancelled, ids=run_ids)) == sorted(run_ids)
+
+
 async def test_readers_get_no_controls(client: Client, realm: RealmHandle) -> None:
     reader = await realm.user("reader@example.com")
     await realm.assign(reader, await realm.builtin_role("realm-auditor"))

@@ -381,6 +381,27 @@ async def test_a_new_workflow_from_a_template_opens_in_the_editor_with_what_is_l
     assert both.status_code == 422 and "Choose a template or paste a definition, not both" in both.text
 
 
+async def test_a_refused_new_workflow_says_why_whole_and_makes_nothing(client: Client, realm: RealmHandle) -> None:
+    login = await signed_in(client, realm)
+    url = f"/realms/{realm.slug}/workflows/new"
+    both = await client.post(
+        url,
+        data={"_csrf": login.csrf, "name": "Y", "template": "onboarding", "definition": json.dumps(MINIMAL)},
+        headers=HTML,
+    )
+    assert both.status_code == 422
+    assert '<div class="flash bad" role="alert">Check the fields marked below.</div>' in both.text
+    assert (
+        '<p class="field-error" role="alert">'
+        "Choose a template or paste a definition, not both: a template opens in the editor.</p>"
+    ) in both.text
+    unknown = await client.post(url, data={"_csrf": login.csrf, "name": "X", "template": "payroll"}, headers=HTML)
+    assert unknown.status_code == 422
+    assert '<p class="field-error" role="alert">Choose one of the templates.</p>' in unknown.text
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM workflows WHERE realm_id = :r"), {"r": realm.id}) == 0
+
+
 # --- The editor -----------------------------------------------------------------------------------
 
 
@@ -492,6 +513,32 @@ async def test_saving_stages_a_draft_or_shows_the_api_errors_keeping_the_text(
     assert tuple(row) == (1, "draft", body, realm.admin.id)
     revision = await client.get(saved.headers["location"], headers=HTML)
     assert "Saved as a new draft revision." in revision.text and "is the first" in revision.text
+
+
+async def test_saving_the_same_definition_again_makes_nothing_and_a_refusal_says_why_whole(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    workflow = await make_workflow(realm)
+    url = f"/realms/{realm.slug}/workflows/{workflow.id}/edit"
+    body = manual_then_end({"id": "pause", "type": "wait", "duration": "2h"})
+    revisions = "SELECT count(*) FROM workflow_revisions WHERE workflow_id = :w"
+
+    not_json = await client.post(url, data={"_csrf": login.csrf, "definition": "{"}, headers=HTML)
+    assert not_json.status_code == 422
+    assert (
+        '<div class="flash bad" role="alert">The definition was not saved: fix the errors below.</div>' in not_json.text
+    )
+    for _ in range(2):
+        saved = await client.post(
+            url, data={"_csrf": login.csrf, "definition": json.dumps(body)}, headers=HTML, follow_redirects=False
+        )
+        assert saved.status_code == 303
+    assert saved.headers["location"] == f"/realms/{realm.slug}/workflows/{workflow.id}/revisions/1?done=unchanged"
+    async with realm.sessions() as session:
+        assert await session.scalar(text(revisions), {"w": workflow.id}) == 1
+    shown = await client.get(saved.headers["location"], headers=HTML)
+    assert "Nothing changed: this revision already holds exactly that definition, so no new one was made." in shown.text
 
 
 # --- Revisions, diffs and decisions ---------------------------------------------------------------
