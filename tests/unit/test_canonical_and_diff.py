@@ -221,11 +221,39 @@ def test_retry_changes() -> None:
     assert structured(old, new)["retry"]["new"] is None
 
 
+def test_schema_version_changes() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["schema_version"] = 2
+    assert structured(old, new)["schema_version"] == {
+        "old": 1,
+        "new": 2,
+        "changes": [{"path": "", "change": "changed", "old": 1, "new": 2}],
+    }
+    assert structured(old, old)["schema_version"] is None
+
+
 @pytest.mark.parametrize("junk", [None, [], "x", {"steps": "x"}, {"steps": [1, {"id": 2}, {"id": "a"}, {"id": "a"}]}])
 def test_structured_diff_reads_anything(junk: Any) -> None:
     diff = structured(junk, definition())
     assert diff["changed"] is True
     assert structured(junk, junk)["changed"] is False
+
+
+def test_member_names_that_are_not_strings_are_compared_by_their_text() -> None:
+    old = {"steps": [{"id": "a", "type": "end", 1: "one", "b": True}]}
+    new = {"steps": [{"id": "a", "type": "end", 1: "uno", "b": False}]}
+    assert structured(old, new)["steps"]["changed"] == [
+        {
+            "id": "a",
+            "old_index": 0,
+            "new_index": 0,
+            "changes": [
+                {"path": "/1", "change": "changed", "old": "one", "new": "uno"},
+                {"path": "/b", "change": "changed", "old": True, "new": False},
+            ],
+        }
+    ]
 
 
 # ---------------------------------------------------------------------------- line diff
