@@ -71,6 +71,7 @@ async def test_event_shape(client: AsyncTestClient[Litestar], realm: RealmHandle
         "correlation_id",
         "details",
     }
+    assert (event["type"], event["category"]) == ("policy.updated", "configuration")
     assert event["actor"] == {"type": "user", "id": realm.admin.id}
     assert event["subject"] == {"type": "realm", "id": realm.id}
     assert (event["request_id"], event["correlation_id"], event["details"]) == ("req_abc12345", "wrn_x", {"k": 1})
@@ -170,3 +171,20 @@ async def test_a_type_filter_is_refused_when_empty_or_longer_than_100(
         assert [(e["path"], e["code"], e["message"]) for e in response.json()["errors"]] == [
             ("query:type", "invalid", "must be an event type, or a prefix ending with *")
         ], refused
+
+
+async def test_bad_filters_are_told_what_to_write(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    url = realm.api + "/audit-events"
+    same = await client.get(url, params={"since": "2020-01-01", "until": "2020-01-01T00:00Z"}, headers=realm.headers)
+    assert same.status_code == 422 and same.json()["detail"] == "The filters are not valid."
+    assert same.json()["errors"] == [
+        {"path": "query:until", "code": "out_of_range", "message": "must be later than since"}
+    ]
+    unreadable = await client.get(url, params={"since": "soon"}, headers=realm.headers)
+    assert unreadable.json()["errors"] == [
+        {"path": "query:since", "code": "invalid_timestamp", "message": "must be an ISO 8601 date or date-time"}
+    ]
+    later = await client.get(
+        url, params={"since": "2020-01-01", "until": "2020-01-01T00:00:01Z"}, headers=realm.headers
+    )
+    assert later.status_code == 200

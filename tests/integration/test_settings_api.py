@@ -64,18 +64,18 @@ async def test_a_second_save_changes_the_stored_wording_and_a_reset_is_audited(
     async with realm.sessions() as session:
         rows = await session.execute(
             text(
-                "SELECT subject_type, subject_id, details FROM audit_events"
+                "SELECT category, subject_type, subject_id, details FROM audit_events"
                 " WHERE realm_id = :r AND type = 'template.updated' ORDER BY id"
             ),
             {"r": realm.id},
         )
         audited = [tuple(row) for row in rows]
-    template_id = audited[0][1]
+    template_id = audited[0][2]
     assert template_id and template_id.startswith("tpl_")
     assert audited == [
-        ("template", template_id, {"name": "workflow_notice", "changed": ["subject", "body"]}),
-        ("template", template_id, {"name": "workflow_notice", "changed": ["body"]}),
-        ("template", template_id, {"name": "workflow_notice", "reset": True}),
+        ("configuration", "template", template_id, {"name": "workflow_notice", "changed": ["subject", "body"]}),
+        ("configuration", "template", template_id, {"name": "workflow_notice", "changed": ["body"]}),
+        ("configuration", "template", template_id, {"name": "workflow_notice", "reset": True}),
     ]
     again = (await client.get(url, headers=realm.headers)).json()
     assert (again["overridden"], again["updated_by"], again["updated_at"]) == (False, None, None)
