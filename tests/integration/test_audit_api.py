@@ -30,17 +30,20 @@ async def test_newest_first_with_keyset_paging(client: AsyncTestClient[Litestar]
             .all()
         )
     seen: list[str] = []
+    sizes: list[int] = []
     cursor = None
     while True:
         params = {"limit": "3"} | ({"cursor": cursor} if cursor else {})
         response = await client.get(realm.api + "/audit-events", params=params, headers=realm.headers)
         assert response.status_code == 200, response.text
         page = response.json()
+        sizes.append(len(page["items"]))
         seen += [e["id"] for e in page["items"]]
         cursor = page["next_cursor"]
         if not cursor:
             break
     assert seen == list(expected) and len(seen) >= 8  # realm creation wrote three events
+    assert len(sizes) > 1 and all(size == 3 for size in sizes[:-1]) and 0 < sizes[-1] <= 3
 
 
 async def test_event_shape(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
@@ -68,6 +71,7 @@ async def test_event_shape(client: AsyncTestClient[Litestar], realm: RealmHandle
         "correlation_id",
         "details",
     }
+    assert (event["type"], event["category"]) == ("policy.updated", "configuration")
     assert event["actor"] == {"type": "user", "id": realm.admin.id}
     assert event["subject"] == {"type": "realm", "id": realm.id}
     assert (event["request_id"], event["correlation_id"], event["details"]) == ("req_abc12345", "wrn_x", {"k": 1})
@@ -131,3 +135,56 @@ async def test_realms_see_only_their_own_events(
             .all()
         )
     assert theirs and not theirs & {e["id"] for e in mine["items"]}
+
+
+async def test_a_type_prefix_matches_its_characters_literally(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    slash = await _record(realm, "cfg\\one.changed", category="configuration")
+    await _record(realm, "cfgXone.changed", category="configuration")
+    await _record(realm, "cfg\\\\one.changed", category="configuration")
+    percent = await _record(realm, "cfg%one.changed", category="configuration")
+    await _record(realm, "cfgwone.changed", category="configuration")
+    underscore = await _record(realm, "cfg_two.changed", category="configuration")
+    await _record(realm, "cfgYtwo.changed", category="configuration")
+
+    async def ids(type_: str) -> list[str]:
+        response = await client.get(realm.api + "/audit-events", params={"type": type_}, headers=realm.headers)
+        assert response.status_code == 200, response.text
+        return [e["id"] for e in response.json()["items"]]
+
+    assert await ids("cfg\\one.*") == [slash]
+    assert await ids("cfg%one*") == [percent]
+    assert await ids("cfg_two*") == [underscore]
+
+
+async def test_a_type_filter_is_refused_when_empty_or_longer_than_100(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    longest = "a" * 99 + "*"
+    assert (
+        await client.get(realm.api + "/audit-events", params={"type": longest}, headers=realm.headers)
+    ).status_code == 200
+    for refused in ("a" * 100 + "*", "*", "* *", "**"):
+        response = await client.get(realm.api + "/audit-events", params={"type": refused}, headers=realm.headers)
+        assert response.status_code == 422, refused
+        assert [(e["path"], e["code"], e["message"]) for e in response.json()["errors"]] == [
+            ("query:type", "invalid", "must be an event type, or a prefix ending with *")
+        ], refused
+
+
+async def test_bad_filters_are_told_what_to_write(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
+    url = realm.api + "/audit-events"
+    same = await client.get(url, params={"since": "2020-01-01", "until": "2020-01-01T00:00Z"}, headers=realm.headers)
+    assert same.status_code == 422 and same.json()["detail"] == "The filters are not valid."
+    assert same.json()["errors"] == [
+        {"path": "query:until", "code": "out_of_range", "message": "must be later than since"}
+    ]
+    unreadable = await client.get(url, params={"since": "soon"}, headers=realm.headers)
+    assert unreadable.json()["errors"] == [
+        {"path": "query:since", "code": "invalid_timestamp", "message": "must be an ISO 8601 date or date-time"}
+    ]
+    later = await client.get(
+        url, params={"since": "2020-01-01", "until": "2020-01-01T00:00:01Z"}, headers=realm.headers
+    )
+    assert later.status_code == 200

@@ -44,6 +44,43 @@ async def test_the_default_template_and_an_override(client: AsyncTestClient[Lite
     assert (await client.get(url, headers=realm.headers)).json()["overridden"] is False
 
 
+async def test_a_second_save_changes_the_stored_wording_and_a_reset_is_audited(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    url = realm.api + "/templates/workflow_notice"
+    assert (await client.get(url, headers=realm.headers)).json()["updated_by"] is None
+    first = await client.put(url, json={"subject": "{{notice}}", "body": "{{notice}}"}, headers=realm.headers)
+    assert first.status_code == 200, first.text
+    second = await client.put(
+        url, json={"subject": "{{notice}}", "body": "{{realm}}: {{notice}}"}, headers=realm.headers
+    )
+    assert second.status_code == 200, second.text
+    shown = (await client.get(url, headers=realm.headers)).json()
+    assert (shown["subject"], shown["body"], shown["overridden"]) == ("{{notice}}", "{{realm}}: {{notice}}", True)
+    assert shown["updated_by"] == realm.admin.id and shown["updated_at"] >= first.json()["updated_at"]
+    assert second.json() == shown
+
+    assert (await client.delete(url, headers=realm.headers)).status_code == 204
+    async with realm.sessions() as session:
+        rows = await session.execute(
+            text(
+                "SELECT category, subject_type, subject_id, details FROM audit_events"
+                " WHERE realm_id = :r AND type = 'template.updated' ORDER BY id"
+            ),
+            {"r": realm.id},
+        )
+        audited = [tuple(row) for row in rows]
+    template_id = audited[0][2]
+    assert template_id and template_id.startswith("tpl_")
+    assert audited == [
+        ("configuration", "template", template_id, {"name": "workflow_notice", "changed": ["subject", "body"]}),
+        ("configuration", "template", template_id, {"name": "workflow_notice", "changed": ["body"]}),
+        ("configuration", "template", template_id, {"name": "workflow_notice", "reset": True}),
+    ]
+    again = (await client.get(url, headers=realm.headers)).json()
+    assert (again["overridden"], again["updated_by"], again["updated_at"]) == (False, None, None)
+
+
 async def test_only_the_four_placeholders_are_accepted(client: AsyncTestClient[Litestar], realm: RealmHandle) -> None:
     url = realm.api + "/templates/workflow_notice"
     cases = [

@@ -221,11 +221,114 @@ def test_retry_changes() -> None:
     assert structured(old, new)["retry"]["new"] is None
 
 
+def test_added_removed_and_kept_steps_are_listed_whole_in_display_order() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    tell = new["steps"].pop(2)
+    pause = {"id": "pause", "type": "wait", "duration": "1h"}
+    new["steps"].insert(0, pause)
+    diff = structured(old, new)["steps"]
+    assert diff["added"] == [{"id": "pause", "index": 0, "step": pause}]
+    assert diff["removed"] == [{"id": "tell", "index": 2, "step": tell}]
+    assert diff["order"] == [
+        {"id": "pause", "status": "added", "old_index": None, "new_index": 0, "moved": False},
+        {"id": "approve", "status": "unchanged", "old_index": 0, "new_index": 1, "moved": False},
+        {"id": "grant", "status": "unchanged", "old_index": 1, "new_index": 2, "moved": False},
+        {"id": "tell", "status": "removed", "old_index": 2, "new_index": None, "moved": False},
+        {"id": "done", "status": "unchanged", "old_index": 3, "new_index": 3, "moved": False},
+    ]
+    last = copy.deepcopy(old)
+    del last["steps"][3]
+    assert structured(old, last)["steps"]["order"][-1] == {
+        "id": "done",
+        "status": "removed",
+        "old_index": 3,
+        "new_index": None,
+        "moved": False,
+    }
+
+
+def test_a_removed_member_keeps_its_old_value_and_names_are_escaped_as_json_pointers() -> None:
+    old = {"steps": [{"id": "a", "type": "notify", "notice": "welcome", "a/b~c": 1, "x~1": 1}]}
+    new = {"steps": [{"id": "a", "type": "end", "a/b~c": 2, "x~1": 2}]}
+    (change,) = structured(old, new)["steps"]["changed"]
+    assert change["changes"] == [
+        {"path": "/a~1b~0c", "change": "changed", "old": 1, "new": 2},
+        {"path": "/notice", "change": "removed", "old": "welcome", "new": None},
+        {"path": "/type", "change": "changed", "old": "notify", "new": "end"},
+        {"path": "/x~01", "change": "changed", "old": 1, "new": 2},
+    ]
+
+
+def test_steps_without_an_id_or_repeating_one_are_keyed_by_index() -> None:
+    steps = [{"type": "end"}, {"id": "a", "type": "end"}, {"id": "a", "type": "end"}, {"id": 7, "type": "end"}]
+    diff = structured({"steps": steps}, {"steps": steps})["steps"]
+    assert diff["unchanged"] == ["#0", "a", "#2", "#3"]
+    assert [s["id"] for s in diff["order"]] == ["#0", "a", "#2", "#3"]
+
+
+def test_identical_triggers_pair_first_wherever_they_moved() -> None:
+    old = definition()
+    assert structured(old, old)["triggers"] == {
+        "added": [],
+        "removed": [],
+        "changed": [],
+        "unchanged": [{"old_index": 0, "new_index": 0}, {"old_index": 1, "new_index": 1}],
+    }
+    new = copy.deepcopy(old)
+    new["triggers"].reverse()
+    assert structured(old, new)["triggers"] == {
+        "added": [],
+        "removed": [],
+        "changed": [],
+        "unchanged": [{"old_index": 1, "new_index": 0}, {"old_index": 0, "new_index": 1}],
+    }
+
+
+def test_values_canonical_json_refuses_are_still_compared() -> None:
+    old = {"retry": {"backoff": float("inf")}}
+    new = {"retry": {"backoff": float("-inf")}}
+    diff = structured(old, new)
+    assert diff["changed"] is True
+    assert diff["retry"]["changes"] == [
+        {"path": "/backoff", "change": "changed", "old": float("inf"), "new": float("-inf")}
+    ]
+    assert structured(old, copy.deepcopy(old))["changed"] is False
+
+
+def test_schema_version_changes() -> None:
+    old = definition()
+    new = copy.deepcopy(old)
+    new["schema_version"] = 2
+    assert structured(old, new)["schema_version"] == {
+        "old": 1,
+        "new": 2,
+        "changes": [{"path": "", "change": "changed", "old": 1, "new": 2}],
+    }
+    assert structured(old, old)["schema_version"] is None
+
+
 @pytest.mark.parametrize("junk", [None, [], "x", {"steps": "x"}, {"steps": [1, {"id": 2}, {"id": "a"}, {"id": "a"}]}])
 def test_structured_diff_reads_anything(junk: Any) -> None:
     diff = structured(junk, definition())
     assert diff["changed"] is True
     assert structured(junk, junk)["changed"] is False
+
+
+def test_member_names_that_are_not_strings_are_compared_by_their_text() -> None:
+    old = {"steps": [{"id": "a", "type": "end", 1: "one", "b": True}]}
+    new = {"steps": [{"id": "a", "type": "end", 1: "uno", "b": False}]}
+    assert structured(old, new)["steps"]["changed"] == [
+        {
+            "id": "a",
+            "old_index": 0,
+            "new_index": 0,
+            "changes": [
+                {"path": "/1", "change": "changed", "old": "one", "new": "uno"},
+                {"path": "/b", "change": "changed", "old": True, "new": False},
+            ],
+        }
+    ]
 
 
 # ---------------------------------------------------------------------------- line diff
@@ -258,3 +361,21 @@ def test_line_diff_of_equal_definitions_is_one_equal_run() -> None:
     runs = lines(definition(), definition())
     assert [run["op"] for run in runs] == ["equal"]
     assert runs[0]["old_start"] == runs[0]["new_start"] == 1
+
+
+def test_line_diff_of_a_long_definition_pairs_every_repeated_line() -> None:
+    old = {"steps": [{"id": f"s{i:02}", "type": "end"} for i in range(80)]}
+    new = copy.deepcopy(old)
+    new["steps"][40]["id"], new["steps"][41]["id"] = "t40", "t41"
+    assert len(pretty_json(old).splitlines()) > 200
+    changed = [run for run in lines(old, new) if run["op"] != "equal"]
+    assert changed == [
+        {
+            "op": "replace",
+            "old_start": n,
+            "new_start": n,
+            "old_lines": [f'      "id": "s{i}",'],
+            "new_lines": [f'      "id": "t{i}",'],
+        }
+        for i, n in ((40, 4 + 4 * 40), (41, 4 + 4 * 41))
+    ]
