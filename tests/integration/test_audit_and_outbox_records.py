@@ -109,3 +109,10 @@ def test_the_system_acts_for_no_principal_and_a_run_acts_for_none_of_its_own() -
     assert Actor(type="user", id="usr_1", realm_id="rlm_x").principal_id == "usr_1"
     assert Actor(type="service_principal", id="spn_1", realm_id="rlm_x").principal_id == "spn_1"
     assert Actor(type="workflow_run", id="wrn_1", realm_id="rlm_x").principal_id is None
+
+
+def test_an_actor_under_another_request_is_the_same_actor_with_that_request_id() -> None:
+    actor = Actor(type="user", id="usr_1", realm_id="rlm_x", request_id="req_1", correlation_id="wrn_1")
+    moved = actor.with_request("req_2")
+    assert moved == Actor(type="user", id="usr_1", realm_id="rlm_x", request_id="req_2", correlation_id="wrn_1")
+    assert actor.request_id == "req_1"
