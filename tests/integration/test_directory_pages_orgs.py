@@ -255,6 +255,62 @@ async def test_refused_organization_and_group_forms_keep_what_was_typed_say_why_
     assert await fetch(realm, "SELECT name FROM groups WHERE id = :g", g=group_id) == [("Team Two",)]
 
 
+async def test_group_forms_keep_the_parent_drop_empty_roles_and_say_why_a_member_change_was_refused(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    org = await realm.organization("Ops")
+    role = await realm.role("ops-members", ["org.members.write"], boundary="organization")
+    member = await realm.user("op@example.com", display_name="Olive Op")
+    stranger = await realm.user("stranger@example.com")
+    await realm.member(org, member)
+    await realm.member(org, stranger)
+    base = f"/realms/{realm.slug}/organizations/{org.id}"
+    made = [
+        await client.post(
+            base + "/groups", data={"_csrf": login.csrf, "name": name}, headers=HTML, follow_redirects=False
+        )
+        for name in ("Team", "Other")
+    ]
+    team_url, other_url = (m.headers["location"].split("?")[0] for m in made)
+    team, other = team_url.rsplit("/", 1)[1], other_url.rsplit("/", 1)[1]
+
+    saved = await client.post(
+        team_url,
+        data={"_csrf": login.csrf, "name": "Team", "role_ids": ["", role.id]},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert saved.status_code == 303 and saved.headers["location"] == f"{team_url}?done=group-updated"
+    assert await fetch(realm, "SELECT role_id FROM group_roles WHERE group_id = :g", g=team) == [(role.id,)]
+
+    unnamed = await client.post(team_url, data={"_csrf": login.csrf, "name": "", "parent_id": other}, headers=HTML)
+    assert unnamed.status_code == 422
+    assert f'<option value="{other}" selected>Other</option>' in unnamed.text
+    assert await fetch(realm, "SELECT name, parent_id FROM groups WHERE id = :g", g=team) == [("Team", None)]
+
+    box = HTMX | {"HX-Target": "group-members"}
+    nobody = await client.post(team_url + "/members", data={"_csrf": login.csrf}, headers=box)
+    assert nobody.status_code == 422
+    assert '<p class="field-error" role="alert">Pick a member of the organization.</p>' in nobody.text
+
+    not_in = await client.post(f"{team_url}/members/{stranger.id}/remove", data={"_csrf": login.csrf}, headers=box)
+    assert not_in.status_code == 404 and 'id="group-members"' in not_in.text
+    assert '<div class="flash bad" role="alert">The user is not in this group.</div>' in not_in.text
+
+    joined = await client.post(
+        team_url + "/members", data={"_csrf": login.csrf, "user_id": member.id}, headers=HTML, follow_redirects=False
+    )
+    assert joined.status_code == 303 and joined.headers["location"] == f"{team_url}?done=member-added"
+    left = await client.post(
+        f"{team_url}/members/{member.id}/remove", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert left.status_code == 303 and left.headers["location"] == f"{team_url}?done=member-removed"
+    shown = await client.get(left.headers["location"], headers=HTML)
+    assert '<div class="flash ok" role="status">Member removed.</div>' in shown.text
+    assert await fetch(realm, "SELECT user_id FROM group_members") == []
+
+
 async def test_roles_page_creates_a_role_with_checked_permissions(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:

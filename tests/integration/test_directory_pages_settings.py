@@ -10,6 +10,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from engine.directory.models import User
+from engine.directory.notice_templates import MAX_BODY
 from engine.platform import crypto
 from testing.factories import HTML, BrowserLogin, RealmHandle, bearer, browser_session
 from testing.workflows import manual, publish
@@ -499,3 +500,97 @@ async def test_service_principal_tokens_are_shown_once_within_reach_and_only_on_
     assert above.status_code == 403 and "realm.users.write" in above.text
     assert 'data-testid="minted-token"' not in above.text
     assert await stored(strong_sp) == []
+
+
+async def test_template_page_resets_to_the_default_and_previews_line_breaks_as_typed(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await _sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/templates"
+    api_url = realm.api + "/templates/workflow_notice"
+    default = (await client.get(api_url, headers=bearer(realm.admin_token))).json()
+    saved = await client.post(
+        base,
+        data={"_csrf": login.csrf, "subject": "Custom {{notice}}", "body": "{{notice}}"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert saved.status_code == 303 and saved.headers["location"] == f"{base}?saved=1"
+    assert (await client.get(api_url, headers=bearer(realm.admin_token))).json()["subject"] == "Custom {{notice}}"
+    # A refused save shows the stored template's state beside what was typed.
+    refused = await client.post(base, data={"_csrf": login.csrf, "subject": "Hi", "body": "{% if x %}"}, headers=HTML)
+    assert refused.status_code == 422
+    assert ">customized</span>" in refused.text and "Restore the default wording" in refused.text
+    assert "Placeholders: <code>{{" in html.unescape(refused.text)
+
+    reset = await client.post(base + "/reset", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False)
+    assert reset.status_code == 303 and reset.headers["location"] == f"{base}?saved=reset"
+    shown = await client.get(reset.headers["location"], headers=HTML)
+    assert "Back to the server's default wording." in html.unescape(shown.text) and "server default" in shown.text
+    assert (await client.get(api_url, headers=bearer(realm.admin_token))).json() == default
+
+    def rendered_body(answer_text: str) -> str:
+        return answer_text.split("srcdoc=", 1)[1].split("</iframe>", 1)[0]
+
+    # Typed line breaks (CRLF) count as one character each, as when saved: a body at the limit
+    # with LF is within it with CRLF too.
+    lines = MAX_BODY // 5
+    previews = [
+        await client.post(
+            base + "/preview",
+            data={"subject": "Lines", "body": newline.join(["line"] * lines)},
+            headers=HTML | {"HX-Request": "true", "X-CSRF-Token": login.csrf},
+        )
+        for newline in ("\r\n", "\n")
+    ]
+    assert [p.status_code for p in previews] == [200, 200]
+    assert "cannot be rendered" not in previews[0].text and "\r" not in previews[0].text
+    assert rendered_body(previews[0].text) == rendered_body(previews[1].text)
+
+    policy = await client.post(
+        f"/realms/{realm.slug}/policy",
+        data={"_csrf": login.csrf, "workflow_publish_approval": "on"},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert policy.status_code == 303 and policy.headers["location"] == f"/realms/{realm.slug}/policy?saved=1"
+
+
+async def test_token_forms_default_the_audience_refuse_a_bad_expiry_and_mint_admin_tokens_after_mfa(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    member = await realm.user("member@example.com")
+    login = await _sign_in(client, realm, member, mfa=False)
+    base = f"/realms/{realm.slug}/tokens"
+    plain = await client.post(base, data={"_csrf": login.csrf, "name": "plain"}, headers=HTML)
+    assert plain.status_code == 200, plain.text
+    assert _secret_box(plain.text, "minted-token").startswith("pat_")
+
+    bad_days = await client.post(
+        base, data={"_csrf": login.csrf, "name": "typed name", "expires_in_days": "soon"}, headers=HTML
+    )
+    assert bad_days.status_code == 422, bad_days.text
+    assert 'value="typed name"' in bad_days.text and 'value="soon"' in bad_days.text
+    assert re.search(r'name="expires_in_days"[^>]*aria-invalid="true"', bad_days.text)
+
+    admin_login = await _sign_in(client, realm, realm.admin, mfa=True)
+    admin = await client.post(base, data={"_csrf": admin_login.csrf, "name": "ops", "audience": "admin"}, headers=HTML)
+    assert admin.status_code == 200, admin.text
+    assert _secret_box(admin.text, "minted-token").startswith("pat_")
+    async with realm.sessions() as session:
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT name, audience, id FROM api_tokens WHERE name IN ('plain', 'ops', 'typed name') ORDER BY name"
+                )
+            )
+        ).all()
+    assert [tuple(r)[:2] for r in rows] == [("ops", "admin"), ("plain", "account")]
+    ops_id = rows[0].id
+    revoked = await client.post(
+        f"{base}/{ops_id}/revoke", data={"_csrf": admin_login.csrf}, headers=HTML, follow_redirects=False
+    )
+    assert revoked.status_code == 303 and revoked.headers["location"] == f"{base}?revoked=1"
+    async with realm.sessions() as session:
+        gone = await session.scalar(text("SELECT revoked_at IS NOT NULL FROM api_tokens WHERE id = :t"), {"t": ops_id})
+    assert gone is True

@@ -359,3 +359,55 @@ async def test_sign_in_upgrade_and_sign_out_are_audited_with_their_sessions(clie
         {"method": "mfa_upgrade", "mfa": True, "session_id": second.id, "replaced_session_id": first.id},
         {"session_id": second.id},
     ]
+
+
+async def test_the_two_step_sign_in_replaces_the_browsers_session_and_is_audited_as_totp(
+    client: Client, realm: RealmHandle
+) -> None:
+    """Signing in with a password and a code from a browser that holds a session ends that session
+    and starts an MFA one, audited as a ``totp`` sign-in naming the session it replaced."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    old = await browser_session(realm, user, mfa=False)
+    client.cookies.set("cockpit_session", old.cookie, domain="testserver.local")
+    await password_sign_in(client, realm.slug, "pat@example.com")
+    step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+    done = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(step.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"] == f"/realms/{realm.slug}/"
+    new_cookie = client.cookies.get("cockpit_session")
+    assert new_cookie and new_cookie != old.cookie
+    async with realm.sessions() as session:
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT id, mfa, revoked_at IS NOT NULL AS revoked FROM sessions"
+                    " WHERE user_id = :u ORDER BY created_at, id"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+        events = (
+            await session.execute(
+                text(
+                    "SELECT type, request_id, details FROM audit_events"
+                    " WHERE category = 'authentication' AND actor_id = :u ORDER BY occurred_at, id"
+                ),
+                {"u": user.id},
+            )
+        ).all()
+    assert [(r.id == old.session_id, r.mfa, r.revoked) for r in rows] == [(True, False, True), (False, True, False)]
+    assert [tuple(e) for e in events] == [
+        (
+            "user.signed_in",
+            done.headers["x-request-id"],
+            {"method": "totp", "mfa": True, "session_id": rows[1].id, "replaced_session_id": old.session_id},
+        )
+    ]
+    async with AsyncTestClient(app=client.app) as stale:
+        stale.cookies.set("cockpit_session", old.cookie, domain="testserver.local")
+        assert (await stale.get(f"/realms/{realm.slug}/mfa", headers=HTML, follow_redirects=False)).status_code == 303

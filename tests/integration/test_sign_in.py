@@ -28,7 +28,7 @@ from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.config import Settings
 from engine.platform.db import make_engine, make_sessionmaker
 from engine.platform.errors import Conflict, Forbidden, TooManyRequests, Unauthorized, ValidationFailed
-from testing.factories import HTML, TEST_SECRET_KEY, RealmHandle, enrol_totp, form_value, sign_in_link
+from testing.factories import HTML, TEST_SECRET_KEY, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
 
 PASSWORD = "correct horse battery staple"
 WRONG = "The email or password is not right."
@@ -681,3 +681,31 @@ async def test_a_user_without_a_second_factor_has_no_code_that_is_right(realm: R
             text("SELECT count(*) FROM sign_in_failures WHERE realm_id = :r"), {"r": realm.id}
         )
     assert failures == 1
+
+
+async def test_the_upgrade_page_throttles_wrong_codes_and_says_when_to_try_again(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    account = await browser_session(realm, user, mfa=False)
+    client.cookies.set("cockpit_session", account.cookie, domain="testserver.local")
+    wrong = a_wrong_code(secret)
+    answers = []
+    for _ in range(THROTTLE_PER_ACCOUNT + 1):
+        page = await client.get(f"/realms/{realm.slug}/mfa", headers=HTML)
+        answers.append(
+            await client.post(
+                f"/realms/{realm.slug}/mfa",
+                data={"code": wrong, "_csrf": form_value(page.text, "_csrf")},
+                headers=HTML,
+                follow_redirects=False,
+            )
+        )
+    assert [a.status_code for a in answers] == [401] * THROTTLE_PER_ACCOUNT + [429]
+    assert all("retry-after" not in a.headers for a in answers[:-1])
+    throttled = answers[-1]
+    assert 0 < int(throttled.headers["retry-after"]) <= 15 * 60
+    assert "Too many" in throttled.text and 'name="code"' in throttled.text  # the page, with its form
+    assert client.cookies.get("cockpit_session") == account.cookie
+    assert await session_rows(realm, user.id) == [(account.session_id, False, None)]
