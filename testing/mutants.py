@@ -416,6 +416,12 @@ def run_in_process(module_name: str, source: str, path: str, every: list[Site], 
         print(json.dumps(line), flush=True)
 
 
+def module_name(path: str) -> str:
+    """The name a module is imported by: a package's ``__init__.py`` by the package's name (imported
+    as ``….__init__`` it would be a second module, whose swapped functions no test calls)."""
+    return path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
 def score(lines: list[dict[str, Any]], equivalent: set[int]) -> str:
     """The kill rate of a results file, its 95 % Wilson interval and the survivors. A mutant run
     more than once counts by its newest result (a survivor run again once a test was written for
@@ -504,8 +510,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.in_process:
         os.chdir(ROOT)
-        name = args.module.removesuffix(".py").replace("/", ".")
-        run_in_process(name, source, str(ROOT / args.module), every, picked, args)
+        run_in_process(module_name(args.module), source, str(ROOT / args.module), every, picked, args)
         return
     done = set()
     if args.out.exists() and not args.again:

@@ -88,3 +88,8 @@ def test_only_a_survivor_can_be_called_unable_to_change_behaviour() -> None:
         assert "[1]" in str(refused)
     else:
         raise AssertionError("a killed mutant was accepted as unable to change behaviour")
+
+
+def test_a_package_is_mutated_in_the_module_its_callers_import() -> None:
+    assert mutants.module_name("engine/workflows/templates/__init__.py") == "engine.workflows.templates"
+    assert mutants.module_name("engine/runs/retry.py") == "engine.runs.retry"
