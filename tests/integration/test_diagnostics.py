@@ -280,6 +280,21 @@ async def test_pages_show_health_charts_and_resolve_with_a_note(client: Client, 
     assert 'data-health="attention_required"' not in page
 
 
+async def test_a_note_refused_on_the_page_stays_in_its_box_with_the_reason(client: Client, realm: RealmHandle) -> None:
+    _workflow_id, run_id, _subject = await compensation_failed_run(realm)
+    login = await browser_session(realm, realm.admin, mfa=True)
+    client.cookies.set("cockpit_session", login.cookie, domain="testserver.local")
+    note = "Took them out of Team by hand. " * 70  # 2,170 characters: over the limit
+    refused = await client.post(
+        f"/realms/{realm.slug}/attention/{run_id}/resolve", data={"note": note, "_csrf": login.csrf}, headers=HTML
+    )
+    assert refused.status_code == 422 and "must be at most 2000 characters" in refused.text
+    box = refused.text.split(f'id="note-{run_id}"', 1)[1].split("</textarea>", 1)[0]
+    assert 'aria-invalid="true"' in box and box.endswith(">" + note)  # kept as typed, to shorten it
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM run_resolutions WHERE run_id = :r"), {"r": run_id}) == 0
+
+
 async def test_the_page_says_what_the_last_retention_cleanup_deleted(client: Client, realm: RealmHandle) -> None:
     team = await Team.make(realm, "Kept")
     await team.run(True, make_runner(realm))

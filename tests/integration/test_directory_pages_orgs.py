@@ -56,6 +56,21 @@ async def test_organizations_list_search_and_create(client: AsyncTestClient[Lite
     assert await fetch(realm, "SELECT name FROM organizations WHERE name = 'Forged'") == []
 
 
+async def test_a_refused_new_organization_keeps_the_typed_name_and_says_why(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    login = await sign_in(client, realm, realm.admin)
+    base = f"/realms/{realm.slug}/organizations"
+    await realm.organization("Gamma Works")
+    duplicate = await client.post(base, data={"_csrf": login.csrf, "name": "Gamma Works"}, headers=HTML)
+    assert duplicate.status_code == 409
+    assert '<div class="flash bad" role="alert">An organization with this name already exists in the realm.</div>' in (
+        duplicate.text
+    )
+    assert '<input id="new-name" type="text" name="name" value="Gamma Works" required' in duplicate.text
+    assert await fetch(realm, "SELECT count(*) FROM organizations WHERE name = 'Gamma Works'") == [(1,)]
+
+
 async def test_organization_page_adds_and_removes_members(
     client: AsyncTestClient[Litestar], realm: RealmHandle
 ) -> None:

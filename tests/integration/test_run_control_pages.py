@@ -80,6 +80,74 @@ async def test_retry_now_on_the_timeline(client: Client, realm: RealmHandle) -> 
     assert await run_state(realm, run_id) == "succeeded"
 
 
+async def test_run_controls_without_javascript_redirect_and_refusals_say_why(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(realm, manual({"id": "done", "type": "end"}), "Plain")
+    run_id = await start(realm, wid, subject.id)
+    url = f"/realms/{realm.slug}/runs/{run_id}"
+
+    reason = "Hired by mistake, " * 30  # 540 characters: over the limit
+    too_long = await client.post(f"{url}/cancel", data={"reason": reason, "_csrf": login.csrf}, headers=HTML)
+    assert too_long.status_code == 422 and "<html" in too_long.text
+    box = too_long.text.split('<details class="cancel-run" open', 1)[1].split("</textarea>", 1)[0]
+    assert 'aria-invalid="true"' in box and box.endswith(">" + reason.strip())  # kept as typed, to shorten it
+
+    in_flight = await client.post(f"{url}/rerun", headers=htmx(login, "run-timeline"))
+    assert in_flight.status_code == 409
+    assert "The run is still pending; re-run it once it has finished." in in_flight.text
+    assert "<code>run_in_flight</code>" in in_flight.text
+    assert await rows(realm, "SELECT count(*) FROM workflow_runs WHERE workflow_id = :w", w=wid) == [(1,)]
+
+    await drain_realm(realm)
+    plain = await client.post(f"{url}/rerun", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False)
+    assert plain.status_code == 303
+    new_url = plain.headers["location"]
+    ((new_id,),) = await rows(
+        realm, "SELECT id FROM workflow_runs WHERE workflow_id = :w AND id <> :r", w=wid, r=run_id
+    )
+    assert new_url == f"/realms/{realm.slug}/runs/{new_id}?done=rerun-started"
+    assert "Re-run started" in (await client.get(new_url, headers=HTML)).text
+    # On the timeline: an empty answer whose HX-Redirect opens the newer run.
+    on_timeline = await client.post(f"{url}/rerun", headers=htmx(login, "run-timeline"))
+    assert on_timeline.status_code == 200 and on_timeline.content == b""
+    assert on_timeline.headers["hx-redirect"].endswith("?done=rerun-started")
+    newest = on_timeline.headers["hx-redirect"].split("/runs/", 1)[1].split("?", 1)[0]
+    assert newest not in (run_id, new_id)
+
+    due = SYSTEM_CLOCK.now() + timedelta(hours=1)
+    async with realm.sessions() as session, session.begin():  # as the runner leaves a transient failure
+        await session.execute(
+            text(
+                "UPDATE workflow_runs SET state = 'running', due_at = :due, error_category = 'error',"
+                " last_error = 'the directory did not answer' WHERE id = :r"
+            ),
+            {"due": due, "r": new_id},
+        )
+    retried = await client.post(
+        f"/realms/{realm.slug}/runs/{new_id}/retry-now",
+        data={"_csrf": login.csrf},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert retried.status_code == 303
+    assert retried.headers["location"] == f"/realms/{realm.slug}/runs/{new_id}?done=retry-now"
+    assert "The retry is due now" in (await client.get(retried.headers["location"], headers=HTML)).text
+
+    # Cancelling on the timeline says what follows, in its status line.
+    other = await start(realm, wid, subject.id)
+    cancelled = await client.post(
+        f"/realms/{realm.slug}/runs/{other}/cancel", data={"reason": ""}, headers=htmx(login, "run-timeline")
+    )
+    assert cancelled.status_code == 200 and "<html" not in cancelled.text
+    assert (
+        '<div class="flash ok" role="status">Cancellation requested: the run undoes what it did and ends cancelled.</div>'
+        in cancelled.text
+    )
+
+
 async def test_list_filters_and_bulk_cancel_in_parts(client: Client, realm: RealmHandle) -> None:
     login = await signed_in(client, realm)
     wid = await publish(realm, manual({"id": "done", "type": "end"}), "Bulky")

@@ -16,10 +16,11 @@ from engine.platform.ids import new_id
 from engine.runs import controls as run_controls
 from engine.runs import service as runs
 from engine.runs.runner import Runner
+from engine.workflows.publication import publish_revision
 from testing.factories import HTML, RealmHandle
 from testing.pages import htmx, signed_in, step_block
 from testing.runs import drain_realm, run_state, start
-from testing.workflows import manual, publish
+from testing.workflows import make_workflow, manual, publish, stage
 
 Client = AsyncTestClient[Litestar]
 POLLING = 'hx-trigger="every 2s'
@@ -660,6 +661,48 @@ async def test_both_start_forms_offer_the_same_active_people_and_organizations(
         assert offered == [alpha.id, beta.id], path
         assert "gone@example.com" not in shown and gone.id not in shown, path
         assert ("ada@example.com" if path == "runs/start" else ada.id) in shown, path
+
+
+async def test_the_revision_preview_keeps_the_form_and_judges_the_revision_and_organization_asked_for(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    await realm.user("ada@example.com", display_name="Ada Lovelace")
+    workflow = await make_workflow(realm, "Two revisions", body=manual({"id": "done", "type": "end"}))
+    async with realm.sessions() as session, session.begin():
+        await publish_revision(session, realm.actor, workflow.id, 1)
+    assert await stage(realm, workflow, manual({"id": "finish", "type": "end"})) == 2
+    sales = await realm.organization("Sales")
+    closed = await realm.organization("Closed")
+    async with realm.sessions() as session, session.begin():
+        await session.execute(text("UPDATE organizations SET state = 'inactive' WHERE id = :o"), {"o": closed.id})
+    url = f"/realms/{realm.slug}/workflows/{workflow.id}/revisions/2/preview"
+
+    # The staged revision 2 is judged, not the published 1; the form keeps the person and organization.
+    shown = await client.post(
+        url, data={"subject": "ada@example.com", "organization_id": sales.id, "_csrf": login.csrf}, headers=HTML
+    )
+    assert shown.status_code == 200
+    preview = shown.text.split('data-testid="run-preview"', 1)[1]
+    assert "(revision 2, judged now; nothing was written)" in preview and 'data-step="finish"' in preview
+    assert 'data-step="done"' not in preview
+    assert 'id="preview-subject" type="text" name="subject" value="ada@example.com"' in shown.text
+    assert f'<option value="{sales.id}" selected>Sales</option>' in shown.text
+
+    # An inactive organization is refused at its field, and the form keeps what was typed.
+    refused = await client.post(
+        url, data={"subject": "ada@example.com", "organization_id": closed.id, "_csrf": login.csrf}, headers=HTML
+    )
+    assert refused.status_code == 422 and "<code>/organization_id</code> The organization is inactive." in refused.text
+    assert 'id="preview-subject" type="text" name="subject" value="ada@example.com"' in refused.text
+    assert 'data-testid="run-preview"' not in refused.text
+
+    # A person typed too long is cut at 254 characters, in the message at its field and in the form.
+    typed = "nobody@" + "a" * 290 + ".example.com"
+    nobody = await client.post(url, data={"subject": typed, "organization_id": "", "_csrf": login.csrf}, headers=HTML)
+    assert nobody.status_code == 422
+    assert f"<code>/subject_id</code> No user with the email {typed[:254]} in this realm." in nobody.text
+    assert f'name="subject" value="{typed[:254]}" required' in nobody.text
 
 
 async def test_the_revision_page_previews_a_person_by_name(client: Client, realm: RealmHandle) -> None:

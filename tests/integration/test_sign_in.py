@@ -329,6 +329,41 @@ async def test_a_sign_in_link_works_once_and_counts_as_mfa(client: Client, realm
     assert (await client.get(url, headers=HTML)).status_code == 400
 
 
+async def test_a_sign_in_link_replaces_the_browsers_session_and_a_refused_one_leads_back_to_sign_in(
+    client: Client, realm: RealmHandle
+) -> None:
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    old = await browser_session(realm, user, mfa=False)
+    client.cookies.set("cockpit_session", old.cookie, domain="testserver.local")
+    token = await sign_in_link(realm, user)
+    page = await client.get(f"/realms/{realm.slug}/sign-in/link?token={token}", headers=HTML)
+    csrf = form_value(page.text, "_csrf")
+    go = await client.post(
+        f"/realms/{realm.slug}/sign-in/link", data={"token": token, "_csrf": csrf}, headers=HTML, follow_redirects=False
+    )
+    assert go.status_code == 303 and client.cookies.get("cockpit_session") not in (None, old.cookie)
+    # The browser's earlier session ends: one open session, the new MFA one.
+    assert [(mfa, revoked is not None) for _id, mfa, revoked in await session_rows(realm, user.id)] == [
+        (False, True),
+        (True, False),
+    ]
+
+    # A spent link: the page says so and leads back to this realm's password sign-in.
+    again = await client.post(
+        f"/realms/{realm.slug}/sign-in/link", data={"token": token, "_csrf": csrf}, headers=HTML, follow_redirects=False
+    )
+    assert again.status_code == 400
+    assert f'<a href="/realms/{realm.slug}/sign-in">Sign in with a password</a>' in again.text
+    # A good link sent to a realm that does not exist: the same refusal, and the link stays unspent.
+    fresh = await sign_in_link(realm, user)
+    nowhere = await client.post(
+        "/realms/no-such-realm/sign-in/link", data={"token": fresh, "_csrf": csrf}, headers=HTML, follow_redirects=False
+    )
+    assert nowhere.status_code == 400 and "This sign-in link cannot be used" in nowhere.text
+    async with realm.sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM sign_in_links WHERE used_at IS NULL")) == 1
+
+
 async def test_expired_unknown_and_foreign_links_are_refused(
     client: Client, realm: RealmHandle, other_realm: RealmHandle
 ) -> None:

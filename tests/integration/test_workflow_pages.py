@@ -25,7 +25,8 @@ from engine.workflows.revisions import decide_revision
 from engine.workflows.templates import workflow_templates
 from testing.factories import HTML, RealmHandle, independent_admin
 from testing.pages import htmx, signed_in
-from testing.workflows import make_workflow, manual_then_end, stage
+from testing.runs import start
+from testing.workflows import make_workflow, manual, manual_then_end, publish, stage
 
 Client = AsyncTestClient[Litestar]
 
@@ -732,6 +733,23 @@ async def test_the_overview_disables_enables_and_deletes(client: Client, realm: 
         "workflow.enabled",
         "workflow.deleted",
     ]
+
+
+async def test_deleting_a_workflow_with_runs_in_flight_is_refused_on_its_page(
+    client: Client, realm: RealmHandle
+) -> None:
+    login = await signed_in(client, realm)
+    workflow_id = await publish(realm, manual({"id": "done", "type": "end"}), "Busy")
+    await start(realm, workflow_id, (await realm.user("ada@example.com")).id)  # stays pending: in flight
+    url = f"/realms/{realm.slug}/workflows/{workflow_id}"
+    refused = await client.post(url + "/delete", data={"_csrf": login.csrf}, headers=HTML, follow_redirects=False)
+    assert refused.status_code == 409 and "<html" in refused.text
+    assert (
+        '<div class="flash bad" role="alert">Runs of this workflow have not finished; disable it and let them end,'
+        " or cancel them.</div>" in html.unescape(refused.text)
+    )
+    assert (await client.get(url, headers=HTML)).status_code == 200
+    assert "workflow.deleted" not in await audit_types(realm, workflow_id)
 
 
 async def test_the_pages_follow_the_permissions_of_the_api(
