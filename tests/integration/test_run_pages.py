@@ -456,7 +456,7 @@ async def test_the_previews_show_why_a_person_is_refused_and_what_a_failing_run_
     unknown = await client.post(
         f"{start_url}/preview", data={"subject": "ghost@example.com", "_csrf": login.csrf}, headers=HTML
     )
-    assert unknown.status_code == 422 and "There is no user ghost@example.com in this realm." in unknown.text
+    assert unknown.status_code == 422 and "No user with the email ghost@example.com in this realm." in unknown.text
     assert 'value="ghost@example.com"' in unknown.text and 'data-testid="run-preview"' not in unknown.text
 
     # Asked to confirm a run certain to fail: the answer shows the whole preview beside the question.
