@@ -220,3 +220,22 @@ def form_value(html: str, name: str) -> str:
             found = re.search(r'\bvalue="([^"]*)"', tag)
             return found.group(1) if found else ""
     raise AssertionError(f"no input named {name!r} on the page")
+
+
+async def grant_realm_admin_aged(realm: RealmHandle, user: User, *, by: str | None, age: timedelta) -> None:
+    """``realm-admin`` for ``user``, granted by ``by`` (None: the operator) ``age`` ago: what review
+    independence reads, made without the grant rules a hand-made grant would meet."""
+    from engine.directory.realms import builtin_role
+
+    async with realm.sessions() as session, session.begin():
+        admin_role = await builtin_role(session, realm.id, "realm-admin")
+        session.add(
+            RoleAssignment(
+                id=new_id("ras"),
+                realm_id=realm.id,
+                role_id=admin_role.id,
+                user_id=user.id,
+                granted_by=by,
+                created_at=SYSTEM_CLOCK.now() - age,
+            )
+        )

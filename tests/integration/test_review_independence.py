@@ -30,7 +30,7 @@ from engine.platform.ids import new_id
 from engine.workflows.catalog import create_workflow
 from engine.workflows.lookup import get_revision
 from engine.workflows.revisions import decide_revision
-from testing.factories import RealmHandle, bearer, browser_session, independent_admin
+from testing.factories import RealmHandle, bearer, browser_session, grant_realm_admin_aged, independent_admin
 
 Client = AsyncTestClient[Litestar]
 WINDOW = timedelta(days=30)
@@ -77,21 +77,6 @@ async def _operator_user(realm: RealmHandle, email: str) -> User:
     async with realm.sessions() as session, session.begin():
         return await create_user(
             session, Actor.system(realm.id), email=email, display_name=email.split("@")[0], authority=None
-        )
-
-
-async def _grant_admin(realm: RealmHandle, user: User, *, by: str | None, age: timedelta) -> None:
-    async with realm.sessions() as session, session.begin():
-        admin_role = await builtin_role(session, realm.id, "realm-admin")
-        session.add(
-            RoleAssignment(
-                id=new_id("ras"),
-                realm_id=realm.id,
-                role_id=admin_role.id,
-                user_id=user.id,
-                granted_by=by,
-                created_at=SYSTEM_CLOCK.now() - age,
-            )
         )
 
 
@@ -153,7 +138,7 @@ async def test_a_token_is_no_mfa_session_and_an_independent_session_approves(
 
 async def test_a_user_the_author_created_never_reviews_even_with_an_old_independent_grant(realm: RealmHandle) -> None:
     created = await realm.user("made-by-author@example.com")  # the realm admin (the author) created them
-    await _grant_admin(realm, created, by=None, age=timedelta(days=400))
+    await grant_realm_admin_aged(realm, created, by=None, age=timedelta(days=400))
     workflow_id = await _workflow(realm)
     await _refused_with(realm, created, workflow_id, "created_by_author")
     with pytest.raises(Forbidden):
@@ -168,15 +153,15 @@ async def test_an_account_made_by_an_account_the_author_made_is_the_authors_too(
         grandchild = await create_user(
             session, deputy_actor, email="grandchild@example.com", display_name="G", authority=None
         )
-    await _grant_admin(realm, grandchild, by=None, age=timedelta(days=400))
+    await grant_realm_admin_aged(realm, grandchild, by=None, age=timedelta(days=400))
     await _refused_with(realm, grandchild, await _workflow(realm), "created_by_author")
 
 
 async def test_the_window_on_an_assignment_by_the_author_day_30_refused_just_past_allowed(realm: RealmHandle) -> None:
     inside = await _operator_user(realm, "inside@example.com")
     outside = await _operator_user(realm, "outside@example.com")
-    await _grant_admin(realm, inside, by=realm.admin.id, age=WINDOW - MINUTE)
-    await _grant_admin(realm, outside, by=realm.admin.id, age=WINDOW + MINUTE)
+    await grant_realm_admin_aged(realm, inside, by=realm.admin.id, age=WINDOW - MINUTE)
+    await grant_realm_admin_aged(realm, outside, by=realm.admin.id, age=WINDOW + MINUTE)
     workflow_id = await _workflow(realm)
     await _refused_with(realm, inside, workflow_id, "authority_from_author")
     await _decide(realm, outside, workflow_id)
@@ -185,7 +170,7 @@ async def test_the_window_on_an_assignment_by_the_author_day_30_refused_just_pas
 
 async def test_a_recent_grant_by_the_author_beside_an_independent_one_does_not_taint(realm: RealmHandle) -> None:
     reviewer = await _operator_user(realm, "both@example.com")
-    await _grant_admin(realm, reviewer, by=None, age=timedelta(days=2))  # someone else granted it
+    await grant_realm_admin_aged(realm, reviewer, by=None, age=timedelta(days=2))  # someone else granted it
     publisher = await realm.role("Publisher", ["realm.workflows.publish"])
     await realm.assign(reviewer, publisher)  # the author, just now
     workflow_id = await _workflow(realm)
@@ -195,7 +180,7 @@ async def test_a_recent_grant_by_the_author_beside_an_independent_one_does_not_t
 
 async def test_the_setting_moves_the_window(realm: RealmHandle, monkeypatch: pytest.MonkeyPatch) -> None:
     reviewer = await _operator_user(realm, "windowed@example.com")
-    await _grant_admin(realm, reviewer, by=realm.admin.id, age=timedelta(days=8))
+    await grant_realm_admin_aged(realm, reviewer, by=realm.admin.id, age=timedelta(days=8))
     workflow_id = await _workflow(realm)
     settings = config.get_settings()
     monkeypatch.setattr(independence, "get_settings", lambda: replace(settings, review_independence_days=9))
@@ -291,7 +276,7 @@ async def test_a_role_whose_permissions_the_author_changed_does_not_count(realm:
 
 async def test_a_refused_decision_changes_nothing_but_is_audited_on_its_own(realm: RealmHandle) -> None:
     created = await realm.user("made@example.com")
-    await _grant_admin(realm, created, by=None, age=timedelta(days=400))
+    await grant_realm_admin_aged(realm, created, by=None, age=timedelta(days=400))
     workflow_id = await _workflow(realm)
     async with realm.sessions() as session:
         before = await session.scalar(text("SELECT count(*) FROM audit_events WHERE realm_id = :r"), {"r": realm.id})
@@ -314,7 +299,7 @@ async def test_an_approver_the_requester_created_cannot_be_named(client: Client,
     role_id = await _approval_role(realm)
     subject = await _operator_user(realm, "subject@example.com")
     mine = await realm.user("mine@example.com")  # the requester (the realm admin) created them
-    await _grant_admin(realm, mine, by=None, age=timedelta(days=400))
+    await grant_realm_admin_aged(realm, mine, by=None, age=timedelta(days=400))
     answer = await client.post(
         realm.api + "/role-assignments",
         json={"role_id": role_id, "user_id": subject.id, "approver_id": mine.id},
@@ -332,8 +317,8 @@ async def test_an_approver_made_admin_by_the_requester_within_the_window_cannot_
     subject = await _operator_user(realm, "subject@example.com")
     inside = await _operator_user(realm, "inside@example.com")
     outside = await _operator_user(realm, "outside@example.com")
-    await _grant_admin(realm, inside, by=realm.admin.id, age=WINDOW - MINUTE)
-    await _grant_admin(realm, outside, by=realm.admin.id, age=WINDOW + MINUTE)
+    await grant_realm_admin_aged(realm, inside, by=realm.admin.id, age=WINDOW - MINUTE)
+    await grant_realm_admin_aged(realm, outside, by=realm.admin.id, age=WINDOW + MINUTE)
     body = {"role_id": role_id, "user_id": subject.id}
     refused = await client.post(
         realm.api + "/role-assignments", json=body | {"approver_id": inside.id}, headers=realm.headers
@@ -412,7 +397,7 @@ async def test_the_boundary_exactly_30_days_counts_as_the_authors_a_microsecond_
 ) -> None:
     reviewer = await _operator_user(realm, "boundary@example.com")
     moment = SYSTEM_CLOCK.now()
-    await _grant_admin(realm, reviewer, by=realm.admin.id, age=WINDOW)
+    await grant_realm_admin_aged(realm, reviewer, by=realm.admin.id, age=WINDOW)
     async with realm.sessions() as session:
         await session.execute(
             text("UPDATE role_assignments SET created_at = :at WHERE user_id = :u"),

@@ -12,32 +12,13 @@ from sqlalchemy import text
 
 from engine.directory.accounts import create_user
 from engine.directory.audit import Actor
-from engine.directory.models import RoleAssignment, User
-from engine.directory.realms import builtin_role
-from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Forbidden
-from engine.platform.ids import new_id
 from engine.workflows.catalog import create_workflow
 from engine.workflows.revisions import decide_revision
-from testing.factories import RealmHandle
+from testing.factories import RealmHandle, grant_realm_admin_aged
 
 Client = AsyncTestClient[Litestar]
 DEFINITION = {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
-
-
-async def grant_admin(realm: RealmHandle, user: User, *, by: str | None, age: timedelta) -> None:
-    async with realm.sessions() as session, session.begin():
-        admin_role = await builtin_role(session, realm.id, "realm-admin")
-        session.add(
-            RoleAssignment(
-                id=new_id("ras"),
-                realm_id=realm.id,
-                role_id=admin_role.id,
-                user_id=user.id,
-                granted_by=by,
-                created_at=SYSTEM_CLOCK.now() - age,
-            )
-        )
 
 
 async def refusals(realm: RealmHandle, event: str) -> list[tuple[object, ...]]:
@@ -56,7 +37,7 @@ async def test_a_reviewer_the_author_made_is_told_so_and_the_refusal_is_audited_
     realm: RealmHandle,
 ) -> None:
     reviewer = await realm.user("made-by-author@example.com")
-    await grant_admin(realm, reviewer, by=None, age=timedelta(days=400))
+    await grant_realm_admin_aged(realm, reviewer, by=None, age=timedelta(days=400))
     async with realm.sessions() as session, session.begin():
         workflow, _ = await create_workflow(
             session, realm.actor, name="Reviewed", requires_approval=True, definition=DEFINITION, has_definition=True
@@ -96,7 +77,7 @@ async def test_an_approver_whose_authority_the_requester_gave_is_refused_with_th
         system = Actor.system(realm.id)
         subject = await create_user(session, system, email="subject@example.com", display_name="S", authority=None)
         approver = await create_user(session, system, email="approver@example.com", display_name="A", authority=None)
-    await grant_admin(realm, approver, by=realm.admin.id, age=timedelta(days=29))
+    await grant_realm_admin_aged(realm, approver, by=realm.admin.id, age=timedelta(days=29))
     answer = await client.post(
         realm.api + "/role-assignments",
         json={"role_id": role.id, "user_id": subject.id, "approver_id": approver.id},
