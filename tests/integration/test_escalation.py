@@ -261,8 +261,8 @@ async def build_world(client: Client, realm: RealmHandle) -> World:
     tokens: dict[str, str] = {}
     emails: dict[str, str] = {}
     for kind, role, scope in (("realm_admin", realm_admin_role, None), ("org_admin", org_admin_role, org.id)):
-        for twin in (users, suspended):
-            user = await realm.user(f"{kind}-{len(twin)}-{id(twin) % 1000}@example.com")
+        for twin, state in ((users, "active"), (suspended, "suspended")):
+            user = await realm.user(f"{kind}-{state}@example.com")
             await realm.member(org, user)
             assignment = await realm.assign(user, role, organization_id=scope)
             await enrol_totp(realm, user)
