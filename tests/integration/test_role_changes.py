@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from engine.directory import roles
 from testing.factories import RealmHandle, bearer, make_realm
+from testing.pages import signed_in
 
 
 async def fetch(realm: RealmHandle, sql: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -202,3 +203,27 @@ async def test_deleting_a_role_needs_its_permissions_and_no_group_granting_it(
     assert in_use.status_code == 409 and in_use.json()["code"] == "role_in_use"
     assert in_use.json()["detail"] == "The role is in use (0 assignment(s), 1 group(s)); remove those first."
     assert await fetch(realm, "SELECT name FROM roles WHERE id = :r", r=strong.id) == [("strong",)]
+
+
+async def test_a_role_page_links_holders_only_for_a_reader_who_may_open_them(
+    client: AsyncTestClient[Litestar], realm: RealmHandle
+) -> None:
+    org = await realm.organization("Linked org")
+    holder = await realm.user("holder@example.com")
+    scoped = await realm.role("scoped-reader", ["org.members.write"], boundary="organization")
+    await realm.assign(holder, scoped, organization_id=org.id)
+    reader = await realm.user("reader@example.com")
+    await realm.assign(reader, await realm.role("roles-reader", ["realm.roles.read"]))
+    page_of_role = f"/realms/{realm.slug}/roles/{scoped.id}"
+    user_link = f'href="/realms/{realm.slug}/users/{holder.id}"'
+    org_link = f'href="/realms/{realm.slug}/organizations/{org.id}"'
+
+    await signed_in(client, realm, reader)
+    as_reader = await client.get(page_of_role)
+    assert as_reader.status_code == 200
+    assert "holder@example.com" in as_reader.text and "Linked org" in as_reader.text
+    assert user_link not in as_reader.text and org_link not in as_reader.text
+
+    await signed_in(client, realm)
+    as_admin = await client.get(page_of_role)
+    assert user_link in as_admin.text and org_link in as_admin.text
