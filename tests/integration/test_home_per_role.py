@@ -14,6 +14,7 @@ from engine.directory.models import User
 from engine.seeding.demo_realm import DEMO_ROLES
 from testing.factories import HTML, RealmHandle, browser_session
 from testing.pages import signed_in
+from testing.workflows import manual, publish
 
 Client = AsyncTestClient[Litestar]
 
@@ -133,3 +134,53 @@ async def test_the_brand_and_the_start_page_lead_a_signed_in_person_home(client:
     client.cookies.clear()
     anonymous = await client.get("/", headers=HTML, follow_redirects=False)
     assert anonymous.status_code == 200 and brand(anonymous.text) == "/"
+
+
+# --- Two links deep -----------------------------------------------------------------------------
+
+SKIPPED_LINKS = ("/api/", "/static/", "/sign-out", "/docs")
+
+
+async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(client: Client, realm: RealmHandle) -> None:
+    """From the home, every link of every page it links to opens for the role that was shown it:
+    a page never offers what its viewer may not open (a role's holders, a run's subject, a
+    workflow's revisions…), for the administrator, the auditor, each seeded role and a plain user."""
+    people = await viewers(realm)
+    subject = await realm.user("subject@example.com")
+    wid = await publish(
+        realm,
+        manual(
+            {"id": "approve", "type": "approval", "approvers": [people["access-approver"].id], "expires_in": "2h"},
+            {"id": "done", "type": "end"},
+        ),
+        name="Reviewed access",
+    )
+    started = await client.post(
+        f"{realm.api}/workflows/{wid}/runs", json={"subject_id": subject.id}, headers=realm.headers
+    )
+    assert started.status_code in (200, 201, 202), started.text
+    failures: list[str] = []
+    opened: dict[str, int] = {}
+    for role, user in people.items():
+        await signed_in(client, realm, user)
+        frontier = [f"/realms/{realm.slug}/"]
+        seen = set(frontier)
+        shown_on = {frontier[0]: "the start"}
+        for _depth in range(3):  # the home, the pages it links to, the pages those link to
+            following: list[str] = []
+            for href in frontier:
+                answer = await client.get(href, headers=HTML, follow_redirects=True)
+                if answer.status_code in (403, 404):
+                    failures.append(f"{role}: {href} (shown on {shown_on[href]}) -> {answer.status_code}")
+                    continue
+                opened[role] = opened.get(role, 0) + 1
+                for link in links(answer.text):
+                    if link.split("#")[0] and link not in seen and not link.startswith(SKIPPED_LINKS):
+                        seen.add(link)
+                        shown_on[link.split("#")[0]] = href
+                        following.append(link.split("#")[0])
+            frontier = following
+    assert not failures, "\n".join(failures)
+    # Deep enough to mean something: the administrator opened many pages, every role some.
+    assert opened["realm-admin"] >= 40, opened
+    assert all(count >= 3 for count in opened.values()), opened
