@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from engine.directory.authz import Authority, Grant
 from engine.platform.errors import Issue
@@ -27,6 +28,7 @@ from engine.workflows.definitions import (
 from engine.workflows.definitions.authority import requirement_problem
 from engine.workflows.definitions.canonical import canonical_bytes
 from engine.workflows.definitions.json_shape import json_issues_by_path, plainly_json
+from engine.workflows.definitions.schema_messages import _map_error, plainly_valid
 from engine.workflows.definitions.validation import _finish, _order
 from engine.workflows.definitions.vocabulary import MAX_ISSUES
 
@@ -275,3 +277,37 @@ def test_a_role_ceiling_that_names_no_role_asks_nothing() -> None:
     nobody = Authority("user", "usr_x", [])
     assert requirement_problem(Requirement("role_ceiling", "realm"), nobody, RUN_ORG, "/steps/0") is None
     assert requirement_problem(Requirement("group_ceiling", "organization"), nobody, RUN_ORG, "/steps/0") is None
+
+
+# --- schema_messages.py ---------------------------------------------------------------------------
+
+
+def _manual() -> dict[str, Any]:
+    return {"schema_version": 1, "triggers": [{"type": "manual"}], "steps": [{"id": "done", "type": "end"}]}
+
+
+def test_a_selector_without_a_known_type_is_named_as_a_selector() -> None:
+    schedule = {"type": "schedule", "every": "24h", "select": {}}
+    found = {i.path: i.message for i in validate_definition({**_manual(), "triggers": [schedule]})}
+    assert found["/triggers/0/select/type"] == "type is required in a selector."
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "message"),
+    [
+        ({"type": "string", "maxLength": 3}, "abcd", "The definition must be at most 3 characters long."),
+        ({"type": "string", "minLength": 2}, "a", "The definition must be at least 2 characters long."),
+        ({"type": "string", "maxLength": 3, "title": "a code"}, "abcd", "The definition must be a code."),
+    ],
+)
+def test_a_length_bound_without_a_title_says_its_bound(schema: dict[str, Any], value: str, message: str) -> None:
+    """Every length bound of the shipped contract has a title; one without gets its bound in words."""
+    (error,) = Draft202012Validator(schema).iter_errors(value)
+    assert _map_error(error) == Issue("", "invalid_value", message)
+
+
+def test_the_compiled_check_answers_for_a_plain_valid_definition() -> None:
+    """The fast yes of the compiled contract is taken for plain JSON without floats (and only then)."""
+    assert plainly_valid(_manual()) is True
+    assert plainly_valid({**_manual(), "triggers": [{"type": "manual"}], "x": 1}) is False
+    assert plainly_valid({**_manual(), "retry": {"max_attempts": 3.0}}) is False
