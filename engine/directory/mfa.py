@@ -20,6 +20,9 @@ from engine.platform import crypto
 from engine.platform.clock import SYSTEM_CLOCK
 from engine.platform.errors import Conflict, Forbidden, Unauthorized, invalid
 
+# The code of the refusal that sends a half-finished sign-in back to its first step.
+SIGN_IN_AGAIN = "sign_in_again"
+
 TOTP_ISSUER = "Lifecycle Cockpit"
 
 
@@ -91,11 +94,14 @@ async def check_user_totp(session: AsyncSession, operator_key: str, user: User, 
 
 
 async def verify_second_factor(
-    session: AsyncSession, operator_key: str, user: User, code: str, client_address: str
+    session: AsyncSession, operator_key: str, user: User, code: str, client_address: str, *, realm_id: str
 ) -> None:
-    """Check a TOTP code of an enrolled user, throttled like passwords (wrong codes count as
-    failed sign-ins of the account and of the address, and only a right code forgives them).
-    :class:`Unauthorized` when the code is wrong or replayed."""
+    """Check a TOTP code of an enrolled user signing in at ``realm_id``, throttled like passwords
+    (wrong codes count as failed sign-ins of the account and of the address, and only a right code
+    forgives them). :class:`Unauthorized` when the code is wrong or replayed; with the code
+    ``sign_in_again`` (nothing counted) when the user is not of that realm or no longer active."""
+    if user.realm_id != realm_id or user.status != "active":
+        raise Unauthorized("Sign in again.", code=SIGN_IN_AGAIN)
     await check_throttle(session, user.realm_id, user.email, client_address)
     if not await check_user_totp(session, operator_key, user, code):
         await record_failure(session, user.realm_id, user.email, client_address, kind=SECOND_FACTOR_FAILURE)

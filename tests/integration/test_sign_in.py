@@ -18,7 +18,14 @@ from cockpit.admin_cli import cmd_create_realm, cmd_sign_in_link
 from cockpit.pages.auth.mfa import seal_enrolment
 from cockpit.pages.auth.sessions import safe_next
 from cockpit.state import context_of
-from engine.directory.mfa import check_user_totp, enable_totp, new_totp_secret, totp_uri, verify_second_factor
+from engine.directory.mfa import (
+    SIGN_IN_AGAIN,
+    check_user_totp,
+    enable_totp,
+    new_totp_secret,
+    totp_uri,
+    verify_second_factor,
+)
 from engine.directory.models import User
 from engine.directory.passwords import sign_in_with_password
 from engine.directory.realms import realm_by_slug
@@ -532,7 +539,9 @@ async def race_wrong_codes(database_url: str, attempts: list[tuple[User, str]], 
             assert row is not None
             await start.wait()
             try:
-                await verify_second_factor(session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address)
+                await verify_second_factor(
+                    session, TEST_SECRET_KEY, row, a_wrong_code(secret_of[user.id]), address, realm_id=row.realm_id
+                )
             except Unauthorized:
                 return "wrong"
             except TooManyRequests:
@@ -644,7 +653,7 @@ async def test_enrolment_answers_with_its_codes_and_its_own_code_is_never_good_a
         row = await session.get(User, user.id)
         assert row is not None
         with pytest.raises(Unauthorized) as replay:
-            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.1")
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.1", realm_id=realm.id)
         assert replay.value.detail == (
             "The code is not right, or it was used already. Wait for the next code and try again."
         )
@@ -710,7 +719,7 @@ async def test_a_user_without_a_second_factor_has_no_code_that_is_right(realm: R
         assert row is not None and row.totp_secret_enc is None
         assert await check_user_totp(session, TEST_SECRET_KEY, row, code) is False
         with pytest.raises(Unauthorized) as refused:
-            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.9")
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.9", realm_id=realm.id)
         assert refused.value.detail.startswith("The code is not right")
         failures = await session.scalar(
             text("SELECT count(*) FROM sign_in_failures WHERE realm_id = :r"), {"r": realm.id}
@@ -744,3 +753,28 @@ async def test_the_upgrade_page_throttles_wrong_codes_and_says_when_to_try_again
     assert "Too many" in throttled.text and 'name="code"' in throttled.text  # the page, with its form
     assert client.cookies.get("cockpit_session") == account.cookie
     assert await session_rows(realm, user.id) == [(account.session_id, False, None)]
+
+
+async def test_the_second_step_refuses_a_right_code_for_another_realm_or_a_suspended_user(realm: RealmHandle) -> None:
+    """The engine checks who may finish a sign-in, not only the page: a right code of a user of
+    another realm, or of a suspended user, is refused with ``sign_in_again`` and counts nothing;
+    the same code then passes for the active user at their own realm."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    async with realm.sessions() as session, session.begin():
+        row = await session.get(User, user.id)
+        assert row is not None
+        code = pyotp.TOTP(secret).now()
+        with pytest.raises(Unauthorized) as other_realm:
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.2", realm_id="rlm_" + "0" * 26)
+        assert other_realm.value.code == SIGN_IN_AGAIN
+        row.status = "suspended"
+        with pytest.raises(Unauthorized) as suspended:
+            await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.2", realm_id=realm.id)
+        assert suspended.value.code == SIGN_IN_AGAIN
+        failures = text("SELECT count(*) FROM sign_in_failures WHERE realm_id = :r")
+        assert await session.scalar(failures, {"r": realm.id}) == 0
+        assert row.totp_last_step is None  # the code was not spent
+        row.status = "active"
+        await verify_second_factor(session, TEST_SECRET_KEY, row, code, "10.0.0.2", realm_id=realm.id)
+        assert row.totp_last_step is not None

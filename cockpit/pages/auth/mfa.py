@@ -148,7 +148,14 @@ class MfaPages(Controller):
             elif principal.audience == "admin":
                 return Redirect(target, status_code=303)  # verified already
             else:
-                await verify_second_factor(session, ctx.settings.secret_key, user, data.code, client_address(request))
+                await verify_second_factor(
+                    session,
+                    ctx.settings.secret_key,
+                    user,
+                    data.code,
+                    client_address(request),
+                    realm_id=principal.realm.id,
+                )
         except (ValidationFailed, Unauthorized, TooManyRequests, Forbidden) as exc:
             failure = exc
         else:

@@ -27,7 +27,7 @@ from cockpit.pages.auth.sessions import (
     unknown_realms,
 )
 from cockpit.state import AnyRequest, DbSession, context_of
-from engine.directory.mfa import verify_second_factor
+from engine.directory.mfa import SIGN_IN_AGAIN, verify_second_factor
 from engine.directory.models import User
 from engine.directory.passwords import sign_in_with_password
 from engine.directory.realms import realm_by_slug
@@ -128,18 +128,15 @@ class SignInPages(Controller):
         async with ctx.sessions() as session, session.begin():
             realm_row = await realm_by_slug(session, realm)
             user = await session.get(User, pending.user_id)
-            if (
-                realm_row is None
-                or realm_row.id != pending.realm_id
-                or user is None
-                or user.realm_id != realm_row.id
-                or user.status != "active"
-                or user.totp_enabled_at is None
-            ):
+            if realm_row is None or realm_row.id != pending.realm_id or user is None or user.totp_enabled_at is None:
                 return Redirect(f"/realms/{realm}/sign-in", status_code=303)
             try:
-                await verify_second_factor(session, ctx.settings.secret_key, user, data.code, client_address(request))
+                await verify_second_factor(
+                    session, ctx.settings.secret_key, user, data.code, client_address(request), realm_id=realm_row.id
+                )
             except (Unauthorized, TooManyRequests) as exc:
+                if exc.code == SIGN_IN_AGAIN:
+                    return Redirect(f"/realms/{realm}/sign-in", status_code=303)
                 failure = exc
             else:
                 replaces = await current_browser_session(session, request)
