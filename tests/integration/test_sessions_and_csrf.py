@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
 from cockpit.app import create_app
+from cockpit.pages.auth.sessions import PENDING_TTL
 from engine.platform.config import Settings, load_settings
 from testing.factories import HTML, RealmHandle, browser_session, enrol_totp, form_value, sign_in_link
 
@@ -117,6 +118,7 @@ async def test_sign_out_needs_the_csrf_token_then_revokes_the_session(client: Cl
     assert out.status_code == 303 and out.headers["location"] == f"/realms/{realm.slug}/sign-in?signed_out=1"
     cleared = set_cookies(out.headers.get_list("set-cookie"))["cockpit_session"]
     assert cleared["value"] == "" and cleared["max-age"] == "0"
+    assert cleared["httponly"] is True and cleared["path"] == "/" and cleared["samesite"] == "lax"
     async with realm.sessions() as session:
         revoked = await session.scalar(text("SELECT revoked_at FROM sessions"))
         assert revoked is not None
@@ -411,3 +413,45 @@ async def test_the_two_step_sign_in_replaces_the_browsers_session_and_is_audited
     async with AsyncTestClient(app=client.app) as stale:
         stale.cookies.set("cockpit_session", old.cookie, domain="testserver.local")
         assert (await stale.get(f"/realms/{realm.slug}/mfa", headers=HTML, follow_redirects=False)).status_code == 303
+
+
+async def test_the_half_signed_in_cookie_lasts_five_minutes_and_the_session_cookie_the_browser_session(
+    client: Client, realm: RealmHandle
+) -> None:
+    """After the password of a user with a second factor, the pending cookie is set for
+    ``PENDING_TTL`` (300 s) and no longer; the session cookie has no Max-Age (it ends with the
+    browser, or with the session's own expiry on the server)."""
+    user = await realm.user("pat@example.com", password=PASSWORD)
+    secret = await enrol_totp(realm, user)
+    pending = set_cookies(await password_sign_in(client, realm.slug, "pat@example.com"))["cockpit_pending"]
+    assert pending["max-age"] == str(int(PENDING_TTL.total_seconds())) == "300"
+    assert pending["httponly"] is True and pending["path"] == "/"
+    page = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
+    done = await client.post(
+        f"/realms/{realm.slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(page.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
+    assert done.status_code == 303, done.text
+    cookies = set_cookies(done.headers.get_list("set-cookie"))
+    assert cookies["cockpit_session"]["value"] and "max-age" not in cookies["cockpit_session"]
+    assert cookies["cockpit_pending"]["value"] == "" and cookies["cockpit_pending"]["max-age"] == "0"
+    assert cookies["cockpit_pending"]["httponly"] is True
+
+
+@pytest.mark.parametrize(("length", "kept"), [(19, False), (20, True), (100, True), (101, False)])
+async def test_a_pre_session_value_is_kept_from_20_to_100_characters(
+    client: Client, realm: RealmHandle, length: int, kept: bool
+) -> None:
+    """The pre-session cookie a browser brings is used when it is 20 to 100 characters long; one
+    shorter or longer is replaced by a new one (and a form's token is made for the new one)."""
+    brought = "p" * length
+    client.cookies.set("cockpit_pre", brought, domain="testserver.local")
+    page = await client.get(f"/realms/{realm.slug}/sign-in", headers=HTML)
+    assert page.status_code == 200
+    set_now = set_cookies(page.headers.get_list("set-cookie")).get("cockpit_pre")
+    if kept:
+        assert set_now is None
+    else:
+        assert set_now is not None and set_now["value"] != brought and 20 <= len(str(set_now["value"])) <= 100

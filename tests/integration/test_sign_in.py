@@ -136,6 +136,10 @@ async def test_next_is_only_followed_inside_the_realm(client: Client, realm: Rea
         None,
     ):
         assert safe_next(slug, bad) == f"/realms/{slug}/", bad
+    # Up to 2,000 characters are followed; one more is not.
+    longest = f"/realms/{slug}/users?q=" + "a" * (2000 - len(f"/realms/{slug}/users?q="))
+    assert len(longest) == 2000 and safe_next(slug, longest) == longest
+    assert safe_next(slug, longest + "a") == f"/realms/{slug}/"
     await realm.user("pat@example.com", password=PASSWORD)
     response = await post_password(client, slug, "pat@example.com", PASSWORD, next_path="https://evil.example/")
     assert response.headers["location"] == f"/realms/{slug}/"
