@@ -318,6 +318,7 @@ async def test_pages_follow_the_permissions_of_the_api(client: AsyncTestClient[L
     assert change.status_code == 403
     template = await client.get(f"/realms/{realm.slug}/templates", headers=HTML)
     assert template.status_code == 200 and "readonly" in template.text and "Save template" not in template.text
+    assert f'action="/realms/{realm.slug}/templates"' not in template.text  # read-only: no form Enter would send
 
 
 async def test_a_service_principal_gets_roles_on_its_page_within_the_callers_ceiling(

@@ -10,7 +10,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from engine.directory.models import User
+from cockpit.auth import Principal, may_request
+from engine.directory.authz import PERMISSIONS, load_authority
+from engine.directory.credentials import RealmRow
+from engine.directory.models import Realm, User
 from engine.seeding.demo_realm import DEMO_ROLES
 from testing.factories import HTML, RealmHandle, browser_session
 from testing.pages import signed_in
@@ -141,11 +144,35 @@ async def test_the_brand_and_the_start_page_lead_a_signed_in_person_home(client:
 SKIPPED_LINKS = ("/api/", "/static/", "/sign-out", "/docs")
 
 
-async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(client: Client, realm: RealmHandle) -> None:
-    """From the home, every link of every page it links to opens for the role that was shown it:
-    a page never offers what its viewer may not open (a role's holders, a run's subject, a
-    workflow's revisions…), for the administrator, the auditor, each seeded role and a plain user."""
+async def viewer(realm: RealmHandle, user: User) -> Principal:
+    """The principal a browser session with a second factor gives ``user``: what the guard asks."""
+    async with realm.sessions() as session:
+        row = await session.get(Realm, realm.id)
+        assert row is not None
+        authority = await load_authority(session, realm.id, "user", user.id)
+    realm_row = RealmRow(id=row.id, slug=row.slug, name=row.name, created_at=row.created_at, authz_epoch=0)
+    return Principal(realm_row, "user", user.id, user.display_name, user.email, "admin", "session", authority=authority)
+
+
+def forms(page: str) -> list[str]:
+    """Where each form or htmx control of a page sends an unsafe request."""
+    posted = re.findall(r'<form\b[^>]*\bmethod="post"[^>]*\baction="([^"]*)"', page, flags=re.IGNORECASE)
+    posted += re.findall(r'<form\b[^>]*\baction="([^"]*)"[^>]*\bmethod="post"', page, flags=re.IGNORECASE)
+    posted += re.findall(r'\bhx-post="([^"]*)"', page)
+    return [html.unescape(action) for action in posted if action.startswith("/")]
+
+
+async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(
+    client: Client, app: Litestar, realm: RealmHandle
+) -> None:
+    """From the home, every link of every page it links to opens for the role that was shown it,
+    and every form those pages offer is one the role may send: a page never offers what its viewer
+    may not open or do (a role's holders, a run's subject, a workflow's revisions, a revoke
+    button…), for the administrator, the auditor, each seeded role and a plain user."""
     people = await viewers(realm)
+    reader = await realm.user("reader@example.com")  # reads everything, changes nothing
+    await realm.assign(reader, await realm.role("reads-all", [p for p in PERMISSIONS if p.endswith(".read")]))
+    people["every read, no write"] = reader
     subject = await realm.user("subject@example.com")
     wid = await publish(
         realm,
@@ -161,8 +188,10 @@ async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(client: Client, 
     assert started.status_code in (200, 201, 202), started.text
     failures: list[str] = []
     opened: dict[str, int] = {}
+    offered: dict[str, int] = {}
     for role, user in people.items():
         await signed_in(client, realm, user)
+        principal = await viewer(realm, user)
         frontier = [f"/realms/{realm.slug}/"]
         seen = set(frontier)
         shown_on = {frontier[0]: "the start"}
@@ -174,6 +203,10 @@ async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(client: Client, 
                     failures.append(f"{role}: {href} (shown on {shown_on[href]}) -> {answer.status_code}")
                     continue
                 opened[role] = opened.get(role, 0) + 1
+                for action in forms(answer.text):
+                    offered[role] = offered.get(role, 0) + 1
+                    if not may_request(app, principal, action, "POST"):
+                        failures.append(f"{role}: a form to {action} on {href}, which the role may not send")
                 for link in links(answer.text):
                     if link.split("#")[0] and link not in seen and not link.startswith(SKIPPED_LINKS):
                         seen.add(link)
@@ -184,3 +217,4 @@ async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(client: Client, 
     # Deep enough to mean something: the administrator opened many pages, every role some.
     assert opened["realm-admin"] >= 40, opened
     assert all(count >= 3 for count in opened.values()), opened
+    assert offered["realm-admin"] >= 20, offered
