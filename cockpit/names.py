@@ -2,7 +2,8 @@
 
 A page collects the ids it shows and calls :func:`resolve_names` once; templates render each id
 through the ``ui.ref`` macro (``templates/partials/_macros.html``): the name, linked to the
-object's page when the viewer may open it (the macro asks the target route, as every link does),
+object's page when the viewer may open it (the macro asks the target route; ``ui.link`` does
+the same for any other link to a person, role or organization),
 with the id on hover. An id the realm does not know (deleted, or of another
 realm) is shown as the id alone, never linked.
 """

@@ -15,6 +15,7 @@ from engine.directory.authz import PERMISSIONS, load_authority
 from engine.directory.credentials import RealmRow
 from engine.directory.models import Realm, User
 from engine.seeding.demo_realm import DEMO_ROLES
+from testing.diagnostics import compensation_failed_run
 from testing.factories import HTML, RealmHandle, browser_session
 from testing.pages import signed_in
 from testing.workflows import manual, publish
@@ -182,10 +183,35 @@ async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(
         ),
         name="Reviewed access",
     )
-    started = await client.post(
-        f"{realm.api}/workflows/{wid}/runs", json={"subject_id": subject.id}, headers=realm.headers
+    # What links to people, roles and organizations: a run in an organization, a run whose undo
+    # failed (Needs attention), schedules naming a role and an organization, a group with a role.
+    org = await realm.organization("Linked org")
+    await realm.member(org, subject)
+    for body in ({"subject_id": subject.id}, {"subject_id": subject.id, "organization_id": org.id}):
+        started = await client.post(f"{realm.api}/workflows/{wid}/runs", json=body, headers=realm.headers)
+        assert started.status_code in (200, 201, 202), started.text
+    await compensation_failed_run(realm)
+    scheduled_role = await realm.role("scheduled-role", ["realm.workflows.read"])
+    await publish(
+        realm,
+        {
+            "schema_version": 1,
+            "triggers": [
+                {
+                    "type": "schedule",
+                    "every": "24h",
+                    "select": {"type": "role_holders", "role_id": scheduled_role.id, "granted_before": "48h"},
+                },
+                {
+                    "type": "schedule",
+                    "every": "24h",
+                    "select": {"type": "organization_members", "organization_id": org.id},
+                },
+            ],
+            "steps": [{"id": "done", "type": "end"}],
+        },
+        name="Scheduled review",
     )
-    assert started.status_code in (200, 201, 202), started.text
     failures: list[str] = []
     opened: dict[str, int] = {}
     offered: dict[str, int] = {}
@@ -208,6 +234,10 @@ async def test_no_link_two_pages_deep_leads_a_role_to_a_refusal(
                     if not may_request(app, principal, action, "POST"):
                         failures.append(f"{role}: a form to {action} on {href}, which the role may not send")
                 for link in links(answer.text):
+                    target = link.split("#")[0]
+                    if target and not link.startswith(SKIPPED_LINKS) and not may_request(app, principal, target):
+                        # the pages three links away are not opened, but their links are asked too
+                        failures.append(f"{role}: a link to {target} on {href}, which the role may not open")
                     if link.split("#")[0] and link not in seen and not link.startswith(SKIPPED_LINKS):
                         seen.add(link)
                         shown_on[link.split("#")[0]] = href
