@@ -9,6 +9,7 @@ from http.cookies import SimpleCookie
 
 import pyotp
 import pytest
+from httpx import Response
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
@@ -49,6 +50,17 @@ async def password_sign_in(client: Client, slug: str, email: str) -> list[str]:
     )
     assert response.status_code == 303, response.text
     return page.headers.get_list("set-cookie") + response.headers.get_list("set-cookie")
+
+
+async def totp_step(client: Client, slug: str, secret: str) -> Response:
+    """The second step of a two-step sign-in, with the current code of ``secret``."""
+    step = await client.get(f"/realms/{slug}/sign-in/totp", headers=HTML)
+    return await client.post(
+        f"/realms/{slug}/sign-in/totp",
+        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(step.text, "_csrf")},
+        headers=HTML,
+        follow_redirects=False,
+    )
 
 
 async def test_cookies_are_httponly_samesite_lax_and_path_root(client: Client, realm: RealmHandle) -> None:
@@ -373,13 +385,7 @@ async def test_the_two_step_sign_in_replaces_the_browsers_session_and_is_audited
     old = await browser_session(realm, user, mfa=False)
     client.cookies.set("cockpit_session", old.cookie, domain="testserver.local")
     await password_sign_in(client, realm.slug, "pat@example.com")
-    step = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
-    done = await client.post(
-        f"/realms/{realm.slug}/sign-in/totp",
-        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(step.text, "_csrf")},
-        headers=HTML,
-        follow_redirects=False,
-    )
+    done = await totp_step(client, realm.slug, secret)
     assert done.status_code == 303 and done.headers["location"] == f"/realms/{realm.slug}/"
     new_cookie = client.cookies.get("cockpit_session")
     assert new_cookie and new_cookie != old.cookie
@@ -426,13 +432,7 @@ async def test_the_half_signed_in_cookie_lasts_five_minutes_and_the_session_cook
     pending = set_cookies(await password_sign_in(client, realm.slug, "pat@example.com"))["cockpit_pending"]
     assert pending["max-age"] == str(int(PENDING_TTL.total_seconds())) == "300"
     assert pending["httponly"] is True and pending["path"] == "/"
-    page = await client.get(f"/realms/{realm.slug}/sign-in/totp", headers=HTML)
-    done = await client.post(
-        f"/realms/{realm.slug}/sign-in/totp",
-        data={"code": pyotp.TOTP(secret).now(), "_csrf": form_value(page.text, "_csrf")},
-        headers=HTML,
-        follow_redirects=False,
-    )
+    done = await totp_step(client, realm.slug, secret)
     assert done.status_code == 303, done.text
     cookies = set_cookies(done.headers.get_list("set-cookie"))
     assert cookies["cockpit_session"]["value"] and "max-age" not in cookies["cockpit_session"]
